@@ -1,0 +1,38 @@
+# Every target sets itself up on a fresh machine: it creates .venv and installs pylog with its extras.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint typecheck unit bench torture clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,spark,bench]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m pylog.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy --strict src/pylog
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+	$(PY) benchmarks/render.py
+
+clean:
+	rm -rf $(VENV) pylog-data .pytest_cache .mypy_cache .ruff_cache .hypothesis

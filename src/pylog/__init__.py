@@ -1,0 +1,54 @@
+"""pylog: an embeddable, partitioned, crash-safe commit log with Kafka's model.
+
+>>> import pylog, tempfile
+>>> with pylog.open(tempfile.mkdtemp()) as log:
+...     _ = log.create_topic("clicks", partitions=2)
+...     producer = log.producer()
+...     meta = producer.send("clicks", {"page": "/"}, key="user-1").get()
+...     producer.close()
+...     consumer = log.consumer("clicks", auto_offset_reset="earliest", consumer_timeout_ms=0)
+...     [(r.key, r.value) for r in consumer]
+[(b'user-1', {'page': '/'})]
+"""
+
+from __future__ import annotations
+
+from pylog import errors
+from pylog.clock import Clock, ManualClock, SystemClock
+from pylog.config import TopicConfig
+from pylog.consumer import Consumer
+from pylog.log import Log, open_log
+from pylog.producer import BatchResult, FutureRecordMetadata, Producer
+from pylog.structs import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
+from pylog.topic import Topic
+
+open = open_log
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchResult",
+    "Clock",
+    "Consumer",
+    "ConsumerRecord",
+    "FutureRecordMetadata",
+    "Log",
+    "ManualClock",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "Producer",
+    "RecordMetadata",
+    "SystemClock",
+    "Topic",
+    "TopicConfig",
+    "TopicPartition",
+    "__version__",
+    "errors",
+    "open",
+]

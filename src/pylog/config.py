@@ -1,0 +1,121 @@
+"""Topic configuration: Kafka's names (snake_case) and defaults.
+
+Every topic stores its full config in the manifest, so a log directory describes itself. Defaults follow
+Kafka's broker defaults except where an embedded log needs another one; each such place says so.
+
+| name | default | meaning |
+|---|---|---|
+| ``segment_bytes`` | 1 GiB | roll the active segment when it would grow past this |
+| ``segment_ms`` | 7 days | roll the active segment when its first record is this old |
+| ``retention_ms`` | 7 days (-1: keep forever) | delete a segment when its largest timestamp is older |
+| ``retention_bytes`` | -1 (no limit) | per partition: delete oldest segments until the rest fit |
+| ``cleanup_policy`` | ``"delete"`` | ``"delete"``, ``"compact"`` or ``"compact,delete"`` |
+| ``max_message_bytes`` | 1 MiB + 12 | largest batch that may be appended |
+| ``message_timestamp_type`` | ``"CreateTime"`` | or ``"LogAppendTime"`` (the log sets timestamps) |
+| ``flush_messages`` | -1 (off) | fsync after this many records |
+| ``flush_ms`` | -1 (off) | fsync when the oldest unflushed record is this old |
+| ``index_interval_bytes`` | 4096 | bytes of log between offset-index entries |
+| ``compression_type`` | ``"none"`` | ``"none"``, ``"gzip"``, ``"zstd"``, ``"lz4"`` (per batch) |
+| ``min_cleanable_dirty_ratio`` | 0.5 | compaction: dirty share that triggers cleaning |
+| ``delete_retention_ms`` | 1 day | compaction: how long tombstones survive |
+| ``min_compaction_lag_ms`` | 0 | compaction: records younger than this are not compacted |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pylog.errors import ConfigError
+
+__all__ = ["COMPRESSION_TYPES", "TIMESTAMP_TYPES", "TopicConfig"]
+
+COMPRESSION_TYPES = ("none", "gzip", "zstd", "lz4")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+
+_DAY_MS = 24 * 60 * 60 * 1000
+_I64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """A topic's configuration. Immutable; build a changed copy with :meth:`replace`."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * _DAY_MS
+    retention_ms: int = 7 * _DAY_MS
+    retention_bytes: int = -1
+    cleanup_policy: str = "delete"
+    max_message_bytes: int = (1 << 20) + 12
+    message_timestamp_type: str = "CreateTime"
+    flush_messages: int = -1
+    flush_ms: int = -1
+    index_interval_bytes: int = 4096
+    compression_type: str = "none"
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = _DAY_MS
+    min_compaction_lag_ms: int = 0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{f.name} must be an int, got {value!r}")
+        _check_range("segment_bytes", self.segment_bytes, 64, 2**31 - 1)
+        _check_range("segment_ms", self.segment_ms, 1, _I64_MAX)
+        _check_range("retention_ms", self.retention_ms, -1, _I64_MAX)
+        _check_range("retention_bytes", self.retention_bytes, -1, _I64_MAX)
+        _check_range("max_message_bytes", self.max_message_bytes, 128, 2**31 - 1)
+        _check_range("flush_messages", self.flush_messages, -1, _I64_MAX, zero_ok=False)
+        _check_range("flush_ms", self.flush_ms, -1, _I64_MAX)
+        _check_range("index_interval_bytes", self.index_interval_bytes, 0, 2**31 - 1)
+        _check_range("delete_retention_ms", self.delete_retention_ms, 0, _I64_MAX)
+        _check_range("min_compaction_lag_ms", self.min_compaction_lag_ms, 0, _I64_MAX)
+        _check_choice("cleanup_policy", self.cleanup_policy, CLEANUP_POLICIES)
+        _check_choice("message_timestamp_type", self.message_timestamp_type, TIMESTAMP_TYPES)
+        _check_choice("compression_type", self.compression_type, COMPRESSION_TYPES)
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"min_cleanable_dirty_ratio must be a number in [0, 1], got {ratio!r}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TopicConfig:
+        """Build a config from ``values``; unknown names raise :class:`ConfigError` naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown topic config {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> TopicConfig:
+        """A copy with ``changes`` applied (validated like a new config)."""
+        current = self.to_dict()
+        current.update(changes)
+        return TopicConfig.from_dict(current)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def deletes(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+def _check_range(name: str, value: int, low: int, high: int, *, zero_ok: bool = True) -> None:
+    if not low <= value <= high or (value == 0 and not zero_ok):
+        raise ConfigError(f"{name} must be in [{low}, {high}]{'' if zero_ok else ' and not 0'}, got {value}")
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")

@@ -1,0 +1,465 @@
+"""Consumer: assign/subscribe, poll, seek and position, with kafka-python's API and semantics.
+
+``position(tp)`` is the next offset to return. ``seek``/``seek_to_beginning``/``seek_to_end`` are lazy: they
+take effect at the next fetch. A position outside ``[log_start_offset, log_end_offset]`` (for example after
+retention deleted the records) is reset according to ``auto_offset_reset`` (``"earliest"``, ``"latest"``) or
+raises :class:`~pylog.errors.OffsetOutOfRangeError` (``"none"``).
+
+A consumer sees records appended by other threads and other processes as soon as their batch is published;
+``poll(timeout_ms=...)`` waits for new data by watching each partition's shared state (spin briefly, then sleep
+with backoff), without system calls on the fast path.
+
+Without ``group_id``, ``subscribe()`` (or topics given to the constructor) assigns every partition of the
+matching topics to this consumer, and picks up partitions and topics created later.
+
+Thread-safety: not thread-safe (like Kafka's consumer): use one consumer per thread.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from pylog.errors import (
+    ConfigError,
+    DeserializationError,
+    IllegalStateError,
+    InvalidOffsetError,
+    LogClosedError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+)
+from pylog.record import DecodedBatch
+from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+
+if TYPE_CHECKING:
+    from pylog.log import Log
+    from pylog.partition.log import PartitionLog
+
+__all__ = ["Consumer"]
+
+_DEFAULT: Any = object()
+
+
+def _unpack(raw: bytes) -> Any:
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+class Consumer:
+    """Reads records from a :class:`~pylog.Log`. Obtain with :meth:`pylog.Log.consumer`."""
+
+    def __init__(
+        self,
+        log: Log,
+        *topics: str,
+        group_id: str | None = None,
+        auto_offset_reset: str = "latest",
+        consumer_timeout_ms: float = float("inf"),
+        max_poll_records: int = 500,
+        max_partition_fetch_bytes: int = 1 << 20,
+        key_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = _DEFAULT,
+        **group_config: Any,
+    ) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "none", "smallest", "largest"):
+            raise ConfigError(
+                f"auto_offset_reset must be earliest, latest or none, got {auto_offset_reset!r}"
+            )
+        if (
+            isinstance(max_poll_records, bool)
+            or not isinstance(max_poll_records, int)
+            or max_poll_records < 1
+        ):
+            raise ConfigError(f"max_poll_records must be an int >= 1, got {max_poll_records!r}")
+        self.log = log
+        self.group_id = group_id
+        self.auto_offset_reset = {"smallest": "earliest", "largest": "latest"}.get(
+            auto_offset_reset, auto_offset_reset
+        )
+        self.consumer_timeout_ms = consumer_timeout_ms
+        self.max_poll_records = max_poll_records
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self._key_deser = key_deserializer
+        self._value_deser: Callable[[bytes], Any] | None = (
+            _unpack if value_deserializer is _DEFAULT else value_deserializer
+        )
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int | None] = {}
+        self._paused: set[TopicPartition] = set()
+        self._buffers: dict[TopicPartition, list[ConsumerRecord]] = {}
+        self._subscription: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self._next_meta_check = 0.0
+        self._rr = 0
+        self._closed = False
+        self._group: Any = None
+        if group_id is not None:
+            from pylog.groups.member import GroupMember  # type: ignore[import-not-found,unused-ignore]
+
+            self._group = GroupMember(self, group_id, **group_config)
+        elif group_config:
+            raise ConfigError(f"unknown consumer config {', '.join(sorted(group_config))}")
+        if topics:
+            self.subscribe(list(topics))
+
+    # -- assignment -------------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._closed:
+            raise LogClosedError("the consumer is closed")
+        self.log._check()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Manually assign partitions (no group management). Replaces the previous assignment."""
+        self._check()
+        if self._subscription or self._pattern is not None:
+            raise IllegalStateError("assign() cannot be mixed with subscribe(); call unsubscribe() first")
+        tps = [TopicPartition(*tp) for tp in partitions]
+        for tp in tps:
+            self._plog(tp)
+        self._set_assignment(tps)
+
+    def _set_assignment(self, tps: list[TopicPartition]) -> None:
+        keep = set(tps)
+        for tp in list(self._positions):
+            if tp not in keep:
+                self._positions.pop(tp)
+                self._buffers.pop(tp, None)
+                self._paused.discard(tp)
+        for tp in tps:
+            self._positions.setdefault(tp, None)
+        self._assignment = sorted(keep)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
+        """Subscribe to topics (or a regex ``pattern``). Without a group, every partition is assigned."""
+        self._check()
+        if isinstance(topics, str):
+            topics = [topics]
+        topics = list(topics)
+        if bool(topics) == (pattern is not None):
+            raise IllegalStateError("subscribe() needs either topics or a pattern, not both")
+        for name in topics:
+            self.log.topic(name)
+        self._subscription = set(topics)
+        self._pattern = re.compile(pattern) if pattern is not None else None
+        if self._group is not None:
+            self._group.subscribe(self._subscription, self._pattern, listener)
+        else:
+            self._update_subscription_assignment(force=True)
+
+    def subscription(self) -> set[str]:
+        return set(self._subscription)
+
+    def unsubscribe(self) -> None:
+        if self._group is not None:
+            self._group.unsubscribe()
+        self._subscription = set()
+        self._pattern = None
+        self._set_assignment([])
+
+    def _subscribed_topics(self) -> list[str]:
+        if self._pattern is None:
+            return sorted(self._subscription)
+        return [t for t in self.log.topics() if self._pattern.fullmatch(t)]
+
+    def _update_subscription_assignment(self, force: bool = False) -> None:
+        now = self.log.clock.monotonic_ms()
+        if not force and now < self._next_meta_check:
+            return
+        self._next_meta_check = now + 500
+        if not self._subscription and self._pattern is None:
+            return
+        tps = [tp for t in self._subscribed_topics() for tp in self.log.topic(t).partitions()]
+        if tps != self._assignment:
+            self._set_assignment(tps)
+
+    # -- positions --------------------------------------------------------------------------------------
+
+    def _plog(self, tp: TopicPartition) -> PartitionLog:
+        return self.log.topic(tp.topic).partition(tp.partition)
+
+    def _require(self, tp: TopicPartition) -> TopicPartition:
+        tp = TopicPartition(*tp)
+        if tp not in self._positions:
+            raise IllegalStateError(f"{tp} is not assigned to this consumer")
+        return tp
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Fetch from ``offset`` next (validated at the next fetch)."""
+        tp = self._require(partition)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidOffsetError(f"offset must be an int >= 0, got {offset!r}")
+        self._positions[tp] = offset
+        self._buffers.pop(tp, None)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or tuple(self._assignment):
+            tp = self._require(tp)
+            self._positions[tp] = self._plog(tp).log_start_offset
+            self._buffers.pop(tp, None)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or tuple(self._assignment):
+            tp = self._require(tp)
+            self._positions[tp] = self._plog(tp).log_end_offset
+            self._buffers.pop(tp, None)
+
+    def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record this consumer will return for ``partition``."""
+        tp = self._require(partition)
+        pos = self._positions[tp]
+        if pos is None:
+            pos = self._reset_position(tp)
+        buf = self._buffers.get(tp)
+        return buf[0].offset if buf else pos
+
+    def _reset_position(self, tp: TopicPartition) -> int:
+        committed: int | None = self._group.committed_position(tp) if self._group is not None else None
+        if committed is not None:
+            pos = committed
+        elif self.auto_offset_reset == "earliest":
+            pos = self._plog(tp).log_start_offset
+        elif self.auto_offset_reset == "latest":
+            pos = self._plog(tp).log_end_offset
+        else:
+            raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset='none'")
+        self._positions[tp] = pos
+        return pos
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._paused.add(self._require(tp))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._paused.discard(TopicPartition(*tp))
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    # -- metadata ---------------------------------------------------------------------------------------
+
+    def topics(self) -> set[str]:
+        return set(self.log.topics())
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(self.log.topic(topic).num_partitions))
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._plog(TopicPartition(*tp)).log_start_offset for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._plog(TopicPartition(*tp)).log_end_offset for tp in partitions}
+
+    def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition the earliest offset whose timestamp is >= the given one, or None."""
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp, ts in timestamps.items():
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise InvalidOffsetError(f"timestamp must be an int >= 0, got {ts!r}")
+            tp = TopicPartition(*tp)
+            hit = self._plog(tp).offset_for_time(ts)
+            out[tp] = None if hit is None else OffsetAndTimestamp(*hit)
+        return out
+
+    # -- fetching ---------------------------------------------------------------------------------------
+
+    def poll(
+        self, timeout_ms: float = 0, max_records: int | None = None, update_offsets: bool = True
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from assigned, unpaused partitions: ``{TopicPartition: [ConsumerRecord, ...]}``.
+
+        Waits up to ``timeout_ms`` for at least one record."""
+        self._check()
+        limit = self.max_poll_records if max_records is None else max_records
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"max_records must be an int >= 1, got {max_records!r}")
+        clock = self.log.clock
+        deadline = clock.monotonic_ms() + max(timeout_ms, 0)
+        spins = 0
+        while True:
+            if self._group is not None:
+                self._group.poll()
+            else:
+                self._update_subscription_assignment()
+            out = self._collect(limit, update_offsets)
+            if out or self._closed:
+                if self._group is not None:
+                    self._group.returned(out)
+                return out
+            now = clock.monotonic_ms()
+            if now >= deadline:
+                return out
+            spins += 1
+            if spins > 200:
+                clock.sleep(min(0.001 * (spins - 200) / 50, 0.005, (deadline - now) / 1000))
+
+    def _collect(self, limit: int, update: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        tps = [tp for tp in self._assignment if tp not in self._paused]
+        if not tps:
+            return out
+        n = len(tps)
+        start = self._rr % n
+        self._rr += 1
+        remaining = limit
+        for k in range(n):
+            tp = tps[(start + k) % n]
+            buf = self._buffers.get(tp)
+            if not buf:
+                buf = self._fetch(tp)
+                if not buf:
+                    continue
+            take, rest = buf[:remaining], buf[remaining:]
+            if rest:
+                self._buffers[tp] = rest
+            else:
+                self._buffers.pop(tp, None)
+            out[tp] = take
+            if update:
+                pass
+            remaining -= len(take)
+            if remaining <= 0:
+                break
+        if not update:
+            for tp, recs in out.items():
+                self._buffers[tp] = recs + self._buffers.get(tp, [])
+        return out
+
+    def _fetch(self, tp: TopicPartition) -> list[ConsumerRecord]:
+        pos = self._positions.get(tp)
+        if pos is None:
+            pos = self._reset_position(tp)
+        plog = self._plog(tp)
+        try:
+            batches = plog.read(pos, self.max_partition_fetch_bytes)
+        except OffsetOutOfRangeError:
+            if self.auto_offset_reset == "none":
+                raise
+            self._positions[tp] = None
+            pos = self._reset_position(tp)
+            batches = plog.read(pos, self.max_partition_fetch_bytes)
+        if not batches:
+            return []
+        records: list[ConsumerRecord] = []
+        for b in batches:
+            records.extend(self._records(tp, b, pos))
+        self._positions[tp] = batches[-1].header.next_offset
+        return records
+
+    def _records(self, tp: TopicPartition, b: DecodedBatch, start: int) -> list[ConsumerRecord]:
+        offsets = b.offsets.tolist()
+        keys = b.keys()
+        values = b.values()
+        ksizes = [-1 if k is None else len(k) for k in keys]
+        vsizes = [-1 if v is None else len(v) for v in values]
+        if self._key_deser is not None:
+            keys = self._deserialize(self._key_deser, keys, tp, offsets, "key")
+        if self._value_deser is not None:
+            values = self._deserialize(self._value_deser, values, tp, offsets, "value")
+        recs = list(
+            map(
+                ConsumerRecord,
+                repeat(tp.topic),
+                repeat(tp.partition),
+                offsets,
+                b.timestamps.tolist(),
+                repeat(b.header.timestamp_type),
+                keys,
+                values,
+                b.headers(),
+                ksizes,
+                vsizes,
+            )
+        )
+        if offsets[0] < start:
+            recs = [r for r in recs if r.offset >= start]
+        return recs
+
+    @staticmethod
+    def _deserialize(
+        fn: Callable[[bytes], Any], items: list[Any], tp: TopicPartition, offsets: list[int], what: str
+    ) -> list[Any]:
+        try:
+            return [None if x is None else fn(x) for x in items]
+        except Exception:
+            for i, x in enumerate(items):
+                try:
+                    if x is not None:
+                        fn(x)
+                except Exception as exc:
+                    raise DeserializationError(
+                        f"cannot deserialize the {what} of {tp.topic}-{tp.partition} offset {offsets[i]}: {exc}"
+                    ) from exc
+            raise
+
+    # -- iteration --------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        got = self.poll(timeout_ms=self.consumer_timeout_ms, max_records=1)
+        if not got:
+            raise StopIteration
+        ((_, recs),) = got.items()
+        return recs[0]
+
+    def iterate(self, timeout_ms: float | None = None) -> Iterator[ConsumerRecord]:
+        """Yield records until none arrives for ``timeout_ms`` (default ``consumer_timeout_ms``); fetches in
+        bulk, which is much faster than ``next()`` one record at a time."""
+        wait = self.consumer_timeout_ms if timeout_ms is None else timeout_ms
+        while True:
+            got = self.poll(timeout_ms=wait)
+            if not got:
+                return
+            for recs in got.values():
+                yield from recs
+
+    # -- groups and lifecycle ---------------------------------------------------------------------------
+
+    def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
+        if self._group is None:
+            raise IllegalStateError("commit() needs a group_id")
+        self._group.commit(offsets)
+
+    def commit_async(self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None) -> None:
+        if self._group is None:
+            raise IllegalStateError("commit_async() needs a group_id")
+        self._group.commit_async(offsets, callback)
+
+    def committed(self, partition: TopicPartition) -> int | None:
+        if self._group is None:
+            raise IllegalStateError("committed() needs a group_id")
+        result: int | None = self._group.committed(TopicPartition(*partition))
+        return result
+
+    def close(self, autocommit: bool = True) -> None:
+        if self._closed:
+            return
+        try:
+            if self._group is not None and not self.log.closed:
+                self._group.close(autocommit)
+        finally:
+            self._closed = True
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _validate_tp(self, tp: TopicPartition) -> None:
+        t = self.log.topic(tp.topic)
+        if not 0 <= tp.partition < t.num_partitions:
+            raise UnknownPartitionError(f"{tp} does not exist")

@@ -1,0 +1,208 @@
+"""The pylog exception tree.
+
+Every error pylog raises on purpose is a :class:`PylogError`. Errors caused by a bad argument also subclass the
+fitting built-in (``ValueError``, ``TypeError``, ``KeyError``) so code written against plain Python keeps working.
+Each class says when it is raised and what to do about it; ``retriable`` tells whether the same call may succeed
+if simply tried again.
+
+::
+
+    PylogError
+    ├── ConfigError (ValueError)                 a config name or value is not valid
+    ├── InvalidTopicError (ValueError)           topic name breaks Kafka's naming rule
+    ├── TopicExistsError                         create_topic of a name that exists
+    ├── UnknownTopicError (KeyError)             no such topic
+    ├── UnknownPartitionError (KeyError)         partition number outside 0..partitions-1
+    ├── InvalidRecordError (ValueError)          a record that cannot be written as given
+    │   ├── RecordTooLargeError                  batch over max_message_bytes
+    │   ├── SerializationError                   key/value/headers could not be encoded
+    │   └── InvalidTimestampError                timestamp not an int in range
+    ├── DeserializationError                     a stored value could not be decoded by the deserializer
+    ├── OffsetOutOfRangeError                    offset below log_start_offset or above log_end_offset
+    ├── InvalidOffsetError (ValueError)          an offset argument that is not a valid offset at all
+    ├── LogClosedError                           the Log, Producer or Consumer was closed
+    ├── ForkedProcessError                       an object opened before fork() used in the child
+    ├── LockError                                a lock on the log directory could not be taken
+    ├── CorruptRecordError                       a stored batch fails its CRC, bounds or offset checks
+    │   └── CorruptIndexError                    an index file fails its sanity check (rebuildable)
+    ├── UnsupportedFormatError                   a file written by a newer/unknown format version
+    ├── StorageError                             the operating system refused an I/O operation
+    │   └── DiskFullError                        ENOSPC / EDQUOT
+    ├── KafkaTimeoutError (TimeoutError)         a wait ran out (future.get, flush)
+    ├── IllegalStateError                        a call that does not fit the object's state
+    ├── NoOffsetForPartitionError                auto_offset_reset="none" and no position is known
+    ├── CommitFailedError                        the member was fenced by a newer group generation
+    ├── RebalanceInProgressError                 the group is rebalancing; retry after the next poll
+    └── GroupNotEmptyError                       an admin action that needs the group to have no members
+
+The same tree is mirrored in ``docs/errors.md``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommitFailedError",
+    "ConfigError",
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "DeserializationError",
+    "DiskFullError",
+    "ForkedProcessError",
+    "GroupNotEmptyError",
+    "IllegalStateError",
+    "InvalidOffsetError",
+    "InvalidRecordError",
+    "InvalidTimestampError",
+    "InvalidTopicError",
+    "KafkaTimeoutError",
+    "LockError",
+    "LogClosedError",
+    "NoOffsetForPartitionError",
+    "OffsetOutOfRangeError",
+    "PylogError",
+    "RebalanceInProgressError",
+    "RecordTooLargeError",
+    "SerializationError",
+    "StorageError",
+    "TopicExistsError",
+    "UnknownPartitionError",
+    "UnknownTopicError",
+    "UnsupportedFormatError",
+]
+
+
+class PylogError(Exception):
+    """Base of every error pylog raises on purpose."""
+
+    retriable: bool = False
+
+
+class ConfigError(PylogError, ValueError):
+    """A configuration name is unknown or its value is out of range. Fix the argument; nothing was changed."""
+
+
+class InvalidTopicError(PylogError, ValueError):
+    """A topic name is not 1-249 characters of ``[a-zA-Z0-9._-]`` or is ``.``/``..``. Nothing was created."""
+
+
+class TopicExistsError(PylogError):
+    """``create_topic`` was called for a topic that already exists. Use ``Log.topic(name)`` to open it."""
+
+
+class UnknownTopicError(PylogError, KeyError):
+    """The topic does not exist in this log directory. Create it first with ``Log.create_topic``."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "unknown topic"
+
+
+class UnknownPartitionError(PylogError, KeyError):
+    """The partition number is not in ``0 .. partitions-1`` for the topic."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown partition"
+
+
+class InvalidRecordError(PylogError, ValueError):
+    """A record cannot be written as given (for example key and value both None). Nothing was written."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A record or batch is larger than the topic's ``max_message_bytes``. Nothing was written."""
+
+
+class SerializationError(InvalidRecordError):
+    """The key, value or headers could not be encoded. Nothing was written."""
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A timestamp is not an integer number of milliseconds in ``0 .. 2**63-1``. Nothing was written."""
+
+
+class DeserializationError(PylogError):
+    """A stored key or value could not be decoded by the consumer's deserializer. The stored data is intact."""
+
+
+class OffsetOutOfRangeError(PylogError):
+    """The offset is below ``log_start_offset`` or above ``log_end_offset``. Seek to a valid offset, or let
+    ``auto_offset_reset`` choose one."""
+
+    retriable = False
+
+
+class InvalidOffsetError(PylogError, ValueError):
+    """An offset argument is not an integer >= 0 (or one of the special values the call accepts)."""
+
+
+class LogClosedError(PylogError):
+    """The object was closed. Open the log again to continue."""
+
+
+class ForkedProcessError(PylogError):
+    """An object opened before ``fork()`` was used in the child. Open the log again in the child process."""
+
+
+class LockError(PylogError):
+    """A lock on the log directory could not be taken (another process holds it exclusively)."""
+
+    retriable = True
+
+
+class CorruptRecordError(PylogError):
+    """A stored batch failed its checks (CRC, length bounds, increasing offsets). ``path`` and ``position`` name
+    the place. Run ``Log.verify()`` for a full report; ``Log.repair()`` is the only call that drops such data."""
+
+    def __init__(self, message: str, *, path: str | None = None, position: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.position = position
+
+
+class CorruptIndexError(CorruptRecordError):
+    """An index file failed its sanity check. Indexes are rebuilt from the log, so no data is lost."""
+
+
+class UnsupportedFormatError(PylogError):
+    """A file carries a format version this pylog does not know (written by a newer release)."""
+
+
+class StorageError(PylogError, OSError):
+    """The operating system refused an I/O operation. The log stays consistent: the failed append is not
+    acknowledged and the log end offset is unchanged. A failed fsync is never treated as success."""
+
+    retriable = True
+
+
+class DiskFullError(StorageError):
+    """No space left on the device (ENOSPC/EDQUOT). Free space, then retry; nothing acknowledged was lost."""
+
+
+class KafkaTimeoutError(PylogError, TimeoutError):
+    """A wait ran out before the operation completed."""
+
+    retriable = True
+
+
+class IllegalStateError(PylogError):
+    """The call does not fit the object's current state (for example ``poll`` with nothing assigned)."""
+
+
+class NoOffsetForPartitionError(PylogError):
+    """No committed or explicit position exists and ``auto_offset_reset`` is ``"none"``. Seek first."""
+
+
+class CommitFailedError(PylogError):
+    """The commit was refused because this member was fenced by a newer generation of its group (it stalled
+    past ``max_poll_interval_ms`` or its session expired, and its partitions were given to others).
+    Call ``poll()`` to rejoin the group; records processed since the last successful commit may be
+    delivered again to the new owner."""
+
+
+class RebalanceInProgressError(PylogError):
+    """The group is rebalancing. Call ``poll()`` to complete the rebalance, then retry."""
+
+    retriable = True
+
+
+class GroupNotEmptyError(PylogError):
+    """The admin action needs a group with no live members (stop its consumers first)."""

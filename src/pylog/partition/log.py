@@ -1,0 +1,598 @@
+"""PartitionLog: the append-only, segmented log of one partition.
+
+Thread-safety: thread-safe. An ``RLock`` serializes the threads of one process; the ``flock`` on
+``partition.state`` serializes appending processes. Any number of processes may read and append to the same
+partition directory; readers never block writers and never see a half-written batch (a batch is visible only
+after the writer publishes the new size in the shared state).
+
+Crash contract:
+- ``append`` returns after the batch was handed to the operating system (it survives a process kill);
+  ``flush`` returns after fsync (it survives power loss). Concurrent flushes share one fsync (group commit).
+- The recovery point (``recovery.checkpoint``) only moves to offsets that were fsynced. After an unclean
+  shutdown everything at or after it is revalidated batch by batch (bounds, CRC, increasing offsets); a torn or
+  junk tail there is truncated and the dropped bytes are reported. Corruption below it is never truncated.
+- Every destructive change is two-phase: segments are deleted by renaming to ``.deleted`` first; truncation of
+  published data writes a ``.cleaned`` copy, renames it to ``.swap``, then over the ``.log``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pylog import fs
+from pylog.clock import Clock
+from pylog.config import TopicConfig
+from pylog.errors import (
+    CorruptRecordError,
+    InvalidOffsetError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from pylog.partition import files
+from pylog.partition.checkpoint import RecoveryCheckpoint
+from pylog.partition.segment import MapCache, Segment
+from pylog.partition.state import PartitionState, Snapshot
+from pylog.record import (
+    _CRC_START,
+    ATTR_LOG_APPEND_TIME,
+    HEADER,
+    HEADER_SIZE,
+    BatchHeader,
+    DecodedBatch,
+    crc32c,
+    decode_batch,
+    decode_header,
+)
+
+__all__ = ["AppendInfo", "PartitionLog", "RecoveryReport"]
+
+_MAX_REL = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """Where an appended batch landed. ``log_append_time`` is -1 unless the topic uses LogAppendTime."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a partition had to do."""
+
+    clean_shutdown: bool = True
+    segments_validated: int = 0
+    batches_validated: int = 0
+    bytes_truncated: int = 0
+    segments_removed: int = 0
+    indexes_rebuilt: int = 0
+    temp_files_removed: int = 0
+    swaps_completed: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+class PartitionLog:
+    """One partition's segments, offsets, appends, reads, rolls, flushes, retention and truncation."""
+
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        clock: Clock,
+        cache: MapCache,
+        *,
+        recover: bool = False,
+        clean_shutdown: bool = True,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self._cache = cache
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._epoch = -1
+        self._seq_seen = -1
+        self._closed = False
+        self._unflushed_records = 0
+        self._first_unflushed_ms = -1.0
+        self.flushed_offset = 0
+        self.report = RecoveryReport()
+        self._state = PartitionState(os.path.join(directory, files.STATE))
+        self.checkpoint = RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT))
+        if recover or not self._state.initialized:
+            from pylog.partition.recovery import recover_partition
+
+            self._state.lock()
+            try:
+                self.report = recover_partition(self, clean_shutdown)
+            finally:
+                self._state.unlock()
+        else:
+            self._refresh()
+        self.flushed_offset = self.checkpoint.read()
+
+    # -- public properties ------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        with self._lock:
+            self._refresh()
+            return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        with self._lock:
+            self._refresh()
+            return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self.checkpoint.read()
+
+    @property
+    def segments(self) -> list[Segment]:
+        with self._lock:
+            self._refresh()
+            return list(self._segments)
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.topic}-{self.partition})"
+
+    # -- shared state -----------------------------------------------------------------------------------
+
+    def _snapshot(self) -> Snapshot:
+        active = self._segments[-1]
+        return Snapshot(
+            active.next_offset, active.base_offset, active.size, self._epoch, active.max_timestamp
+        )
+
+    def _publish(self) -> None:
+        self._state.publish(self._snapshot())
+        self._seq_seen = self._state.seq
+
+    def _refresh(self) -> None:
+        """Bring the in-memory view up to what other processes (or threads) published."""
+        if self._closed:
+            raise LogClosedError(f"partition {self.topic}-{self.partition} is closed")
+        seq = self._state.seq
+        if seq == self._seq_seen:
+            return
+        snap = self._state.read()
+        if snap is None:  # a writer died while publishing: repair under the lock
+            self._state.lock()
+            try:
+                if self._state.torn():
+                    self._repair()
+                snap = self._state.read()
+            finally:
+                self._state.unlock()
+            if snap is None:
+                raise CorruptRecordError(f"{self._state.path}: state cannot be read")
+        self._apply(snap)
+        self._seq_seen = seq
+
+    def _apply(self, snap: Snapshot) -> None:
+        if snap.layout_epoch != self._epoch or not self._segments:
+            self._load_layout(snap)
+            return
+        active = self._segments[-1]
+        if active.size != snap.active_size:
+            if active.size < snap.active_size:
+                self._scan_tail(active, snap.active_size)
+            else:
+                self._load_layout(snap)
+
+    def _scan_tail(self, seg: Segment, new_size: int) -> None:
+        start = seg.size
+        seg.size = new_size
+        seg.scan(start, new_size, verify=False, index_interval=self.config.index_interval_bytes)
+
+    def _load_layout(self, snap: Snapshot) -> None:
+        names = fs.FS.listdir(self.directory)
+        bases = sorted(
+            p[0]
+            for p in map(files.parse_segment_name, names)
+            if p and p[1] == files.LOG and not p[2] and p[0] <= snap.active_base_offset
+        )
+        known = {s.base_offset: s for s in self._segments}
+        segments: list[Segment] = []
+        for i, base in enumerate(bases):
+            last = i == len(bases) - 1
+            size = snap.active_size if last else None
+            seg = known.get(base)
+            if seg is not None and seg.unflushed is False and seg.fd is not None and not last:
+                seg.close_fd()  # rolled by another process: this one no longer writes it
+            want = size if size is not None else (seg.file_size() if seg is not None else 0)
+            if seg is None or seg.size > want:
+                seg = self._open_segment(base, size)
+            elif seg.size < want:
+                self._scan_tail(seg, want)
+            segments.append(seg)
+        for old in self._segments:
+            if old not in segments:
+                old.close_fd()
+                old.drop_map()
+        if not segments:
+            raise CorruptRecordError(f"{self.directory}: no segment files")
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._epoch = snap.layout_epoch
+
+    def _open_segment(self, base: int, size: int | None) -> Segment:
+        """Open an existing segment: trust the published size, load (or rebuild in memory) its indexes, and
+        find its end offset by scanning from the last indexed batch."""
+        seg = Segment(self.directory, base, self._cache)
+        seg.size = seg.file_size() if size is None else size
+        interval = self.config.index_interval_bytes
+        if seg.size and seg.load_indexes(_MAX_REL):
+            last_ts = seg.time_index.last()
+            seg.max_timestamp = last_ts[0] if last_ts else -1
+            first = decode_header(seg.view(), 0)
+            seg.first_timestamp = first.max_timestamp
+            start = seg.tail_from_index()
+            seg.next_offset = (
+                base + seg.offset_index.entries["rel"][-1].item() if len(seg.offset_index) else base
+            )
+            seg.last_indexed_position = start
+            result = seg.scan(
+                start, seg.size, verify=False, index_interval=interval, after_offset=seg.next_offset
+            )
+        else:
+            result = seg.scan(0, seg.size, verify=False, index_interval=interval)
+        if result.error is not None:
+            raise result.error
+        return seg
+
+    def _repair(self) -> None:
+        """Re-derive the active segment's published size after a writer died mid-publish (lock held)."""
+        from pylog.partition.recovery import rescan_active
+
+        rescan_active(self)
+        self._epoch += 1
+        self._state.reset(self._snapshot())
+
+    # -- appending --------------------------------------------------------------------------------------
+
+    def append(self, batch: bytes | bytearray) -> AppendInfo:
+        """Append one encoded batch (built with base offset 0); returns where it landed.
+
+        The base offset (outside the CRC, as in Kafka) is assigned here under the partition lock. For
+        LogAppendTime topics the batch timestamps are set to the clock's time and the CRC recomputed.
+        """
+        if len(batch) > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {len(batch)} bytes exceeds max_message_bytes={self.config.max_message_bytes} "
+                f"for topic {self.topic!r}"
+            )
+        buf = bytearray(batch)
+        with self._lock:
+            self._refresh()
+            self._state.lock()
+            try:
+                self._sync_for_write()
+                return self._append_locked(buf)
+            finally:
+                self._state.unlock()
+
+    def _sync_for_write(self) -> None:
+        if self._state.torn():
+            self._repair()
+        if self._state.seq != self._seq_seen:
+            snap = self._state.read()
+            if snap is not None:
+                self._apply(snap)
+                active = self._segments[-1]
+                if active.offset_index.written != len(active.offset_index) or not active.load_indexes(
+                    _MAX_REL
+                ):
+                    self._reindex_active()
+                self._seq_seen = self._state.seq
+
+    def _reindex_active(self) -> None:
+        active = self._segments[-1]
+        size = active.size
+        active.scan(0, size, verify=False, index_interval=self.config.index_interval_bytes)
+        active.rewrite_indexes()
+
+    def _append_locked(self, buf: bytearray) -> AppendInfo:
+        now = self.clock.time_ms()
+        h = BatchHeader._make(HEADER.unpack_from(buf, 0))
+        active = self._segments[-1]
+        if self._should_roll(active, len(buf), h.last_offset_delta, now):
+            active = self._roll()
+        base = active.next_offset
+        struct.pack_into("<q", buf, 0, base)
+        append_time = -1
+        if self.config.log_append_time:
+            append_time = now
+            _restamp(buf, now)
+        header = h._replace(base_offset=base)
+        if append_time >= 0:
+            header = header._replace(base_timestamp=now, max_timestamp=now, attributes=h.attributes | 8)
+        active.append(bytes(buf), header, self.config.index_interval_bytes)
+        self._publish()
+        self._unflushed_records += h.record_count
+        if self._first_unflushed_ms < 0:
+            self._first_unflushed_ms = self.clock.monotonic_ms()
+        info = AppendInfo(base, base + h.last_offset_delta, append_time)
+        self._maybe_flush_by_policy()
+        return info
+
+    def _should_roll(self, active: Segment, size: int, last_delta: int, now: int) -> bool:
+        if active.size == 0:
+            return False
+        if active.size + size > self.config.segment_bytes:
+            return True
+        if active.next_offset + last_delta - active.base_offset > _MAX_REL:
+            return True
+        return active.first_timestamp >= 0 and now - active.first_timestamp >= self.config.segment_ms
+
+    def roll(self) -> Segment:
+        """Close the active segment and start a new one at the log end offset (no-op if it is empty)."""
+        with self._lock:
+            self._refresh()
+            self._state.lock()
+            try:
+                self._sync_for_write()
+                if self._segments[-1].size == 0:
+                    return self._segments[-1]
+                return self._roll()
+            finally:
+                self._state.unlock()
+
+    def _roll(self) -> Segment:
+        old = self._segments[-1]
+        old.seal()
+        if old.file_size() > old.size:  # unpublished bytes of a writer that died: never visible to anyone
+            fs.FS.ftruncate(old.open_fd(), old.size)
+        old.flush()
+        old.close_fd()
+        seg = Segment(self.directory, old.next_offset, self._cache)
+        fd = fs.FS.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        seg.fd = fd
+        for path in (seg.index_path, seg.timeindex_path):
+            if os.path.exists(path):
+                fs.FS.unlink(path)
+        fs.FS.fsync_dir(self.directory)
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._epoch += 1
+        self._publish()
+        self._advance_recovery_point(seg.base_offset, sync=True)
+        return seg
+
+    # -- flushing ---------------------------------------------------------------------------------------
+
+    def _maybe_flush_by_policy(self) -> None:
+        c = self.config
+        due = c.flush_messages > 0 and self._unflushed_records >= c.flush_messages
+        if not due and c.flush_ms >= 0 and self._first_unflushed_ms >= 0:
+            due = self.clock.monotonic_ms() - self._first_unflushed_ms >= c.flush_ms
+        if due:
+            self._flush_locked()
+
+    def flush(self, up_to: int | None = None) -> int:
+        """fsync everything appended so far (or at least up to offset ``up_to``); returns the durable offset.
+
+        Group commit: a caller whose offset was already covered by another thread's fsync returns at once."""
+        if up_to is not None and self.flushed_offset >= up_to:
+            return self.flushed_offset
+        with self._flush_lock:
+            if up_to is not None and self.flushed_offset >= up_to:
+                return self.flushed_offset
+            return self._flush_locked()
+
+    def _flush_locked(self) -> int:
+        with self._lock:
+            self._refresh()
+            active = self._segments[-1]
+            target = active.next_offset
+            pending = [s for s in self._segments if s.unflushed] or [active]
+        for seg in pending:
+            seg.flush()
+        self._unflushed_records = 0
+        self._first_unflushed_ms = -1.0
+        if target > self.flushed_offset:
+            self.flushed_offset = target
+            self._advance_recovery_point(target, sync=False)
+        return self.flushed_offset
+
+    def _advance_recovery_point(self, point: int, *, sync: bool) -> None:
+        self.checkpoint.write(point, sync=sync)
+
+    # -- reading ----------------------------------------------------------------------------------------
+
+    def _segment_index(self, offset: int) -> int:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return max(i, 0)
+
+    def read(self, offset: int, max_bytes: int = 1 << 20) -> list[DecodedBatch]:
+        """Decoded batches starting with the one holding ``offset`` (the first may start before it), up to
+        about ``max_bytes`` (always at least one batch when ``offset`` < log end). CRC-checked."""
+        return [decode_batch(view, pos) for view, pos in self.read_raw(offset, max_bytes)]
+
+    def read_raw(self, offset: int, max_bytes: int = 1 << 20) -> list[tuple[memoryview | bytes, int]]:
+        """Like :meth:`read` but returns ``(buffer, position)`` pairs of undecoded batches."""
+        _check_offset(offset)
+        with self._lock:
+            self._refresh()
+            start, end = self._segments[0].base_offset, self._segments[-1].next_offset
+            if offset < start or offset > end:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range [{start}, {end}] for {self.topic}-{self.partition}"
+                )
+            out: list[tuple[memoryview | bytes, int]] = []
+            total = 0
+            i = self._segment_index(offset)
+            while i < len(self._segments) and total < max_bytes:
+                seg = self._segments[i]
+                if seg.size == 0 or seg.next_offset <= offset:
+                    i += 1
+                    continue
+                first = seg.position_for(offset) if not out else 0
+                buf = seg.view()
+                for pos, h in _walk(buf, first, seg.size):
+                    out.append((buf, pos))
+                    total += h.batch_length
+                    if total >= max_bytes:
+                        break
+                i += 1
+            return out
+
+    def batches(self, start_offset: int | None = None) -> Iterator[DecodedBatch]:
+        """Every batch from ``start_offset`` (default: log start) to the current end, decoded and checked."""
+        offset = self.log_start_offset if start_offset is None else start_offset
+        while True:
+            got = self.read(offset, 4 << 20)
+            if not got:
+                return
+            yield from got
+            offset = got[-1].header.next_offset
+
+    def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
+        """The earliest (offset, timestamp) whose timestamp is >= ``timestamp``, or None."""
+        with self._lock:
+            self._refresh()
+            for seg in self._segments:
+                if seg.size == 0 or seg.max_timestamp < timestamp:
+                    continue
+                buf = seg.view()
+                pos = seg.position_for_time(timestamp)
+                for p, h in _walk(buf, pos, seg.size):
+                    if h.max_timestamp >= timestamp:
+                        b = decode_batch(buf, p)
+                        hits = (b.timestamps >= timestamp).nonzero()[0]
+                        i = int(hits[0])
+                        return int(b.offsets[i]), int(b.timestamps[i])
+            return None
+
+    # -- retention and truncation -----------------------------------------------------------------------
+
+    def apply_retention(self) -> int:
+        """Delete whole segments past ``retention_ms`` (judged on each segment's largest timestamp) or beyond
+        ``retention_bytes``; rolls the active segment first when it alone breaches. Returns segments deleted."""
+        c = self.config
+        if not c.deletes or (c.retention_ms < 0 and c.retention_bytes < 0):
+            return 0
+        with self._lock:
+            self._refresh()
+            self._state.lock()
+            try:
+                self._sync_for_write()
+                return self._retention_locked(self.clock.time_ms())
+            finally:
+                self._state.unlock()
+
+    def _retention_locked(self, now: int) -> int:
+        c = self.config
+        active = self._segments[-1]
+        expired_active = c.retention_ms >= 0 and active.size and now - active.max_timestamp > c.retention_ms
+        oversize_active = (
+            c.retention_bytes >= 0 and active.size > c.retention_bytes and len(self._segments) == 1
+        )
+        if expired_active or oversize_active:
+            self._roll()
+        total = sum(s.size for s in self._segments)
+        doomed: list[Segment] = []
+        for seg in self._segments[:-1]:
+            by_time = c.retention_ms >= 0 and now - seg.max_timestamp > c.retention_ms
+            by_size = c.retention_bytes >= 0 and total - seg.size >= c.retention_bytes
+            if not (by_time or by_size):
+                break
+            doomed.append(seg)
+            total -= seg.size
+        if not doomed:
+            return 0
+        self._segments = self._segments[len(doomed) :]
+        self._bases = self._bases[len(doomed) :]
+        self._epoch += 1
+        self._publish()
+        for seg in doomed:
+            seg.delete_files()
+        fs.FS.fsync_dir(self.directory)
+        return len(doomed)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns the new log end offset.
+
+        Truncation works on batch boundaries, as Kafka's does: a batch holding ``offset`` is removed whole."""
+        _check_offset(offset)
+        with self._lock:
+            self._refresh()
+            self._state.lock()
+            try:
+                self._sync_for_write()
+                from pylog.partition.recovery import truncate_segments
+
+                truncate_segments(self, offset)
+                self._epoch += 1
+                self._publish()
+                if self.flushed_offset > self._segments[-1].next_offset:
+                    self.flushed_offset = self._segments[-1].next_offset
+                return self._segments[-1].next_offset
+            finally:
+                self._state.unlock()
+
+    # -- closing ----------------------------------------------------------------------------------------
+
+    def close(self, *, flush: bool = True) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if flush and any(s.unflushed for s in self._segments):
+                    self._flush_locked()
+            finally:
+                self._closed = True
+                for seg in self._segments:
+                    seg.close_fd()
+                    seg.drop_map()
+                    self._cache.forget(seg)
+                self._state.close()
+
+    def trim_unpublished_tail(self) -> None:
+        """At a clean shutdown (no other process open): drop bytes past the published size of the active
+        segment, left by writers that died before publishing."""
+        active = self._segments[-1]
+        if active.file_size() > active.size:
+            fd = active.open_fd()
+            fs.FS.ftruncate(fd, active.size)
+
+
+def _walk(buf: memoryview | bytes, pos: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+    while pos < end:
+        h = decode_header(buf, pos, end)
+        yield pos, h
+        pos += h.batch_length
+
+
+def _restamp(buf: bytearray, now: int) -> None:
+    """Set a batch's timestamps to ``now`` (LogAppendTime) and recompute its CRC."""
+    attributes = struct.unpack_from("<h", buf, 18)[0] | ATTR_LOG_APPEND_TIME
+    struct.pack_into("<h", buf, 18, attributes)
+    struct.pack_into("<qq", buf, 24, now, now)
+    if buf[HEADER_SIZE] != 0 and not (attributes & 0x07):
+        raise CorruptRecordError("LogAppendTime batches must be built with constant timestamps")
+    struct.pack_into("<I", buf, 12, crc32c(memoryview(buf)[_CRC_START:]))
+
+
+def _check_offset(offset: object) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidOffsetError(f"offset must be an int >= 0, got {offset!r}")

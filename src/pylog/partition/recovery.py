@@ -1,0 +1,186 @@
+"""Opening a partition after a clean or an unclean shutdown, and rewriting segments safely.
+
+Run by the first process that opens a log directory (no other process has it open), with the partition lock
+held. The steps, in order (Kafka's ``LogLoader`` is the model):
+
+1. Delete ``.tmp``, ``.cleaned`` and ``.deleted`` files; finish interrupted ``.swap`` renames (a ``.swap`` is
+   only created from a complete, fsynced ``.cleaned`` file, so renaming it over the original is safe).
+2. Delete orphan index files (no ``.log`` beside them). Ignore nothing silently: a missing segment in the
+   middle of an uncompacted partition is a :class:`CorruptRecordError`.
+3. Segments entirely below the recovery point are trusted: their indexes are sanity-checked and rebuilt from
+   the log if they fail. After a clean shutdown the same holds for every segment.
+4. After an unclean shutdown, every segment from the one holding the recovery point on is revalidated batch
+   by batch (bounds, CRC-32C, increasing offsets). At the first invalid batch the log is truncated (bytes
+   dropped are reported) and later segments are deleted, unless the invalid batch lies below the recovery
+   point: that is corruption of durable data, which is never truncated (the open fails with a typed error
+   that names the file and position; ``Log.repair()`` is the only thing that drops it).
+5. The indexes of revalidated segments are rewritten, the tail fsynced, the recovery point advanced to the log
+   end, and the shared state rebuilt.
+
+Recovery is idempotent: a crash at any step leaves files from which the same procedure converges.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import TYPE_CHECKING
+
+from pylog import fs
+from pylog.errors import CorruptRecordError
+from pylog.partition import files
+from pylog.partition.segment import Segment
+
+if TYPE_CHECKING:
+    from pylog.partition.log import PartitionLog, RecoveryReport
+
+__all__ = ["recover_partition", "rescan_active", "truncate_segments"]
+
+
+def _clean_directory(directory: str, report: RecoveryReport) -> list[int]:
+    names = fs.FS.listdir(directory)
+    for name in sorted(names):
+        parsed = files.parse_segment_name(name)
+        path = os.path.join(directory, name)
+        if parsed is None:
+            if name.endswith(".tmp"):
+                fs.FS.unlink(path)
+                report.temp_files_removed += 1
+            continue
+        _, _, temp = parsed
+        if temp in files.TEMP_SUFFIXES:
+            fs.FS.unlink(path)
+            report.temp_files_removed += 1
+        elif temp == files.SWAP:
+            fs.FS.rename(path, path[: -len(files.SWAP)])
+            report.swaps_completed += 1
+    names = fs.FS.listdir(directory)
+    logs = {p[0] for p in map(files.parse_segment_name, names) if p and p[1] == files.LOG and not p[2]}
+    for name in names:
+        parsed = files.parse_segment_name(name)
+        if parsed and not parsed[2] and parsed[1] != files.LOG and parsed[0] not in logs:
+            fs.FS.unlink(os.path.join(directory, name))
+            report.temp_files_removed += 1
+    fs.FS.fsync_dir(directory)
+    return sorted(logs)
+
+
+def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryReport:
+    from pylog.partition.log import RecoveryReport
+
+    report = RecoveryReport(clean_shutdown=clean_shutdown)
+    directory = plog.directory
+    bases = _clean_directory(directory, report)
+    cache = plog._cache
+    interval = plog.config.index_interval_bytes
+    if not bases:
+        seg = Segment(directory, 0, cache)
+        fd = fs.FS.open(seg.path, os.O_RDWR | os.O_CREAT)
+        fs.FS.fsync(fd)
+        fs.FS.close(fd)
+        fs.FS.fsync_dir(directory)
+        bases = [0]
+    point = plog.checkpoint.read()
+    segments: list[Segment] = []
+    for i, base in enumerate(bases):
+        seg = Segment(directory, base, cache)
+        seg.size = seg.file_size()
+        next_base = bases[i + 1] if i + 1 < len(bases) else None
+        trusted = clean_shutdown or (next_base is not None and next_base <= point)
+        if trusted and seg.size and seg.load_indexes(0xFFFFFFFF):
+            result = seg.scan(0, seg.size, verify=False, index_interval=interval)
+            if result.error is None and result.end == seg.size:
+                segments.append(seg)
+                continue
+        result = seg.scan(0, seg.size, verify=True, index_interval=interval)
+        report.segments_validated += 1
+        report.batches_validated += result.batches
+        report.indexes_rebuilt += 1
+        if result.error is not None:
+            bad_offset = seg.next_offset
+            if bad_offset < point:
+                result.error.path = seg.path
+                raise CorruptRecordError(
+                    f"corrupt batch below the recovery point ({point}) in {seg.path} at position "
+                    f"{result.end}: {result.error}. Durable data is never dropped automatically; run "
+                    f"Log.verify() for a report and Log.repair() to truncate it.",
+                    path=seg.path,
+                    position=result.end,
+                ) from result.error
+            report.problems.append(f"{seg.path}: {result.error}")
+            report.bytes_truncated += seg.size - result.end
+            fd = seg.open_fd()
+            fs.FS.ftruncate(fd, result.end)
+            seg.size = result.end
+            seg.rewrite_indexes()
+            segments.append(seg)
+            for later in bases[i + 1 :]:
+                dead = Segment(directory, later, cache)
+                report.bytes_truncated += dead.file_size()
+                dead.delete_files()
+                report.segments_removed += 1
+            break
+        seg.rewrite_indexes()
+        segments.append(seg)
+    _check_contiguous(segments, plog.config.compacted)
+    plog._segments = segments
+    plog._bases = [s.base_offset for s in segments]
+    plog._epoch = max(plog._epoch, 0) + 1
+    active = segments[-1]
+    fs.FS.fsync(active.open_fd())
+    fs.FS.fsync_dir(directory)
+    plog._state.reset(plog._snapshot())
+    plog._seq_seen = plog._state.seq
+    plog.checkpoint.write(active.next_offset, sync=True)
+    if active.next_offset < point:
+        plog.checkpoint.reset(active.next_offset)
+    return report
+
+
+def _check_contiguous(segments: list[Segment], compacted: bool) -> None:
+    for prev, seg in itertools.pairwise(segments):
+        if seg.base_offset < prev.next_offset or (not compacted and seg.base_offset != prev.next_offset):
+            raise CorruptRecordError(
+                f"segment files are not contiguous: {prev.path} ends at offset {prev.next_offset} but the next "
+                f"segment starts at {seg.base_offset} (a segment file is missing or out of place)",
+                path=seg.path,
+            )
+
+
+def rescan_active(plog: PartitionLog) -> None:
+    """After a writer died mid-publish: find the valid end of the active segment from its start."""
+    active = plog._segments[-1]
+    active.size = active.file_size()
+    result = active.scan(0, active.size, verify=True, index_interval=plog.config.index_interval_bytes)
+    active.size = result.end
+    active.rewrite_indexes()
+
+
+def truncate_segments(plog: PartitionLog, offset: int) -> None:
+    """Drop every batch whose last offset is >= ``offset`` (lock held). Published data is never shrunk in
+    place: the kept prefix is copied to ``.cleaned``, fsynced, renamed to ``.swap`` and then over the log."""
+    segments = plog._segments
+    while len(segments) > 1 and segments[-1].base_offset >= offset:
+        segments.pop().delete_files()
+    seg = segments[-1]
+    position = seg.position_for(offset) if seg.size else 0
+    if position < seg.size:
+        keep = bytes(seg.view(position)) if position else b""
+        cleaned = seg.path + ".cleaned"
+        fd = fs.FS.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            fs.FS.pwrite(fd, keep, 0)
+            fs.FS.fsync(fd)
+        finally:
+            fs.FS.close(fd)
+        fs.FS.rename(cleaned, seg.path + files.SWAP)
+        seg.close_fd()
+        seg.drop_map()
+        fs.FS.rename(seg.path + files.SWAP, seg.path)
+        fs.FS.fsync_dir(plog.directory)
+        seg.size = position
+        seg.scan(0, position, verify=False, index_interval=plog.config.index_interval_bytes)
+        seg.rewrite_indexes()
+    plog._bases = [s.base_offset for s in segments]
+    point = min(plog.checkpoint.read(), seg.next_offset)
+    plog.checkpoint.reset(point)

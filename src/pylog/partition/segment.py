@@ -1,0 +1,344 @@
+"""One segment: a ``.log`` file of record batches with its ``.index`` and ``.timeindex``.
+
+Thread-safety: not thread-safe; :class:`~pylog.partition.log.PartitionLog` serializes writers and gives readers
+immutable snapshots (a segment's published ``size`` only grows while it is active).
+
+Crash contract:
+- batches are written with ``pwrite`` at the published size and become visible only when the partition
+  publishes the new size; bytes past the published size are garbage to every reader and are overwritten or
+  truncated by the next writer or by recovery;
+- the file is never shrunk below its published size while other readers may map it (that raises SIGBUS);
+  truncation of published data writes a shortened copy and renames it over the original (readers keep the old
+  inode);
+- the indexes are hints: they are rebuilt from the log when they fail their sanity checks and, after an unclean
+  shutdown, for every segment at or after the recovery point.
+
+Reads go through a read-only ``mmap`` of the file (opened lazily, bounded by :class:`MapCache`), so a
+``np.frombuffer`` over a batch is zero-copy.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pylog import fs
+from pylog.errors import CorruptIndexError, CorruptRecordError
+from pylog.partition import files
+from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex, check_offset_index, check_time_index
+from pylog.record import HEADER_SIZE, BatchHeader, check_crc, decode_header
+
+__all__ = ["MapCache", "ScanResult", "Segment"]
+
+_EMPTY = b""
+
+
+class MapCache:
+    """Bounds how many segment files are memory-mapped at once (each map holds a file descriptor).
+
+    Evicting a map only drops pylog's reference: views handed to callers (for example zero-copy Arrow buffers)
+    keep the mapping alive until they are released, so eviction can never invalidate data a caller holds.
+    Thread-safe.
+    """
+
+    def __init__(self, max_maps: int = 256) -> None:
+        self.max_maps = max_maps
+        self._lru: OrderedDict[int, Segment] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def touch(self, segment: Segment) -> None:
+        with self._lock:
+            key = id(segment)
+            self._lru[key] = segment
+            self._lru.move_to_end(key)
+            while len(self._lru) > self.max_maps:
+                _, old = self._lru.popitem(last=False)
+                old.drop_map()
+
+    def forget(self, segment: Segment) -> None:
+        with self._lock:
+            self._lru.pop(id(segment), None)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+@dataclass
+class ScanResult:
+    """What a validating scan found: where valid data ends and what it holds."""
+
+    end: int
+    next_offset: int
+    max_timestamp: int
+    first_timestamp: int
+    batches: int
+    error: CorruptRecordError | None = None
+
+
+class Segment:
+    """A segment file set. ``size`` is the published (valid) byte size of the ``.log`` file."""
+
+    def __init__(self, directory: str, base_offset: int, cache: MapCache) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.path = files.segment_path(directory, base_offset, files.LOG)
+        self.size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.first_timestamp = -1
+        self.offset_index = SparseIndex(OFFSET_ENTRY)
+        self.time_index = SparseIndex(TIME_ENTRY)
+        self.last_indexed_position = -1
+        self.fd: int | None = None
+        self.unflushed = False
+        self._map: mmap.mmap | None = None
+        self._map_size = 0
+        self._cache = cache
+
+    def __repr__(self) -> str:
+        return f"Segment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+    # -- files -------------------------------------------------------------------------------------------
+
+    @property
+    def index_path(self) -> str:
+        return files.segment_path(self.directory, self.base_offset, files.INDEX)
+
+    @property
+    def timeindex_path(self) -> str:
+        return files.segment_path(self.directory, self.base_offset, files.TIMEINDEX)
+
+    def open_fd(self) -> int:
+        if self.fd is None:
+            self.fd = fs.FS.open(self.path, os.O_RDWR | os.O_CREAT)
+        return self.fd
+
+    def close_fd(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            fs.FS.close(fd)
+
+    def file_size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+
+    # -- reading -----------------------------------------------------------------------------------------
+
+    def view(self, end: int | None = None) -> memoryview | bytes:
+        """A read-only view of the file's first ``end`` bytes (default: the published size)."""
+        want = self.size if end is None else end
+        if want <= 0:
+            return _EMPTY
+        if self._map is None or self._map_size < want:
+            self.drop_map()
+            with open(self.path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), want, access=mmap.ACCESS_READ)
+            self._map_size = want
+        self._cache.touch(self)
+        return memoryview(self._map)[:want]
+
+    def drop_map(self) -> None:
+        self._map = None
+        self._map_size = 0
+
+    def headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from ``start`` up to ``end``, bounds-checked, CRC not checked."""
+        limit = self.size if end is None else end
+        buf = self.view(limit)
+        pos = start
+        while pos < limit:
+            h = decode_header(buf, pos, limit)
+            yield pos, h
+            pos += h.batch_length
+
+    def position_for(self, offset: int) -> int:
+        """Byte position of the first batch whose last offset is >= ``offset`` (``size`` if none)."""
+        start = self.offset_index.floor_position(offset - self.base_offset)
+        for pos, h in self.headers(start):
+            if h.last_offset >= offset:
+                return pos
+        return self.size
+
+    def position_for_time(self, timestamp: int) -> int:
+        """Byte position of the first batch whose max timestamp is >= ``timestamp`` (``size`` if none)."""
+        rel = self.time_index.time_floor_rel(timestamp)
+        start = self.offset_index.floor_position(rel)
+        for pos, h in self.headers(start):
+            if h.max_timestamp >= timestamp:
+                return pos
+        return self.size
+
+    # -- writing -----------------------------------------------------------------------------------------
+
+    def append(self, batch: bytes, header: BatchHeader, index_interval: int) -> None:
+        """Write ``batch`` at the published size and index it. The caller publishes the new size."""
+        fd = self.open_fd()
+        position = self.size
+        try:
+            fs.FS.pwrite(fd, batch, position)
+        except OSError:
+            # bytes past the published size are garbage; trim them now so the file stays tidy.
+            try:
+                fs.FS.ftruncate(fd, position)
+            except OSError:
+                pass
+            raise
+        self.unflushed = True
+        self._account(position, header, index_interval, write=True)
+        self.size = position + header.batch_length
+
+    def _account(self, position: int, h: BatchHeader, index_interval: int, *, write: bool) -> None:
+        """Update offsets, timestamps and the sparse indexes for a batch at ``position``."""
+        self.next_offset = h.next_offset
+        if self.first_timestamp < 0:
+            self.first_timestamp = h.max_timestamp
+        rel = h.base_offset - self.base_offset
+        new_max = h.max_timestamp > self.max_timestamp
+        if new_max:
+            self.max_timestamp = h.max_timestamp
+        gap = position - self.last_indexed_position
+        if self.last_indexed_position < 0 or (gap > 0 and gap >= index_interval):
+            self.offset_index.append(rel, position)
+            self.last_indexed_position = position
+            if new_max or not len(self.time_index):
+                self.time_index.append(self.max_timestamp, rel)
+            if write:
+                self.write_index_entries()
+
+    def write_index_entries(self) -> None:
+        for index, path in ((self.offset_index, self.index_path), (self.time_index, self.timeindex_path)):
+            pending = index.pending_bytes()
+            if not pending:
+                continue
+            fd = fs.FS.open(path, os.O_WRONLY | os.O_CREAT)
+            try:
+                fs.FS.pwrite(fd, pending, index.written * index.dtype.itemsize)
+            finally:
+                fs.FS.close(fd)
+            index.written = len(index)
+
+    def seal(self) -> None:
+        """On roll: add the final time-index entry (the segment's largest timestamp) and write the indexes."""
+        last = self.time_index.last()
+        if self.max_timestamp >= 0 and (last is None or last[0] < self.max_timestamp):
+            rel = self.offset_index.last()
+            self.time_index.append(self.max_timestamp, rel[0] if rel else 0)
+        self.write_index_entries()
+
+    def flush(self) -> None:
+        """fsync the log and both indexes (a failed fsync raises; nothing is marked flushed)."""
+        self.write_index_entries()
+        fd = self.open_fd()
+        fs.FS.fsync(fd)
+        for path in (self.index_path, self.timeindex_path):
+            if os.path.exists(path):
+                ifd = fs.FS.open(path, os.O_RDONLY)
+                try:
+                    fs.FS.fsync(ifd)
+                finally:
+                    fs.FS.close(ifd)
+        self.unflushed = False
+
+    # -- loading, validation, index rebuild ---------------------------------------------------------------
+
+    def scan(
+        self, start: int, end: int, *, verify: bool, index_interval: int = 4096, after_offset: int = -1
+    ) -> ScanResult:
+        """Walk batches from ``start`` to ``end``; with ``verify`` check CRCs too. Stops at the first invalid
+        batch (``error`` set) and re-accounts every valid batch into fresh indexes when ``start`` is 0."""
+        if start == 0:
+            self.offset_index = SparseIndex(OFFSET_ENTRY)
+            self.time_index = SparseIndex(TIME_ENTRY)
+            self.last_indexed_position = -1
+            self.max_timestamp = -1
+            self.first_timestamp = -1
+            self.next_offset = self.base_offset
+        buf = self.view(end)
+        pos, batches, expected = start, 0, max(after_offset, self.next_offset)
+        error: CorruptRecordError | None = None
+        while pos < end:
+            try:
+                h = decode_header(buf, pos, end)
+                if verify:
+                    check_crc(buf, pos, h)
+                if h.base_offset < expected or h.last_offset_delta > 0x7FFFFFFF:
+                    raise CorruptRecordError(
+                        f"offsets not increasing at position {pos}: base {h.base_offset} < {expected}",
+                        position=pos,
+                    )
+            except CorruptRecordError as exc:
+                exc.path = self.path
+                error = exc
+                break
+            self._account(pos, h, index_interval, write=False)
+            expected = h.next_offset
+            pos += h.batch_length
+            batches += 1
+        return ScanResult(pos, self.next_offset, self.max_timestamp, self.first_timestamp, batches, error)
+
+    def load_indexes(self, max_rel: int) -> bool:
+        """Load the index files and sanity-check them against the published size; False if they need a
+        rebuild (missing, wrong size, out of order, pointing outside the segment, or not matching the log)."""
+        try:
+            oraw = _read_or_empty(self.index_path)
+            traw = _read_or_empty(self.timeindex_path)
+            oe = check_offset_index(oraw, max(self.size, 1), max_rel, self.index_path)
+            te = check_time_index(traw, max_rel, self.timeindex_path)
+            if self.size and not len(oe):
+                raise CorruptIndexError("index is empty for a non-empty segment")
+            if len(oe):
+                h = decode_header(self.view(), int(oe["pos"][-1]))
+                if h.base_offset != self.base_offset + int(oe["rel"][-1]):
+                    raise CorruptIndexError("last index entry does not match the log")
+        except CorruptRecordError:
+            return False
+        self.offset_index = SparseIndex(OFFSET_ENTRY, oe)
+        self.time_index = SparseIndex(TIME_ENTRY, te)
+        self.last_indexed_position = int(oe["pos"][-1]) if len(oe) else -1
+        return True
+
+    def rewrite_indexes(self) -> None:
+        """Replace both index files with the in-memory entries (two-phase: temp, fsync, rename, fsync dir)."""
+        fs.atomic_write(self.index_path, self.offset_index.entries.tobytes())
+        fs.atomic_write(self.timeindex_path, self.time_index.entries.tobytes())
+        self.offset_index.written = len(self.offset_index)
+        self.time_index.written = len(self.time_index)
+
+    def tail_from_index(self) -> int:
+        """Position of the last indexed batch (a safe place to start scanning for the end), or 0."""
+        last = self.offset_index.last()
+        return last[1] if last else 0
+
+    def delete_files(self) -> None:
+        """Remove the segment: rename the log to ``.deleted`` first (the segment disappears atomically), then
+        unlink everything. Readers that still map the file keep reading the old inode safely."""
+        self.close_fd()
+        self.drop_map()
+        self._cache.forget(self)
+        deleted = self.path + ".deleted"
+        try:
+            fs.FS.rename(self.path, deleted)
+        except FileNotFoundError:
+            deleted = ""
+        for path in (self.index_path, self.timeindex_path, deleted):
+            if path:
+                try:
+                    fs.FS.unlink(path)
+                except FileNotFoundError:
+                    pass
+
+
+def _read_or_empty(path: str) -> bytes:
+    try:
+        return fs.FS.read_file(path)
+    except FileNotFoundError:
+        raise CorruptIndexError(f"{path} is missing") from None
+
+
+__all__ += ["HEADER_SIZE"]

@@ -1,0 +1,122 @@
+"""Cross-process publication state and the writer lock of one partition.
+
+``partition.state`` is a 64-byte file, memory-mapped shared by every process that opens the partition, and the
+target of the partition's writer lock (``flock``: held per open file description, so closing some other
+descriptor of the file never drops it, unlike ``fcntl.lockf``). Layout, eight little-endian int64 slots::
+
+    slot  field               meaning
+    0     magic               b"PLPSTAT1" (format version 1)
+    1     seq                 seqlock counter: odd while a writer is publishing
+    2     log_end_offset      next offset to be written
+    3     active_base_offset  base offset of the active (last) segment
+    4     active_size         published bytes of the active segment's .log file
+    5     layout_epoch        incremented whenever segments are added, deleted or rewritten
+    6     active_max_timestamp largest timestamp in the active segment (-1 when empty)
+    7     reserved
+
+Only a process holding the writer lock changes it. Readers take a consistent snapshot without locking (read seq,
+read fields, re-read seq). The file is shared memory, not durable truth: after a restart of every process it
+is rebuilt from the segment files by recovery. A writer killed in the middle of publishing leaves ``seq`` odd;
+the next lock holder sees that and re-derives the state from the files (:meth:`PartitionLog._repair`).
+Thread-safety: the lock is a process-level lock, so callers also hold a ``threading.Lock``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+from typing import NamedTuple
+
+from pylog import fs
+from pylog.errors import LockError, UnsupportedFormatError
+
+__all__ = ["PartitionState", "Snapshot"]
+
+_MAGIC = int.from_bytes(b"PLPSTAT1", "little")
+_SIZE = 64
+_FIELDS = struct.Struct("<5q")  # slots 2..6
+
+
+class Snapshot(NamedTuple):
+    log_end_offset: int
+    active_base_offset: int
+    active_size: int
+    layout_epoch: int
+    active_max_timestamp: int
+
+
+class PartitionState:
+    """The mapped state file and its lock. Not thread-safe on its own."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = fs.FS.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if fs.FS.size(self.fd) < _SIZE:
+            fs.FS.pwrite(self.fd, b"\0" * _SIZE, 0)
+        self._map = mmap.mmap(self.fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.locked = False
+
+    @property
+    def initialized(self) -> bool:
+        magic = struct.unpack_from("<q", self._map, 0)[0]
+        if magic not in (0, _MAGIC):
+            raise UnsupportedFormatError(f"{self.path}: unknown state format")
+        return bool(magic == _MAGIC)
+
+    def lock(self, blocking: bool = True) -> bool:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            raise LockError(f"cannot lock {self.path}: {exc}") from exc
+        self.locked = True
+        return True
+
+    def unlock(self) -> None:
+        self.locked = False
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    @property
+    def seq(self) -> int:
+        return int(struct.unpack_from("<q", self._map, 8)[0])
+
+    def torn(self) -> bool:
+        """True when a writer died in the middle of publishing (call with the lock held)."""
+        return self.seq & 1 == 1
+
+    def read(self, spins: int = 10_000) -> Snapshot | None:
+        """A consistent snapshot, or None if a publish stayed in progress for ``spins`` tries."""
+        m = self._map
+        for _ in range(spins):
+            s1 = struct.unpack_from("<q", m, 8)[0]
+            if s1 & 1:
+                continue
+            fields = _FIELDS.unpack_from(m, 16)
+            if struct.unpack_from("<q", m, 8)[0] == s1:
+                return Snapshot(*fields)
+        return None
+
+    def publish(self, snap: Snapshot) -> None:
+        """Publish ``snap`` (caller holds the lock)."""
+        m = self._map
+        seq = struct.unpack_from("<q", m, 8)[0]
+        struct.pack_into("<q", m, 8, seq + 1)
+        _FIELDS.pack_into(m, 16, *snap)
+        struct.pack_into("<qq", m, 0, _MAGIC, seq + 2)
+
+    def reset(self, snap: Snapshot) -> None:
+        """Overwrite a torn or stale state with ``snap`` (recovery, lock held)."""
+        seq = self.seq
+        seq = seq + 1 if seq & 1 else seq
+        struct.pack_into("<q", self._map, 8, seq + 1)
+        _FIELDS.pack_into(self._map, 16, *snap)
+        struct.pack_into("<qq", self._map, 0, _MAGIC, seq + 2)
+
+    def close(self) -> None:
+        try:
+            self._map.close()
+        finally:
+            fs.FS.close(self.fd)

@@ -1,0 +1,284 @@
+"""Record-to-partition assignment, compatible with Apache Kafka's Java producer.
+
+Keyed records
+-------------
+A record with a key goes to ``to_positive(murmur2(key)) % num_partitions``, exactly what the Java client does
+(``BuiltInPartitioner.partitionForKey``, formerly ``DefaultPartitioner``) with the serialized key bytes.
+:func:`murmur2` is a byte-for-byte port of ``org.apache.kafka.common.utils.Utils.murmur2`` (MurmurHash2, seed
+``0x9747b28c``, little-endian 4-byte words) and returns the same *signed* 32-bit ``int`` as Java; the test
+vectors of Kafka's ``UtilsTest.testMurmur2`` are part of this project's tests. So a key written by pylog and
+the same key written by a Java producer land in the same partition, provided both serialize the key to the
+same bytes (e.g. UTF-8 for ``StringSerializer``) and the topic has the same number of partitions.
+
+Known mismatch with librdkafka: the default partitioner of librdkafka and of the clients built on it
+(confluent-kafka-python, the Go/.NET Confluent clients, ...) is ``consistent_random``, a CRC32 of the key,
+which sends keys to *different* partitions than the Java client and pylog. Such producers must be configured
+with ``partitioner=murmur2_random`` to agree with pylog.
+
+An empty key (``b""``) is a key like any other and is hashed. A *missing* key (``None``) is not hashed:
+keyless records are spread by :class:`StickyPartitioner`.
+
+Batch hashing
+-------------
+:func:`murmur2_many`, :func:`murmur2_fixed` and :func:`partitions_for_keys` compute the same hash for many
+keys with numpy, looping in Python over 4-byte word *positions* rather than over keys. All arithmetic is done
+in ``uint32`` arrays, which wrap on overflow like Java's ``int`` (numpy does not warn for array overflow).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Final
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
+
+__all__ = [
+    "StickyPartitioner",
+    "murmur2",
+    "murmur2_fixed",
+    "murmur2_many",
+    "partition_for_key",
+    "partitions_for_keys",
+    "to_positive",
+]
+
+_SEED: Final = 0x9747B28C
+_M: Final = 0x5BD1E995
+_R: Final = 24
+_MASK32: Final = 0xFFFFFFFF
+_SIGN32: Final = 0x80000000
+
+_U32_SEED: Final = np.uint32(_SEED)
+_U32_M: Final = np.uint32(_M)
+# Mask of the valid bytes of the (zero-padded) tail word, by ``length % 4``.
+_TAIL_MASKS: Final = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF], dtype=np.uint32)
+_LE_U32: Final = np.dtype("<u4")
+
+# Rows hashed together: the per-word temporaries stay in cache and memory stays bounded.
+_CHUNK_ROWS: Final = 65536
+# Upper bound, in bytes, of the padded key matrix built for one chunk.
+_MATRIX_BUDGET: Final = 1 << 24
+# A chunk with fewer rows than this is hashed with the scalar function: with so few rows, numpy's per-call
+# overhead for every word position costs more than the pure-Python loop (this is what handles a few very long
+# keys among short ones).
+_MIN_VECTOR_ROWS: Final = 64
+
+_UNPACK_CACHE_WORDS: Final = 256
+_unpackers: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
+
+
+def _unpacker(words: int) -> Callable[[bytes], tuple[int, ...]]:
+    """Reader of ``words`` little-endian uint32 at the start of a buffer (cached for short keys)."""
+    unpack = _unpackers.get(words)
+    if unpack is None:
+        unpack = struct.Struct(f"<{words}I").unpack_from
+        if words <= _UNPACK_CACHE_WORDS:
+            _unpackers[words] = unpack
+    return unpack
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` of ``data``, as a signed 32-bit int (``-2**31 <= result < 2**31``)."""
+    length = len(data)
+    h = _SEED ^ length
+    words = length >> 2
+    if words:
+        for k in _unpacker(words)(data):
+            k = (k * _M) & _MASK32
+            k ^= k >> _R
+            h = ((h * _M) & _MASK32) ^ ((k * _M) & _MASK32)
+    tail = length & 3
+    if tail:
+        # Java's fall-through switch XORs bytes 2, 1, 0 of the tail at bits 16, 8, 0: a little-endian int.
+        h = ((h ^ int.from_bytes(data[length - tail :], "little")) * _M) & _MASK32
+    h ^= h >> 13
+    h = (h * _M) & _MASK32
+    h ^= h >> 15
+    return h - 0x100000000 if h & _SIGN32 else h
+
+
+def to_positive(h: int) -> int:
+    """Kafka's ``Utils.toPositive``: clear the sign bit (not ``abs``, which overflows for ``-2**31``)."""
+    return h & 0x7FFFFFFF
+
+
+def _check_partitions(num_partitions: int) -> None:
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """Partition of a keyed record, as the Java producer computes it."""
+    _check_partitions(num_partitions)
+    return to_positive(murmur2(key)) % num_partitions
+
+
+def _hash_sorted(words: NDArray[np.uint32], lengths: NDArray[np.int64]) -> NDArray[np.uint32]:
+    """Hash the rows of ``words``, row ``i`` holding a key of ``lengths[i]`` bytes (lengths ascending).
+
+    ``words[i, j]`` is the little-endian word at bytes ``[4j, 4j + 4)`` of key ``i``; it needs at least
+    ``ceil(lengths[i] / 4)`` valid columns, bytes past the key's end may hold anything (they are masked).
+    """
+    full = lengths >> 2
+    h = lengths.astype(np.uint32) ^ _U32_SEED
+    n_cols = int(full[-1]) if full.size else 0
+    # Lengths are ascending, so the rows with a full word at column j are a suffix, starting at firsts[j].
+    firsts = np.searchsorted(full, np.arange(n_cols), side="right")
+    for j in range(n_cols):
+        first = int(firsts[j])
+        k = words[first:, j].astype(np.uint32)
+        k *= _U32_M
+        k ^= k >> _R
+        k *= _U32_M
+        hs = h[first:]
+        hs *= _U32_M
+        hs ^= k
+    rem = lengths & 3
+    rows = np.flatnonzero(rem)
+    if rows.size:
+        tail = words[rows, full[rows]] & _TAIL_MASKS[rem[rows]]
+        h[rows] = (h[rows] ^ tail) * _U32_M
+    h ^= h >> 13
+    h *= _U32_M
+    h ^= h >> 15
+    return h
+
+
+def _as_words(matrix: NDArray[np.uint8]) -> NDArray[np.uint32]:
+    """``(n, 4w)`` uint8 matrix viewed (copied first if not contiguous) as ``(n, w)`` little-endian words."""
+    if not matrix.flags.c_contiguous:
+        matrix = np.ascontiguousarray(matrix)
+    return matrix.view(_LE_U32)
+
+
+def murmur2_fixed(matrix: NDArray[np.uint8]) -> NDArray[np.int32]:
+    """``murmur2`` of every row of a ``(n, L)`` uint8 matrix (``n`` keys of ``L`` bytes), as int32."""
+    if matrix.ndim != 2 or matrix.dtype != np.uint8:
+        raise ValueError(f"expected a 2-D uint8 matrix, got {matrix.ndim}-D {matrix.dtype}")
+    n, length = matrix.shape
+    out = np.empty(n, dtype=np.int32)
+    width = (length + 3) & ~3
+    step = max(1, min(_CHUNK_ROWS, _MATRIX_BUDGET // max(width, 1)))
+    lengths = np.full(min(n, step), length, dtype=np.int64)
+    for lo in range(0, n, step):
+        chunk = matrix[lo : lo + step]
+        if width != length:
+            padded = np.zeros((chunk.shape[0], width), dtype=np.uint8)
+            padded[:, :length] = chunk
+            chunk = padded
+        rows = chunk.shape[0]
+        out[lo : lo + rows] = _hash_sorted(_as_words(chunk), lengths[:rows]).view(np.int32)
+    return out
+
+
+def murmur2_many(keys: Sequence[bytes]) -> NDArray[np.int32]:
+    """``murmur2`` of every key (any mix of lengths), as int32, vectorized with numpy.
+
+    Keys are sorted by length and hashed in chunks of rows whose zero-padded matrix is bounded by
+    ``_MATRIX_BUDGET`` bytes; tiny chunks (very long keys) fall back to the scalar :func:`murmur2`.
+    """
+    n = len(keys)
+    out = np.empty(n, dtype=np.int32)
+    if n == 0:
+        return out
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    max_len = int(lengths.max())
+    min_len = int(lengths.min())
+    if min_len == max_len:
+        buf = np.frombuffer(b"".join(keys), dtype=np.uint8)
+        return murmur2_fixed(buf.reshape(n, max_len))
+
+    pad = (max_len + 3) & ~3
+    # Padding at the end, so that a window of `pad` bytes can start at any key.
+    buf = np.frombuffer(b"".join(chain(keys, (bytes(pad),))), dtype=np.uint8)
+    starts = np.cumsum(lengths) - lengths
+    # A stable radix sort when the lengths fit in 16 bits.
+    sort_keys = lengths.astype(np.uint16) if max_len <= 0xFFFF else lengths
+    order = np.argsort(sort_keys, kind="stable")
+    sorted_lengths = lengths[order]
+
+    lo = 0
+    while lo < n:
+        hi = min(lo + _CHUNK_ROWS, n)
+        width = (int(sorted_lengths[hi - 1]) + 3) & ~3
+        hi = min(hi, lo + max(1, _MATRIX_BUDGET // max(width, 4)))
+        width = (int(sorted_lengths[hi - 1]) + 3) & ~3
+        rows = order[lo:hi]
+        if hi - lo < _MIN_VECTOR_ROWS:
+            out[rows] = [murmur2(keys[i]) for i in rows.tolist()]
+        elif width == 0:
+            out[rows] = murmur2(b"")
+        else:
+            # Row i of the window view is buf[i : i + width]; fancy indexing copies only the rows needed.
+            matrix = sliding_window_view(buf, width)[starts[rows]]
+            out[rows] = _hash_sorted(_as_words(matrix), sorted_lengths[lo:hi]).view(np.int32)
+        lo = hi
+    return out
+
+
+def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> NDArray[np.int32]:
+    """:func:`partition_for_key` of every key, vectorized."""
+    _check_partitions(num_partitions)
+    hashes = murmur2_many(keys)
+    hashes &= np.int32(0x7FFFFFFF)
+    hashes %= np.int32(num_partitions)
+    return hashes
+
+
+@dataclass(slots=True)
+class _Stint:
+    partition: int
+    produced: int
+
+
+class StickyPartitioner:
+    """Partitions for *keyless* records, in the style of Kafka's uniform sticky partitioner (KIP-794).
+
+    Records of a topic all go to one partition until at least ``batch_size`` bytes have been assigned to it
+    (the record that crosses the threshold still goes there, as in Kafka), so that batches fill up; then the
+    topic moves on to the next partition. Unlike Kafka, which picks the next partition at random (or weighted
+    by broker queue sizes), the next partition is chosen round-robin, starting from
+    ``start % num_partitions``: the assignment is deterministic and, with records of equal size, the number of
+    records per partition differs by at most one batch worth of records.
+
+    If a topic's partition count changes, it continues round-robin over the new count.
+
+    Not thread-safe: the producer calls it under its own lock.
+    """
+
+    __slots__ = ("_batch_size", "_start", "_stints")
+
+    def __init__(self, batch_size: int = 16384, start: int = 0) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if start < 0:
+            raise ValueError(f"start must be >= 0, got {start}")
+        self._batch_size = batch_size
+        self._start = start
+        self._stints: dict[str, _Stint] = {}
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    def next_partition(self, topic: str, num_partitions: int, record_bytes: int) -> int:
+        """Partition for the next keyless record of ``topic``, which adds ``record_bytes`` to its batch."""
+        _check_partitions(num_partitions)
+        if record_bytes < 0:
+            raise ValueError(f"record_bytes must be >= 0, got {record_bytes}")
+        stint = self._stints.get(topic)
+        if stint is None:
+            stint = self._stints[topic] = _Stint(self._start % num_partitions, 0)
+        elif stint.partition >= num_partitions:
+            stint.partition %= num_partitions
+        partition = stint.partition
+        stint.produced += record_bytes
+        if stint.produced >= self._batch_size:
+            stint.partition = (partition + 1) % num_partitions
+            stint.produced = 0
+        return partition

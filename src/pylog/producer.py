@@ -1,0 +1,673 @@
+"""Producer: serialize -> partition -> batch -> append -> RecordMetadata, with kafka-python's API.
+
+``send()`` only validates, serializes and queues the record (cheap); records are partitioned in bulk (murmur2
+vectorized with numpy) and encoded into one batch per partition when the queue is drained: when it holds
+enough bytes, after ``linger_ms`` (a background sender thread), on ``flush()``, on ``future.get()``, and on
+``close()``. Per partition, records are appended in the order they were sent.
+
+``acks``: ``0`` resolves futures at once (offset -1); ``1`` (default) after the batch was written to the
+operating system (survives a crash of this process); ``"all"`` after fsync (survives power loss), with one
+fsync shared by every batch written before it (group commit).
+
+Timestamps of records sent without ``timestamp_ms`` are taken from the log's clock when their batch is built.
+
+Thread-safety: thread-safe. Any number of threads may call ``send`` concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from pylog.errors import (
+    ConfigError,
+    ForkedProcessError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaTimeoutError,
+    LogClosedError,
+    RecordTooLargeError,
+    SerializationError,
+    UnknownPartitionError,
+)
+from pylog.partitioner import StickyPartitioner, partitions_for_keys
+from pylog.record import HEADER_SIZE, LAYOUT_SIZE, encode_batch, encode_columns, encode_headers
+from pylog.structs import RecordMetadata
+
+if TYPE_CHECKING:
+    from pylog.log import Log
+    from pylog.topic import Topic
+
+__all__ = ["BatchResult", "FutureRecordMetadata", "Producer"]
+
+_log = logging.getLogger("pylog.producer")
+_MSGPACK = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_DEFAULT: Any = object()
+_I64_MAX = 2**63 - 1
+_PER_RECORD = 8  # bytes of column overhead budgeted per record when cutting batches
+
+
+def _default_key(key: Any) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, bytearray | memoryview):
+        return bytes(key)
+    raise SerializationError(f"keys must be bytes or str without a key_serializer, got {type(key).__name__}")
+
+
+class _Pending:
+    """Records queued for one topic, drained together."""
+
+    __slots__ = ("done", "error", "headers", "keys", "nbytes", "offsets", "partitions", "ts", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.ts: list[int] = []
+        self.headers: list[bytes] = []
+        self.partitions: list[int] = []
+        self.nbytes = 0
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.offsets: npt.NDArray[np.int64] | None = None
+
+
+class FutureRecordMetadata:
+    """The result of :meth:`Producer.send`. ``get()`` waits for the write and returns RecordMetadata."""
+
+    __slots__ = ("_i", "_p", "_producer", "_topic")
+
+    def __init__(self, producer: Producer, topic: str, pending: _Pending, index: int) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._p = pending
+        self._i = index
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        p = self._p
+        if not p.done.is_set():
+            self._producer._drain_topic(self._topic, p)
+            if not p.done.wait(timeout):
+                raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
+        if p.error is not None:
+            raise p.error
+        i = self._i
+        key, value = p.keys[i], p.values[i]
+        offset = -1 if p.offsets is None else int(p.offsets[i])
+        return RecordMetadata(
+            self._topic,
+            p.partitions[i],
+            offset,
+            p.ts[i],
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+        )
+
+    def is_done(self) -> bool:
+        return self._p.done.is_set()
+
+    def succeeded(self) -> bool:
+        return self._p.done.is_set() and self._p.error is None
+
+    def failed(self) -> bool:
+        return self._p.done.is_set() and self._p.error is not None
+
+    def exception(self) -> BaseException | None:
+        return self._p.error
+
+    def add_callback(self, fn: Callable[[RecordMetadata], Any]) -> FutureRecordMetadata:
+        """Call ``fn(metadata)`` once the record is acknowledged (at once if it already is)."""
+        self._producer._callbacks.append((self, fn, None))
+        self._producer._wake()
+        return self
+
+    def add_errback(self, fn: Callable[[BaseException], Any]) -> FutureRecordMetadata:
+        self._producer._callbacks.append((self, None, fn))
+        self._producer._wake()
+        return self
+
+
+class BatchResult:
+    """Answer of :meth:`Producer.send_batch`: per record partition and offset, as numpy arrays."""
+
+    __slots__ = ("offsets", "partitions", "topic")
+
+    def __init__(self, topic: str, partitions: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64]) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+class Producer:
+    """Writes records to a :class:`~pylog.Log`. Obtain with :meth:`pylog.Log.producer`."""
+
+    def __init__(
+        self,
+        log: Log,
+        *,
+        acks: int | str = 1,
+        linger_ms: float = 0,
+        batch_size: int = 16384,
+        key_serializer: Callable[[Any], bytes] | None = None,
+        value_serializer: Callable[[Any], bytes] | None = _DEFAULT,
+        compression_type: str | None = None,
+        max_queued_bytes: int = 1 << 20,
+    ) -> None:
+        if acks not in (0, 1, "all", -1):
+            raise ConfigError(f"acks must be 0, 1 or 'all', got {acks!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if not isinstance(linger_ms, int | float) or linger_ms < 0:
+            raise ConfigError(f"linger_ms must be >= 0, got {linger_ms!r}")
+        if compression_type not in (None, "none", "gzip", "zstd", "lz4"):
+            raise ConfigError(f"compression_type must be none, gzip, zstd or lz4, got {compression_type!r}")
+        self.log = log
+        self.acks = "all" if acks == -1 else acks
+        self.linger_ms = float(linger_ms)
+        self.batch_size = batch_size
+        self.compression_type = compression_type
+        self._key_ser = key_serializer
+        self._value_ser: Callable[[Any], bytes] | None = (
+            _MSGPACK if value_serializer is _DEFAULT else value_serializer
+        )
+        self._max_queued = max(max_queued_bytes, batch_size)
+        self._lock = threading.Lock()
+        self._drain_lock = threading.RLock()
+        self._pending: dict[str, _Pending] = {}
+        self._sticky = StickyPartitioner(batch_size)
+        self._closed = False
+        self._callbacks: list[tuple[FutureRecordMetadata, Any, Any]] = []
+        self._wakeup = threading.Event()
+        self._fork = log._fork_generation
+        self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
+        self._sender.start()
+
+    # -- sending ----------------------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue one record; returns a future. Raises at once (writing nothing) for bad input."""
+        if self._closed:
+            raise LogClosedError("the producer is closed")
+        t = self.log._topics.get(topic) or self.log.topic(topic)
+        if value is None and key is None:
+            raise InvalidRecordError("key and value cannot both be None")
+        kb = None if key is None else self._serialize_key(key)
+        vb = None if value is None else self._serialize_value(value)
+        if partition is not None and (
+            isinstance(partition, bool)
+            or not isinstance(partition, int)
+            or not 0 <= partition < t.num_partitions
+        ):
+            raise UnknownPartitionError(
+                f"partition {partition!r} does not exist in topic {topic!r} (0..{t.num_partitions - 1})"
+            )
+        if timestamp_ms is not None and (
+            isinstance(timestamp_ms, bool)
+            or not isinstance(timestamp_ms, int)
+            or not 0 <= timestamp_ms <= _I64_MAX
+        ):
+            raise InvalidTimestampError(f"timestamp_ms must be an int in [0, 2**63-1], got {timestamp_ms!r}")
+        hb = encode_headers(headers) if headers else b""
+        size = (0 if kb is None else len(kb)) + (0 if vb is None else len(vb)) + len(hb)
+        if size + HEADER_SIZE + LAYOUT_SIZE + 16 > t.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"record of {size} bytes exceeds max_message_bytes={t.config.max_message_bytes} of {topic!r}"
+            )
+        with self._lock:
+            p = self._pending.get(topic)
+            if p is None:
+                p = self._pending[topic] = _Pending()
+                wake = True
+            else:
+                wake = False
+            i = len(p.keys)
+            p.keys.append(kb)
+            p.values.append(vb)
+            p.ts.append(-1 if timestamp_ms is None else timestamp_ms)
+            p.headers.append(hb)
+            p.partitions.append(-1 if partition is None else partition)
+            p.nbytes += size + _PER_RECORD
+            full = p.nbytes >= self._max_queued
+        future = FutureRecordMetadata(self, topic, p, i)
+        if self.acks == 0:
+            pass
+        if full:
+            self._drain_topic(topic, p)
+        elif wake:
+            self._wakeup.set()
+        return future
+
+    def _serialize_key(self, key: Any) -> bytes:
+        if self._key_ser is None:
+            return _default_key(key)
+        try:
+            out = self._key_ser(key)
+        except Exception as exc:
+            raise SerializationError(f"key_serializer failed: {exc}") from exc
+        if not isinstance(out, bytes):
+            raise SerializationError(f"key_serializer must return bytes, got {type(out).__name__}")
+        return out
+
+    def _serialize_value(self, value: Any) -> bytes:
+        ser = self._value_ser
+        if ser is None:
+            if isinstance(value, bytes):
+                return value
+            if isinstance(value, bytearray | memoryview):
+                return bytes(value)
+            raise SerializationError(
+                f"values must be bytes without a value_serializer, got {type(value).__name__}"
+            )
+        try:
+            out = ser(value)
+        except Exception as exc:
+            raise SerializationError(f"value could not be serialized: {exc}") from exc
+        if not isinstance(out, bytes):
+            raise SerializationError(f"value_serializer must return bytes, got {type(out).__name__}")
+        return out
+
+    # -- draining ---------------------------------------------------------------------------------------
+
+    def _take(self, topic: str, p: _Pending | None = None) -> _Pending | None:
+        with self._lock:
+            cur = self._pending.get(topic)
+            if cur is None or (p is not None and cur is not p):
+                return None
+            return self._pending.pop(topic)
+
+    def _drain_topic(self, topic: str, p: _Pending | None = None) -> None:
+        with self._drain_lock:
+            taken = self._take(topic, p)
+            if taken is not None:
+                self._write(topic, taken)
+
+    def _drain_all(self) -> None:
+        with self._drain_lock:
+            for topic in list(self._pending):
+                self._drain_topic(topic)
+
+    def _write(self, topic: str, p: _Pending) -> None:
+        try:
+            t = self.log.topic(topic)
+            now = self.log.clock.time_ms()
+            ts = np.asarray(p.ts, dtype=np.int64)
+            ts[ts < 0] = now
+            if t.config.log_append_time:
+                ts[:] = now
+            p.ts = ts.tolist()
+            parts = self._assign_partitions(t, p)
+            offsets = np.full(len(p.keys), -1, dtype=np.int64)
+            p.partitions = parts.tolist()
+            self._append_groups(t, p, parts, ts, offsets)
+            p.offsets = offsets
+        except BaseException as exc:
+            p.error = exc
+            _log.warning("producer write to %s failed: %s", topic, exc)
+        finally:
+            p.done.set()
+
+    def _assign_partitions(self, t: Topic, p: _Pending) -> npt.NDArray[np.int32]:
+        parts = np.asarray(p.partitions, dtype=np.int32)
+        n = t.num_partitions
+        if n == 1:
+            parts[:] = 0
+            return parts
+        free = np.flatnonzero(parts < 0)
+        if len(free):
+            keys = p.keys
+            keyed = [i for i in free.tolist() if keys[i] is not None]
+            if keyed:
+                parts[keyed] = partitions_for_keys([keys[i] for i in keyed], n)  # type: ignore[misc]
+            for i in free.tolist():
+                if keys[i] is None:
+                    v = p.values[i]
+                    parts[i] = self._sticky.next_partition(t.name, n, 0 if v is None else len(v))
+        return parts
+
+    def _append_groups(
+        self,
+        t: Topic,
+        p: _Pending,
+        parts: npt.NDArray[np.int32],
+        ts: npt.NDArray[np.int64],
+        offsets: npt.NDArray[np.int64],
+    ) -> None:
+        groups = [np.arange(len(parts))] if t.num_partitions == 1 else _group(parts)
+        compression = self.compression_type or t.config.compression_type
+        if compression == "none" and t.config.compression_type != "none":
+            compression = t.config.compression_type
+        limit = min(t.config.max_message_bytes, max(self.batch_size, 1024)) - HEADER_SIZE - LAYOUT_SIZE
+        flush_to: dict[int, int] = {}
+        for idx in groups:
+            part = int(parts[idx[0]])
+            plog = t.partition(part)
+            for chunk in _chunks(idx, p, limit):
+                il = chunk.tolist()
+                batch = encode_batch(
+                    0,
+                    [p.keys[i] for i in il],
+                    [p.values[i] for i in il],
+                    ts[chunk],
+                    [p.headers[i] for i in il],
+                    compression=compression,
+                )
+                info = plog.append(batch)
+                offsets[chunk] = np.arange(info.base_offset, info.last_offset + 1)
+                if info.log_append_time >= 0:
+                    for i in il:
+                        p.ts[i] = info.log_append_time
+                flush_to[part] = info.last_offset + 1
+        if self.acks == "all":
+            for part, up_to in flush_to.items():
+                t.partition(part).flush(up_to)
+
+    def send_batch(
+        self,
+        topic: str,
+        keys: Any = None,
+        values: Any = None,
+        *,
+        partition: int | None = None,
+        timestamps: npt.ArrayLike | None = None,
+    ) -> BatchResult:
+        """Append many already-serialized records in one call (the vectorized path, no per-record queue).
+
+        ``keys``/``values``: a list of bytes (or None), a 2-D ``uint8`` numpy array (fixed-width records), or a
+        pyarrow binary array. Keyed records are partitioned with murmur2 computed for all keys at once.
+        Returns per-record partitions and offsets. Honours ``acks`` like :meth:`send`."""
+        if self._closed:
+            raise LogClosedError("the producer is closed")
+        t = self.log.topic(topic)
+        kcol = _Column.of(keys, "keys")
+        vcol = _Column.of(values, "values")
+        n = max(len(kcol), len(vcol))
+        if n == 0:
+            return BatchResult(topic, np.zeros(0, np.int32), np.zeros(0, np.int64))
+        if kcol.is_none:
+            kcol = _Column.nulls(n)
+        if vcol.is_none:
+            vcol = _Column.nulls(n)
+        if len(kcol) != n or len(vcol) != n:
+            raise InvalidRecordError(f"keys ({len(kcol)}) and values ({len(vcol)}) differ in length")
+        if ((kcol.lens < 0) & (vcol.lens < 0)).any():
+            raise InvalidRecordError("a record has both key and value None")
+        now = self.log.clock.time_ms()
+        ts = np.full(n, now, dtype=np.int64) if timestamps is None else np.asarray(timestamps, dtype=np.int64)
+        if ts.shape != (n,) or (ts < 0).any():
+            raise InvalidTimestampError("timestamps must be n integers >= 0")
+        if t.config.log_append_time:
+            ts[:] = now
+        sizes = np.maximum(kcol.lens, 0) + np.maximum(vcol.lens, 0) + _PER_RECORD
+        if int(sizes.max()) + HEADER_SIZE + LAYOUT_SIZE > t.config.max_message_bytes:
+            raise RecordTooLargeError(f"a record exceeds max_message_bytes={t.config.max_message_bytes}")
+        parts = self._batch_partitions(t, kcol, vcol, partition, n)
+        offsets = np.full(n, -1, dtype=np.int64)
+        compression = self.compression_type or t.config.compression_type
+        limit = t.config.max_message_bytes - HEADER_SIZE - LAYOUT_SIZE
+        with self._drain_lock:
+            self._drain_topic(topic)
+            groups = [np.arange(n)] if t.num_partitions == 1 or partition is not None else _group(parts)
+            for idx in groups:
+                plog = t.partition(int(parts[idx[0]]))
+                for chunk in _cut(idx, sizes, limit):
+                    kl, kd = kcol.take(chunk)
+                    vl, vd = vcol.take(chunk)
+                    batch = encode_columns(0, kl, kd, vl, vd, ts[chunk], compression=compression)
+                    info = plog.append(batch)
+                    offsets[chunk] = np.arange(info.base_offset, info.last_offset + 1)
+                if self.acks == "all":
+                    plog.flush(int(offsets[idx[-1]]) + 1)
+        return BatchResult(topic, parts, offsets)
+
+    def _batch_partitions(
+        self, t: Topic, kcol: _Column, vcol: _Column, partition: int | None, n: int
+    ) -> npt.NDArray[np.int32]:
+        if partition is not None:
+            if (
+                isinstance(partition, bool)
+                or not isinstance(partition, int)
+                or not 0 <= partition < t.num_partitions
+            ):
+                raise UnknownPartitionError(f"partition {partition!r} does not exist in topic {t.name!r}")
+            return np.full(n, partition, dtype=np.int32)
+        if t.num_partitions == 1:
+            return np.zeros(n, dtype=np.int32)
+        parts = np.zeros(n, dtype=np.int32)
+        keyed = kcol.lens >= 0
+        if keyed.all():
+            parts[:] = kcol.partitions(t.num_partitions)
+        else:
+            idx = np.flatnonzero(keyed)
+            if len(idx):
+                parts[idx] = partitions_for_keys(kcol.as_list(idx), t.num_partitions)
+            for i in np.flatnonzero(~keyed).tolist():
+                parts[i] = self._sticky.next_partition(t.name, t.num_partitions, int(vcol.lens[i]))
+        return parts
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    def _run_sender(self) -> None:
+        while not self._closed:
+            self._wakeup.wait()
+            self._wakeup.clear()
+            if self._closed:
+                break
+            if self.linger_ms > 0:
+                self.log.clock.sleep(self.linger_ms / 1000.0)
+            try:
+                self._drain_all()
+                self._run_callbacks()
+            except Exception as exc:  # the log was closed under us; futures carry the errors
+                _log.debug("sender stopped: %s", exc)
+
+    def _run_callbacks(self) -> None:
+        if not self._callbacks:
+            return
+        ready = [c for c in self._callbacks if c[0].is_done()]
+        for c in ready:
+            self._callbacks.remove(c)
+            future, ok, err = c
+            try:
+                if future.succeeded() and ok is not None:
+                    ok(future.get())
+                elif future.failed() and err is not None:
+                    exc = future.exception()
+                    if exc is not None:
+                        err(exc)
+            except Exception as exc:
+                _log.warning("producer callback raised: %s", exc)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Write (and with ``acks="all"`` fsync) every queued record; callbacks run before it returns."""
+        if self._fork != self.log._fork_generation or self.log._fork_generation != _fork_now():
+            raise ForkedProcessError("this producer was created before fork(); create a new one in the child")
+        self._drain_all()
+        self._run_callbacks()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and stop. Further sends raise LogClosedError."""
+        if self._closed:
+            return
+        try:
+            if not self.log.closed:
+                self.flush(timeout)
+        finally:
+            self._closed = True
+            self._wakeup.set()
+            if self._sender is not threading.current_thread():
+                self._sender.join(timeout=5)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fork_now() -> int:
+    from pylog.log import _FORK_GENERATION
+
+    return _FORK_GENERATION[0]
+
+
+def _group(parts: npt.NDArray[np.int32]) -> list[npt.NDArray[np.intp]]:
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+    return list(np.split(order, cuts))
+
+
+def _chunks(idx: npt.NDArray[np.intp], p: _Pending, limit: int) -> list[npt.NDArray[np.intp]]:
+    keys, values, headers = p.keys, p.values, p.headers
+    sizes = np.fromiter(
+        (
+            (0 if keys[i] is None else len(keys[i]))
+            + (0 if values[i] is None else len(values[i]))
+            + len(headers[i])
+            + _PER_RECORD
+            for i in idx.tolist()
+        ),
+        dtype=np.int64,
+        count=len(idx),
+    )
+    return _cut(idx, sizes, limit, local=True)
+
+
+def _cut(
+    idx: npt.NDArray[np.intp], sizes: npt.NDArray[np.int64], limit: int, *, local: bool = False
+) -> list[npt.NDArray[np.intp]]:
+    """Split ``idx`` into runs whose summed ``sizes`` stay within ``limit``."""
+    s = sizes if local else sizes[idx]
+    if int(s.sum()) <= limit:
+        return [idx]
+    out = []
+    csum = np.cumsum(s)
+    start = 0
+    base = 0
+    while start < len(idx):
+        end = int(np.searchsorted(csum, base + limit, side="right"))
+        end = max(end, start + 1)
+        out.append(idx[start:end])
+        base = int(csum[end - 1])
+        start = end
+    return out
+
+
+class _Column:
+    """A column of byte strings given as a list, a 2-D uint8 array or a pyarrow binary array."""
+
+    def __init__(self, lens: npt.NDArray[np.int64], data: Any, kind: str, raw: Any) -> None:
+        self.lens = lens
+        self.data = data
+        self.kind = kind
+        self.raw = raw
+
+    @property
+    def is_none(self) -> bool:
+        return self.kind == "none"
+
+    def __len__(self) -> int:
+        return len(self.lens)
+
+    @classmethod
+    def nulls(cls, n: int) -> _Column:
+        return cls(np.full(n, -1, dtype=np.int64), None, "nulls", None)
+
+    @classmethod
+    def of(cls, col: Any, what: str) -> _Column:
+        if col is None:
+            return cls(np.zeros(0, dtype=np.int64), None, "none", None)
+        if isinstance(col, np.ndarray):
+            if col.dtype != np.uint8 or col.ndim != 2:
+                raise InvalidRecordError(f"{what} as a numpy array must be 2-D uint8 (one row per record)")
+            return cls(
+                np.full(col.shape[0], col.shape[1], dtype=np.int64), np.ascontiguousarray(col), "fixed", col
+            )
+        if type(col).__module__.startswith("pyarrow"):
+            import pyarrow as pa
+
+            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+                raise InvalidRecordError(f"{what} as a pyarrow array must be binary")
+            offs = np.frombuffer(
+                arr.buffers()[1], dtype=np.int32 if pa.types.is_binary(arr.type) else np.int64
+            )
+            offs = offs[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+            lens = np.diff(offs)
+            if arr.null_count:
+                lens[np.asarray(arr.is_null())] = -1
+            data = (
+                np.frombuffer(arr.buffers()[2], dtype=np.uint8)
+                if arr.buffers()[2] is not None
+                else np.zeros(0, np.uint8)
+            )
+            return cls(lens, (offs, data), "arrow", arr)
+        if isinstance(col, list | tuple):
+            for x in col:
+                if x is not None and not isinstance(x, bytes):
+                    raise SerializationError(
+                        f"{what} must be bytes or None in send_batch, got {type(x).__name__}"
+                    )
+            return cls(
+                np.fromiter((-1 if x is None else len(x) for x in col), dtype=np.int64, count=len(col)),
+                None,
+                "list",
+                list(col),
+            )
+        raise InvalidRecordError(
+            f"{what} must be a list of bytes, a 2-D uint8 array or a pyarrow binary array"
+        )
+
+    def take(self, idx: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.int64], bytes | memoryview]:
+        lens = self.lens[idx]
+        if self.kind == "nulls":
+            return lens, b""
+        if self.kind == "fixed":
+            if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1:
+                return lens, memoryview(self.raw[int(idx[0]) : int(idx[-1]) + 1]).cast("B")
+            return lens, self.raw[idx].tobytes()
+        if self.kind == "arrow":
+            offs, data = self.data
+            if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1:
+                return lens, data[int(offs[idx[0]]) : int(offs[idx[-1] + 1])].data
+            return lens, b"".join(data[int(offs[i]) : int(offs[i + 1])].tobytes() for i in idx.tolist())
+        raw = self.raw
+        return lens, b"".join([raw[i] for i in idx.tolist() if raw[i]])
+
+    def as_list(self, idx: npt.NDArray[np.intp]) -> list[bytes]:
+        if self.kind == "fixed":
+            return [bytes(r) for r in self.raw[idx]]
+        if self.kind == "arrow":
+            offs, data = self.data
+            return [data[int(offs[i]) : int(offs[i + 1])].tobytes() for i in idx.tolist()]
+        return [self.raw[i] for i in idx.tolist()]
+
+    def partitions(self, n: int) -> npt.NDArray[np.int32]:
+        if self.kind == "fixed":
+            from pylog.partitioner import murmur2_fixed
+
+            return ((murmur2_fixed(self.raw).astype(np.int64) & 0x7FFFFFFF) % n).astype(np.int32)
+        return partitions_for_keys(self.as_list(np.arange(len(self.lens))), n)
