@@ -56,6 +56,7 @@ from __future__ import annotations
 import itertools
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -170,16 +171,17 @@ class DecodedBatch:
     def values(self) -> list[bytes | None]:
         return _slices(self.value_data, self.value_offsets, self.value_valid)
 
-    def headers(self) -> list[list[tuple[str, bytes]]]:
+    def headers(self) -> list[Sequence[tuple[str, bytes]]]:
+        """Per record its headers; records without headers share one empty tuple."""
         n = self.header.record_count
         if self.header_offsets is None:
-            return [[] for _ in range(n)]
+            return [()] * n
         raw = bytes(self.header_data)
         bounds = self.header_offsets.tolist()
-        out: list[list[tuple[str, bytes]]] = []
+        out: list[Sequence[tuple[str, bytes]]] = []
         for i in range(n):
             start, end = bounds[i], bounds[i + 1]
-            out.append(decode_headers(raw[start:end]) if end > start else [])
+            out.append(decode_headers(raw[start:end]) if end > start else ())
         return out
 
 

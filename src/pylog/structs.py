@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -63,6 +64,6 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int
     key: Any
     value: Any
-    headers: list[tuple[str, bytes]]
+    headers: Sequence[tuple[str, bytes]]
     serialized_key_size: int = -1
     serialized_value_size: int = -1

@@ -52,7 +52,7 @@ def test_round_trip_keys_values_headers_timestamps(log: pylog.Log) -> None:
         rec = got[(meta.partition, meta.offset)]
         assert rec.key == (None if key is None else key.encode())
         assert rec.value == value
-        assert rec.headers == (headers or [])
+        assert list(rec.headers) == (headers or [])
         assert rec.timestamp == meta.timestamp
         if key is not None:
             assert meta.partition == partition_for_key(key.encode(), 3)
