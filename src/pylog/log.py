@@ -385,6 +385,19 @@ class Log:
         """Run retention on every partition now; returns segments deleted per topic."""
         return {name: self.topic(name).apply_retention() for name in self.topics()}
 
+    def verify(self) -> dict[str, list[str]]:
+        """Check every batch and index of every partition without changing anything.
+
+        Returns ``{"topic-partition": [problem, ...]}`` with an entry only for partitions that have problems."""
+        report: dict[str, list[str]] = {}
+        for name in self.topics():
+            topic = self.topic(name)
+            for p in range(topic.num_partitions):
+                problems = topic.partition(p).verify()
+                if problems:
+                    report[f"{name}-{p}"] = problems
+        return report
+
     def flush(self) -> None:
         """fsync every partition opened by this process."""
         for topic in list(self._topics.values()):

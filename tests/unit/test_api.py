@@ -247,3 +247,31 @@ def test_acks_all_advances_recovery_point(log: pylog.Log) -> None:
     p = log.producer(acks="all")
     meta = p.send("t", 1).get()
     assert log.topic("t").partition(0).recovery_point >= meta.offset + 1
+
+
+def test_error_docs_list_every_error() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "errors.md")) as f:
+        text = f.read()
+    for name in errors.__all__:
+        assert f"`{name}`" in text, name
+
+
+def test_verify_reports_a_flipped_bit_and_changes_nothing(log: pylog.Log) -> None:
+    log.create_topic("t", segment_bytes=4096, index_interval_bytes=256)
+    p = log.producer(batch_size=500)
+    for i in range(2000):
+        p.send("t", {"i": i})
+    p.flush()
+    assert log.verify() == {}
+    seg = log.topic("t").partition(0).segments[1]
+    with open(seg.path, "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0x10]))
+    before = _disk_state(log.path)
+    report = log.verify()
+    assert list(report) == ["t-0"]
+    assert "CRC mismatch" in report["t-0"][0] and seg.path in report["t-0"][0]
+    assert _disk_state(log.path) == before
