@@ -31,11 +31,11 @@ from pylog.clock import Clock
 from pylog.config import TopicConfig
 from pylog.errors import (
     CorruptRecordError,
-    UnsupportedFormatError,
     InvalidOffsetError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    UnsupportedFormatError,
 )
 from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
