@@ -47,7 +47,7 @@ from pylog.errors import (
     UnknownTopicError,
     UnsupportedFormatError,
 )
-from pylog.partition.log import PartitionLog, RecoveryReport
+from pylog.partition.log import HandleBudget, PartitionLog, RecoveryReport
 from pylog.partition.segment import MapCache
 from pylog.record import crc32c
 from pylog.topic import Topic
@@ -77,7 +77,10 @@ def validate_topic_name(name: object) -> str:
 
 
 class Log:
-    """An open log directory. Use :func:`pylog.open`. A context manager; thread-safe."""
+    """An open log directory. Use :func:`pylog.open`. A context manager; thread-safe.
+
+    ``max_open_partitions`` and ``max_open_maps`` bound the file descriptors this object keeps open (about
+    three per open partition plus one per mapped segment), however many partitions and segments exist."""
 
     def __init__(
         self,
@@ -85,12 +88,14 @@ class Log:
         *,
         clock: Clock | None = None,
         max_open_maps: int = 256,
+        max_open_partitions: int = 200,
         **defaults: Any,
     ) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.defaults = TopicConfig.from_dict(defaults)
         self.map_cache = MapCache(max_open_maps)
+        self.handles = HandleBudget(max_open_partitions)
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
         self._manifest: dict[str, Any] = {"topics": {}}

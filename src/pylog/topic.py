@@ -53,7 +53,13 @@ class Topic:
             if plog is None:
                 directory = os.path.join(self.log.path, f"{self.name}-{number}")
                 plog = PartitionLog(
-                    directory, self.name, number, self.config, self.log.clock, self.log.map_cache
+                    directory,
+                    self.name,
+                    number,
+                    self.config,
+                    self.log.clock,
+                    self.log.map_cache,
+                    handles=self.log.handles,
                 )
                 self._partitions[number] = plog
             return plog

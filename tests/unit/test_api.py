@@ -275,3 +275,22 @@ def test_verify_reports_a_flipped_bit_and_changes_nothing(log: pylog.Log) -> Non
     assert list(report) == ["t-0"]
     assert "CRC mismatch" in report["t-0"][0] and seg.path in report["t-0"][0]
     assert _disk_state(log.path) == before
+
+
+def test_open_files_stay_bounded_with_many_partitions(log_dir: str) -> None:
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    baseline = open_fds()
+    with pylog.open(log_dir, max_open_partitions=20, max_open_maps=20) as log:
+        log.create_topic("many", partitions=300)
+        p = log.producer()
+        for i in range(3000):
+            p.send("many", i, key=str(i))
+        p.flush()
+        peak = open_fds() - baseline
+        c = log.consumer("many", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        values = sorted(r.value for r in c.iterate())
+        peak = max(peak, open_fds() - baseline)
+    assert values == list(range(3000))
+    assert peak <= 20 * 3 + 20 + 10, peak

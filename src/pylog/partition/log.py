@@ -21,6 +21,7 @@ import bisect
 import os
 import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -53,7 +54,7 @@ from pylog.record import (
     decode_header,
 )
 
-__all__ = ["AppendInfo", "PartitionLog", "RecoveryReport"]
+__all__ = ["AppendInfo", "HandleBudget", "PartitionLog", "RecoveryReport"]
 
 _MAX_REL = 0xFFFFFFFF
 
@@ -82,6 +83,42 @@ class RecoveryReport:
     problems: list[str] = field(default_factory=list)
 
 
+class HandleBudget:
+    """Bounds how many partitions keep their files open (state map, lock and segment descriptors).
+
+    Touching a partition marks it recently used; past ``max_open`` the least recently used idle partition is
+    suspended (its descriptors closed) and reopens by itself on next use. A partition busy in another thread
+    is skipped. Thread-safe."""
+
+    def __init__(self, max_open: int = 200) -> None:
+        self.max_open = max_open
+        self._lru: OrderedDict[int, PartitionLog] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def touch(self, plog: PartitionLog) -> None:
+        with self._lock:
+            key = id(plog)
+            if key in self._lru:
+                self._lru.move_to_end(key)
+                return
+            self._lru[key] = plog
+            victims = []
+            while len(self._lru) > self.max_open:
+                _, old = self._lru.popitem(last=False)
+                victims.append(old)
+        for old in victims:
+            if not old.suspend():
+                with self._lock:
+                    self._lru[id(old)] = old
+
+    def forget(self, plog: PartitionLog) -> None:
+        with self._lock:
+            self._lru.pop(id(plog), None)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
 class PartitionLog:
     """One partition's segments, offsets, appends, reads, rolls, flushes, retention and truncation."""
 
@@ -96,6 +133,7 @@ class PartitionLog:
         *,
         recover: bool = False,
         clean_shutdown: bool = True,
+        handles: HandleBudget | None = None,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -114,6 +152,8 @@ class PartitionLog:
         self._first_unflushed_ms = -1.0
         self.flushed_offset = 0
         self.report = RecoveryReport()
+        self._handles = handles
+        self._suspended = False
         self._state = PartitionState(os.path.join(directory, files.STATE))
         self.checkpoint = RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT))
         if recover or not self._state.initialized:
@@ -174,6 +214,11 @@ class PartitionLog:
         """Bring the in-memory view up to what other processes (or threads) published."""
         if self._closed:
             raise LogClosedError(f"partition {self.topic}-{self.partition} is closed")
+        if self._suspended:
+            self._state = PartitionState(os.path.join(self.directory, files.STATE))
+            self._suspended = False
+        if self._handles is not None:
+            self._handles.touch(self)
         seq = self._state.seq
         if seq == self._seq_seen:
             return
@@ -242,22 +287,9 @@ class PartitionLog:
         """Open an existing segment: trust the published size, load (or rebuild in memory) its indexes, and
         find its end offset by scanning from the last indexed batch."""
         seg = Segment(self.directory, base, self._cache)
-        seg.size = seg.file_size() if size is None else size
         interval = self.config.index_interval_bytes
-        if seg.size and seg.load_indexes(_MAX_REL):
-            last_ts = seg.time_index.last()
-            seg.max_timestamp = last_ts[0] if last_ts else -1
-            first = decode_header(seg.view(), 0)
-            seg.first_timestamp = first.max_timestamp
-            start = seg.tail_from_index()
-            seg.next_offset = (
-                base + seg.offset_index.entries["rel"][-1].item() if len(seg.offset_index) else base
-            )
-            seg.last_indexed_position = start
-            result = seg.scan(
-                start, seg.size, verify=False, index_interval=interval, after_offset=seg.next_offset
-            )
-        else:
+        result = seg.load_trusted(seg.file_size() if size is None else size, interval)
+        if result is None:
             result = seg.scan(0, seg.size, verify=False, index_interval=interval)
         if result.error is not None:
             raise result.error
@@ -596,7 +628,32 @@ class PartitionLog:
                     seg.close_fd()
                     seg.drop_map()
                     self._cache.forget(seg)
+                if not self._suspended:
+                    self._state.close()
+                if self._handles is not None:
+                    self._handles.forget(self)
+
+    def suspend(self) -> bool:
+        """Close this partition's descriptors until it is next used (False if it is busy right now)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._closed or self._suspended:
+                return True
+            if not self._flush_lock.acquire(blocking=False):
+                return False
+            try:
+                for seg in self._segments:
+                    seg.close_fd()
+                    seg.drop_map()
+                    self._cache.forget(seg)
                 self._state.close()
+                self._suspended = True
+                return True
+            finally:
+                self._flush_lock.release()
+        finally:
+            self._lock.release()
 
     def trim_unpublished_tail(self) -> None:
         """At a clean shutdown (no other process open): drop bytes past the published size of the active

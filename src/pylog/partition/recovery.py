@@ -87,11 +87,13 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
         seg.size = seg.file_size()
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         trusted = clean_shutdown or (next_base is not None and next_base <= point)
-        if trusted and seg.size and seg.load_indexes(0xFFFFFFFF):
-            result = seg.scan(0, seg.size, verify=False, index_interval=interval)
-            if result.error is None and result.end == seg.size:
+        if trusted:
+            fast = seg.load_trusted(seg.size, interval)
+            if fast is not None and fast.error is None and fast.end == seg.size:
                 segments.append(seg)
                 continue
+            seg = Segment(directory, base, cache)
+            seg.size = seg.file_size()
         result = seg.scan(0, seg.size, verify=True, index_interval=interval)
         report.segments_validated += 1
         report.batches_validated += result.batches
