@@ -336,19 +336,25 @@ class Consumer:
                 self._buffers[tp] = recs + self._buffers.get(tp, [])
         return out
 
-    def _fetch(self, tp: TopicPartition) -> list[ConsumerRecord]:
-        pos = self._positions.get(tp)
-        if pos is None:
-            pos = self._reset_position(tp)
+    def _read(self, tp: TopicPartition, pos: int, max_bytes: int) -> list[DecodedBatch]:
+        """Batches from ``pos``; an out-of-range position is reset by ``auto_offset_reset`` (the new position
+        is left in ``_positions``)."""
         plog = self._plog(tp)
         try:
-            batches = plog.read(pos, self.max_partition_fetch_bytes)
+            return plog.read(pos, max_bytes)
         except OffsetOutOfRangeError:
             if self.auto_offset_reset == "none":
                 raise
             self._positions[tp] = None
+            return plog.read(self._reset_position(tp), max_bytes)
+
+    def _fetch(self, tp: TopicPartition) -> list[ConsumerRecord]:
+        pos = self._positions.get(tp)
+        if pos is None:
             pos = self._reset_position(tp)
-            batches = plog.read(pos, self.max_partition_fetch_bytes)
+        self._positions[tp] = pos
+        batches = self._read(tp, pos, self.max_partition_fetch_bytes)
+        pos = self._positions[tp] or 0
         if not batches:
             return []
         records: list[ConsumerRecord] = []
@@ -402,6 +408,50 @@ class Consumer:
                         f"cannot deserialize the {what} of {tp.topic}-{tp.partition} offset {offsets[i]}: {exc}"
                     ) from exc
             raise
+
+    def poll_arrow(
+        self, timeout_ms: float = 0, max_bytes: int | None = None, include_headers: bool = False
+    ) -> dict[TopicPartition, Any]:
+        """Like :meth:`poll` but returns one ``pyarrow.RecordBatch`` per partition, built from the stored
+        columns without a Python loop per record (schema: :func:`pylog.arrow.arrow_schema`). Keys and values
+        are the stored bytes (no deserializer runs). Reads up to ``max_bytes`` per partition (default
+        ``max_partition_fetch_bytes``)."""
+        from pylog.arrow import batches_to_arrow
+
+        self._check()
+        limit = self.max_partition_fetch_bytes if max_bytes is None else max_bytes
+        clock = self.log.clock
+        deadline = clock.monotonic_ms() + max(timeout_ms, 0)
+        spins = 0
+        while True:
+            if self._group is not None:
+                self._group.poll()
+            else:
+                self._update_subscription_assignment()
+            out: dict[TopicPartition, Any] = {}
+            for tp in self._assignment:
+                if tp in self._paused:
+                    continue
+                self._positions[tp] = self.position(tp)
+                self._buffers.pop(tp, None)
+                batches = self._read(tp, self._positions[tp] or 0, limit)
+                if not batches:
+                    continue
+                start = self._positions[tp] or 0
+                rb = batches_to_arrow(
+                    tp.topic, tp.partition, batches, start_offset=start, include_headers=include_headers
+                )
+                self._positions[tp] = batches[-1].header.next_offset
+                if rb.num_rows:
+                    out[tp] = rb
+            if out:
+                return out
+            now = clock.monotonic_ms()
+            if now >= deadline:
+                return out
+            spins += 1
+            if spins > 200:
+                clock.sleep(min(0.001 * (spins - 200) / 50, 0.005, (deadline - now) / 1000))
 
     # -- iteration --------------------------------------------------------------------------------------
 

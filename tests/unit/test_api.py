@@ -294,3 +294,34 @@ def test_open_files_stay_bounded_with_many_partitions(log_dir: str) -> None:
         peak = max(peak, open_fds() - baseline)
     assert values == list(range(3000))
     assert peak <= 20 * 3 + 20 + 10, peak
+
+
+def test_poll_arrow_equals_poll(log: pylog.Log) -> None:
+    log.create_topic("t", partitions=3, segment_bytes=8192)
+    p = log.producer(value_serializer=None, batch_size=2000)
+    rng = np.random.default_rng(3)
+    for i in range(3000):
+        key = None if i % 7 == 0 else rng.bytes(int(rng.integers(0, 20)))
+        value = None if i % 13 == 0 and key is not None else rng.bytes(int(rng.integers(0, 200)))
+        p.send("t", value, key=key, headers=[("n", str(i).encode())] if i % 5 == 0 else None)
+    p.flush()
+    plain = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None)
+    expected = {(r.partition, r.offset): r for r in plain.iterate()}
+    arrow = log.consumer("t", auto_offset_reset="earliest", value_deserializer=None)
+    tp0 = TopicPartition("t", 0)
+    arrow.poll(max_records=5)  # the Arrow path continues exactly where poll() stopped
+    seen: dict[tuple[int, int], dict[str, object]] = {}
+    while True:
+        got = arrow.poll_arrow(max_bytes=3000, include_headers=True)
+        if not got:
+            break
+        for rb in got.values():
+            for row in rb.to_pylist():
+                seen[(row["partition"], row["offset"])] = row
+    assert min(o for (part, o) in seen if part == tp0.partition) == 5
+    for (part, off), row in seen.items():
+        rec = expected[(part, off)]
+        assert (row["key"], row["value"], row["topic"]) == (rec.key, rec.value, "t")
+        assert int(row["timestamp"].timestamp() * 1000) == rec.timestamp
+        assert [(h["key"], h["value"]) for h in row["headers"]] == list(rec.headers)
+    assert len(seen) == len(expected) - 5
