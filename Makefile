@@ -19,8 +19,8 @@ demo: $(STAMP)
 	$(PY) -m pylog.demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
+	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict src/pylog
