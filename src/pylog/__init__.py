@@ -17,7 +17,7 @@ from pylog import errors
 from pylog.clock import Clock, ManualClock, SystemClock
 from pylog.config import TopicConfig
 from pylog.consumer import Consumer
-from pylog.log import Log, open_log
+from pylog.log import Log, open_log, repair
 from pylog.producer import BatchResult, FutureRecordMetadata, Producer
 from pylog.structs import (
     ConsumerRecord,
@@ -51,4 +51,5 @@ __all__ = [
     "__version__",
     "errors",
     "open",
+    "repair",
 ]

@@ -52,7 +52,7 @@ from pylog.partition.segment import MapCache
 from pylog.record import crc32c
 from pylog.topic import Topic
 
-__all__ = ["Log", "open_log", "validate_topic_name"]
+__all__ = ["Log", "open_log", "repair", "validate_topic_name"]
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _MANIFEST = "manifest"
@@ -438,6 +438,45 @@ def _try_flock(fd: int, flags: int) -> bool:
         return True
     except BlockingIOError:
         return False
+
+
+def repair(path: str | os.PathLike[str]) -> dict[str, list[str]]:
+    """Truncate every partition of the log at ``path`` at its first invalid batch and report what was dropped.
+
+    This is the only operation that drops data below the durable point (for example a batch whose CRC fails
+    after a disk error); run :meth:`Log.verify` first to see what it would touch. It needs the directory to
+    itself: it raises :class:`LockError` while any process has the log open. Returns
+    ``{"topic-partition": [what was dropped, ...]}`` for the partitions it changed."""
+    from pylog.errors import LockError
+    from pylog.partition.recovery import repair_partition
+
+    root = os.path.abspath(os.fspath(path))
+    if not os.path.exists(os.path.join(root, _MANIFEST)):
+        raise UnknownTopicError(f"{root} is not a pylog directory (no manifest)")
+    open_fd = fs.FS.open(os.path.join(root, ".open.lock"), os.O_RDWR | os.O_CREAT)
+    shared_fd = fs.FS.open(os.path.join(root, ".lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(open_fd, fcntl.LOCK_EX)
+        if not _try_flock(shared_fd, fcntl.LOCK_EX | fcntl.LOCK_NB):
+            raise LockError(f"{root} is open in another process; close it before repair()")
+        manifest = _decode_manifest(fs.FS.read_file(os.path.join(root, _MANIFEST)), root)
+        out: dict[str, list[str]] = {}
+        for name, meta in sorted(manifest["topics"].items()):
+            compacted = "compact" in meta["config"].get("cleanup_policy", "delete")
+            for p in range(meta["partitions"]):
+                directory = os.path.join(root, f"{name}-{p}")
+                if os.path.isdir(directory):
+                    actions = repair_partition(directory, compacted)
+                    if actions:
+                        out[f"{name}-{p}"] = actions
+        marker = os.path.join(root, ".clean-shutdown")
+        if out and os.path.exists(marker):
+            fs.FS.unlink(marker)  # the next open revalidates and rebuilds the shared state
+            fs.FS.fsync_dir(root)
+        return out
+    finally:
+        fs.FS.close(shared_fd)
+        fs.FS.close(open_fd)
 
 
 def open_log(path: str | os.PathLike[str], *, clock: Clock | None = None, **defaults: Any) -> Log:

@@ -325,3 +325,41 @@ def test_poll_arrow_equals_poll(log: pylog.Log) -> None:
         assert int(row["timestamp"].timestamp() * 1000) == rec.timestamp
         assert [(h["key"], h["value"]) for h in row["headers"]] == list(rec.headers)
     assert len(seen) == len(expected) - 5
+
+
+def test_corruption_below_recovery_point_is_a_read_error_until_repair(log_dir: str) -> None:
+    with pylog.open(log_dir) as log:
+        log.create_topic("t", segment_bytes=4096)
+        p = log.producer(acks="all", batch_size=600)
+        for i in range(400):
+            p.send("t", {"i": i, "pad": "x" * 40})
+        p.flush()
+        plog = log.topic("t").partition(0)
+        segs = plog.segments
+        assert len(segs) >= 3
+        assert plog.recovery_point == plog.log_end_offset
+        victim = segs[1]
+        dropped_from = victim.base_offset
+    with open(victim.path, "r+b") as f:
+        f.seek(70)
+        byte = f.read(1)
+        f.seek(70)
+        f.write(bytes([byte[0] ^ 0x01]))
+    os.unlink(os.path.join(log_dir, ".clean-shutdown"))  # as after a power cut
+    with pylog.open(log_dir) as log:  # below the recovery point: not truncated, not revalidated at open
+        plog = log.topic("t").partition(0)
+        assert plog.log_end_offset == 400
+        with pytest.raises(errors.CorruptRecordError) as info:
+            plog.read(dropped_from)
+        assert info.value.position == 0
+        assert [b.offsets[0] for b in plog.read(0, 1)] == [0]
+        assert victim.path in log.verify()["t-0"][0]
+        with pytest.raises(errors.LockError):
+            pylog.repair(log_dir)
+    report = pylog.repair(log_dir)
+    assert list(report) == ["t-0"] and f"offsets >= {dropped_from}" in report["t-0"][0]
+    with pylog.open(log_dir) as log:
+        c = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        assert [r.value["i"] for r in c.iterate()] == list(range(dropped_from))
+        assert log.verify() == {}
+    assert pylog.repair(log_dir) == {}

@@ -34,7 +34,7 @@ from pylog.partition.segment import Segment
 if TYPE_CHECKING:
     from pylog.partition.log import PartitionLog, RecoveryReport
 
-__all__ = ["recover_partition", "rescan_active", "truncate_segments"]
+__all__ = ["recover_partition", "repair_partition", "rescan_active", "truncate_segments"]
 
 
 def _clean_directory(directory: str, report: RecoveryReport) -> list[int]:
@@ -186,3 +186,56 @@ def truncate_segments(plog: PartitionLog, offset: int) -> None:
     plog._bases = [s.base_offset for s in segments]
     point = min(plog.checkpoint.read(), seg.next_offset)
     plog.checkpoint.reset(point)
+
+
+def repair_partition(directory: str, compacted: bool) -> list[str]:
+    """Truncate a partition at its first invalid batch, wherever it is, and say what was dropped.
+
+    The only operation that may drop data below the recovery point. The caller must be alone with the log
+    directory. Returns one line per action taken (empty when the partition was intact)."""
+    from pylog.partition.segment import MapCache
+
+    actions: list[str] = []
+    bases = sorted(
+        p[0]
+        for p in map(files.parse_segment_name, fs.FS.listdir(directory))
+        if p and p[1] == files.LOG and not p[2]
+    )
+    cache = MapCache(4)
+    expected = -1
+    for i, base in enumerate(bases):
+        seg = Segment(directory, base, cache)
+        seg.size = seg.file_size()
+        result = seg.scan(0, seg.size, verify=True, after_offset=max(expected, base))
+        gap = expected >= 0 and base != expected and not compacted
+        if result.error is None and not gap:
+            expected = result.next_offset
+            continue
+        cut = 0 if gap else result.end
+        dropped_from = base if gap else result.next_offset
+        later = bases[i + 1 :]
+        lost = (
+            seg.size - cut + sum(os.path.getsize(files.segment_path(directory, b, files.LOG)) for b in later)
+        )
+        reason = "segment missing before it" if gap else str(result.error)
+        actions.append(
+            f"{seg.path}: dropped offsets >= {dropped_from} ({lost} bytes in {1 + len(later)} segment(s)): {reason}"
+        )
+        if cut == 0 and i > 0:
+            seg.delete_files()
+        else:
+            fd = seg.open_fd()
+            fs.FS.ftruncate(fd, cut)
+            fs.FS.fsync(fd)
+            seg.close_fd()
+            seg.size = cut
+            seg.scan(0, cut, verify=False)
+            seg.rewrite_indexes()
+        for b in later:
+            Segment(directory, b, cache).delete_files()
+        fs.FS.fsync_dir(directory)
+        from pylog.partition.checkpoint import RecoveryCheckpoint
+
+        RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT)).reset(dropped_from if cut else base)
+        break
+    return actions
