@@ -34,7 +34,7 @@ from pylog.errors import (
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
-from pylog.record import DecodedBatch
+from pylog.record import DecodedBatch, RecordLists, decode_lists
 from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 if TYPE_CHECKING:
@@ -348,25 +348,36 @@ class Consumer:
             self._positions[tp] = None
             return plog.read(self._reset_position(tp), max_bytes)
 
+    def _read_raw(self, tp: TopicPartition, pos: int, max_bytes: int) -> list[tuple[Any, int]]:
+        plog = self._plog(tp)
+        try:
+            return plog.read_raw(pos, max_bytes)
+        except OffsetOutOfRangeError:
+            if self.auto_offset_reset == "none":
+                raise
+            self._positions[tp] = None
+            return plog.read_raw(self._reset_position(tp), max_bytes)
+
     def _fetch(self, tp: TopicPartition) -> list[ConsumerRecord]:
         pos = self._positions.get(tp)
         if pos is None:
             pos = self._reset_position(tp)
         self._positions[tp] = pos
-        batches = self._read(tp, pos, self.max_partition_fetch_bytes)
+        raw = self._read_raw(tp, pos, self.max_partition_fetch_bytes)
         pos = self._positions[tp] or 0
-        if not batches:
+        if not raw:
             return []
+        batches = [decode_lists(buf, at) for buf, at in raw]
         records: list[ConsumerRecord] = []
         for b in batches:
             records.extend(self._records(tp, b, pos))
         self._positions[tp] = batches[-1].header.next_offset
         return records
 
-    def _records(self, tp: TopicPartition, b: DecodedBatch, start: int) -> list[ConsumerRecord]:
-        offsets = b.offsets.tolist()
-        keys = b.keys()
-        values = b.values()
+    def _records(self, tp: TopicPartition, b: RecordLists, start: int) -> list[ConsumerRecord]:
+        offsets = b.offsets
+        keys = b.keys
+        values = b.values
         ksizes = [-1 if k is None else len(k) for k in keys]
         vsizes = [-1 if v is None else len(v) for v in values]
         if self._key_deser is not None:
@@ -379,11 +390,11 @@ class Consumer:
                 repeat(tp.topic),
                 repeat(tp.partition),
                 offsets,
-                b.timestamps.tolist(),
+                b.timestamps,
                 repeat(b.header.timestamp_type),
                 keys,
                 values,
-                b.headers(),
+                b.headers,
                 ksizes,
                 vsizes,
             )

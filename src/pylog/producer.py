@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import operator
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,8 @@ _log = logging.getLogger("pylog.producer")
 _MSGPACK = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _DEFAULT: Any = object()
 _I64_MAX = 2**63 - 1
-_PER_RECORD = 8  # bytes of column overhead budgeted per record when cutting batches
+_PER_RECORD = 8
+_SENDER_GRACE_S = 0.0005  # bytes of column overhead budgeted per record when cutting batches
 
 
 def _default_key(key: Any) -> bytes:
@@ -511,6 +513,10 @@ class Producer:
                 break
             if self.linger_ms > 0:
                 self.log.clock.sleep(self.linger_ms / 1000.0)
+            else:
+                # A caller that waits on its future drains the queue itself at once; give it that chance
+                # instead of contending for the drain lock (and the GIL) at the same moment.
+                time.sleep(_SENDER_GRACE_S)
             try:
                 self._drain_all()
                 self._run_callbacks()

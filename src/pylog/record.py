@@ -78,6 +78,7 @@ __all__ = [
     "crc32c",
     "decode_batch",
     "decode_header",
+    "decode_lists",
     "encode_batch",
     "encode_headers",
 ]
@@ -105,6 +106,9 @@ _UNSIGNED: dict[int, np.dtype[Any]] = {
 _UNSIGNED4: dict[int, np.dtype[Any]] = {k: v for k, v in _UNSIGNED.items() if k <= 4}
 _SIGNED: dict[int, np.dtype[Any]] = {1: np.dtype("<i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
 _MAX_RECORDS: Final = 1 << 24
+_SMALL: Final = 32  # batches up to this many records are coded with struct alone (lower latency)
+_FMT_U: Final = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_FMT_S: Final = {1: "b", 2: "h", 4: "i"}
 
 crc32c = _crc32c.crc32c
 _ZSTD_C = _zstd.ZstdCompressor(level=3)
@@ -263,6 +267,20 @@ def encode_batch(
     ``offset_deltas`` (n increasing values from 0) is only given by compaction, which keeps offsets unchanged.
     """
     n = len(keys)
+    if n <= _SMALL and offset_deltas is None and compression == "none" and n:
+        return _encode_small(
+            base_offset,
+            keys,
+            values,
+            [int(t) for t in np.asarray(timestamps, dtype=np.int64).reshape(n).tolist()],
+            headers,
+            log_append_time,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            transactional,
+            control,
+        )
     key_lens = _lengths(keys)
     value_lens = _lengths(values)
     header_lens = None if headers is None or not any(headers) else _lengths(list(headers))
@@ -284,6 +302,73 @@ def encode_batch(
         transactional=transactional,
         control=control,
     )
+
+
+def _width_for(lens: list[int], signed: bool) -> int:
+    top = max(lens)
+    return _width_signed(top) if signed else min(_width_unsigned(top), 4)
+
+
+def _encode_small(
+    base_offset: int,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    timestamps: list[int],
+    headers: list[bytes] | None,
+    log_append_time: bool,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool,
+    control: bool,
+) -> bytes:
+    """:func:`encode_batch` for a few uncompressed records, with ``struct`` only (byte-identical output)."""
+    n = len(keys)
+    ts_min, ts_max = min(timestamps), max(timestamps)
+    ts_w = 0 if ts_min == ts_max else _width_unsigned(ts_max - ts_min)
+    key_lens = [-1 if k is None else len(k) for k in keys]
+    value_lens = [-1 if v is None else len(v) for v in values]
+    header_lens = [len(h) for h in headers] if headers is not None and any(headers) else None
+    key_w, value_w = _width_for(key_lens, True), _width_for(value_lens, True)
+    header_w = 0 if header_lens is None else _width_for(header_lens, False)
+    parts: list[bytes] = [LAYOUT.pack(ts_w, 0, key_w, value_w, header_w)]
+    if ts_w:
+        parts.append(struct.pack(f"<{n}{_FMT_U[ts_w]}", *[t - ts_min for t in timestamps]))
+    parts.append(struct.pack(f"<{n}{_FMT_S[key_w]}", *key_lens))
+    parts.append(struct.pack(f"<{n}{_FMT_S[value_w]}", *value_lens))
+    if header_lens is not None:
+        parts.append(struct.pack(f"<{n}{_FMT_U[header_w]}", *header_lens))
+    parts += [k for k in keys if k]
+    parts += [v for v in values if v]
+    if header_lens is not None and headers is not None:
+        parts += headers
+    payload = b"".join(parts)
+    attributes = (
+        (ATTR_LOG_APPEND_TIME if log_append_time else 0)
+        | (ATTR_TRANSACTIONAL if transactional else 0)
+        | (ATTR_CONTROL if control else 0)
+    )
+    head = bytearray(
+        HEADER.pack(
+            base_offset,
+            HEADER_SIZE + len(payload),
+            0,
+            MAGIC,
+            0,
+            attributes,
+            n - 1,
+            ts_min,
+            ts_max,
+            producer_id,
+            producer_epoch,
+            0,
+            base_sequence,
+            n,
+            len(payload),
+        )
+    )
+    struct.pack_into("<I", head, 12, crc32c(payload, crc32c(memoryview(head)[_CRC_START:])))
+    return bytes(head) + payload
 
 
 def encode_columns(
@@ -519,6 +604,101 @@ def _decode_columns(h: BatchHeader, payload: memoryview) -> DecodedBatch:
         header_offsets,
         header_data,
     )
+
+
+class RecordLists(NamedTuple):
+    """A batch's records as Python lists (what a per-record consumer needs)."""
+
+    header: BatchHeader
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[Sequence[tuple[str, bytes]]]
+
+
+def decode_lists(buf: bytes | memoryview | bytearray, position: int = 0) -> RecordLists:
+    """Decode the batch at ``position`` into Python lists, with the same checks as :func:`decode_batch`.
+
+    Small uncompressed batches are parsed with ``struct`` alone (numpy's per-call overhead dominates there,
+    which matters for latency); larger ones go through the vectorized decoder."""
+    h = decode_header(buf, position)
+    if h.record_count > _SMALL or h.attributes & ATTR_COMPRESSION_MASK:
+        b = decode_batch(buf, position)
+        return RecordLists(h, b.offsets.tolist(), b.timestamps.tolist(), b.keys(), b.values(), b.headers())
+    check_crc(buf, position, h)
+    payload = bytes(memoryview(buf)[position + HEADER_SIZE : position + h.batch_length])
+    if len(payload) != h.payload_length:
+        raise CorruptRecordError(f"payload length mismatch at position {position}", position=position)
+    try:
+        return _small_lists(h, payload)
+    except (CorruptRecordError, struct.error, KeyError) as exc:
+        raise CorruptRecordError(
+            f"invalid batch payload at position {position}: {exc}", position=position
+        ) from exc
+
+
+def _small_lists(h: BatchHeader, payload: bytes) -> RecordLists:
+    n = h.record_count
+    ts_w, delta_w, key_w, value_w, header_w = LAYOUT.unpack_from(payload, 0)
+    at = LAYOUT_SIZE
+
+    def column(width: int, fmt: dict[int, str]) -> list[int]:
+        nonlocal at
+        values = list(struct.unpack_from(f"<{n}{fmt[width]}", payload, at))
+        at += width * n
+        return values
+
+    if ts_w:
+        if ts_w not in _FMT_U:
+            raise CorruptRecordError(f"bad column width {ts_w}")
+        timestamps = [d + h.base_timestamp for d in column(ts_w, _FMT_U)]
+        if max(timestamps) != h.max_timestamp or min(timestamps) != h.base_timestamp:
+            raise CorruptRecordError("timestamps disagree with the batch header")
+    else:
+        if h.base_timestamp != h.max_timestamp:
+            raise CorruptRecordError("timestamps disagree with the batch header")
+        timestamps = [h.base_timestamp] * n
+    if delta_w:
+        if delta_w not in (1, 2, 4):
+            raise CorruptRecordError(f"bad column width {delta_w}")
+        deltas = column(delta_w, _FMT_U)
+        if (
+            deltas[0] != 0
+            or deltas[-1] != h.last_offset_delta
+            or any(b <= a for a, b in itertools.pairwise(deltas))
+        ):
+            raise CorruptRecordError("offset deltas are not increasing from 0 to last_offset_delta")
+        offsets = [d + h.base_offset for d in deltas]
+    else:
+        if h.last_offset_delta != n - 1:
+            raise CorruptRecordError("dense batch with wrong last_offset_delta")
+        offsets = list(range(h.base_offset, h.base_offset + n))
+    key_lens = column(key_w, _FMT_S)
+    value_lens = column(value_w, _FMT_S)
+    header_lens = column(header_w, {1: "B", 2: "H", 4: "I"}) if header_w else None
+    if min(key_lens) < -1 or min(value_lens) < -1:
+        raise CorruptRecordError("negative record length")
+    total = sum(k for k in key_lens if k > 0) + sum(v for v in value_lens if v > 0) + sum(header_lens or ())
+    if at + total != len(payload):
+        raise CorruptRecordError("record lengths do not add up to the payload length")
+    keys: list[bytes | None] = []
+    for k in key_lens:
+        keys.append(None if k < 0 else payload[at : at + k])
+        at += max(k, 0)
+    values: list[bytes | None] = []
+    for v in value_lens:
+        values.append(None if v < 0 else payload[at : at + v])
+        at += max(v, 0)
+    headers: list[Sequence[tuple[str, bytes]]]
+    if header_lens is None:
+        headers = [()] * n
+    else:
+        headers = []
+        for hl in header_lens:
+            headers.append(decode_headers(payload[at : at + hl]) if hl else ())
+            at += hl
+    return RecordLists(h, offsets, timestamps, keys, values, headers)
 
 
 def _offsets(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

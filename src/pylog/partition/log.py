@@ -154,6 +154,7 @@ class PartitionLog:
         self.report = RecoveryReport()
         self._handles = handles
         self._suspended = False
+        self._hint: tuple[int, int, int, int] | None = None
         self._state = PartitionState(os.path.join(directory, files.STATE))
         self.checkpoint = RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT))
         if recover or not self._state.initialized:
@@ -470,20 +471,65 @@ class PartitionLog:
             out: list[tuple[memoryview | bytes, int]] = []
             total = 0
             i = self._segment_index(offset)
-            while i < len(self._segments) and total < max_bytes:
+            last = len(self._segments) - 1
+            while i <= last and total < max_bytes:
                 seg = self._segments[i]
                 if seg.size == 0 or seg.next_offset <= offset:
                     i += 1
                     continue
-                first = seg.position_for(offset) if not out else 0
-                buf = seg.view()
-                for pos, h in _walk(buf, first, seg.size):
-                    out.append((buf, pos))
-                    total += h.batch_length
-                    if total >= max_bytes:
-                        break
+                first = 0
+                if not out:
+                    hint = self._hint
+                    if (
+                        hint is not None
+                        and hint[0] == offset
+                        and hint[1] == seg.base_offset
+                        and hint[3] == self._epoch
+                    ):
+                        first = hint[2]
+                    else:
+                        first = seg.position_for(offset)
+                pos = self._read_segment(seg, first, max_bytes - total, i == last, out)
+                total += pos - first
+                if pos < seg.size:  # budget used up inside this segment
+                    self._hint = (_next_of(out), seg.base_offset, pos, self._epoch)
+                    break
+                self._hint = (seg.next_offset, seg.base_offset, pos, self._epoch)
                 i += 1
             return out
+
+    def _read_segment(
+        self, seg: Segment, first: int, budget: int, active: bool, out: list[tuple[memoryview | bytes, int]]
+    ) -> int:
+        """Append whole batches of ``seg`` from file position ``first`` to ``out`` within ``budget`` bytes
+        (always at least one batch); returns the file position after the last batch taken.
+
+        A window is ``(buffer, shift, limit)``: file position ``p`` is ``buffer[p + shift]`` for
+        ``p < limit``."""
+        pos = first
+        window = _window(seg, pos, max(budget, HEADER_SIZE), active)
+        while pos < seg.size:
+            buf, shift, limit = window
+            if pos + HEADER_SIZE > limit:
+                raise CorruptRecordError(
+                    f"truncated batch header at position {pos}", path=seg.path, position=pos
+                )
+            length = struct.unpack_from("<i", buf, pos + shift + 8)[0]
+            if pos + length > limit and pos + length <= seg.size:
+                if pos > first:
+                    break
+                window = _window(seg, pos, length, active)
+                continue
+            try:
+                h = decode_header(buf, pos + shift, limit + shift)
+            except CorruptRecordError as exc:
+                exc.path, exc.position = seg.path, pos
+                raise
+            out.append((buf, pos + shift))
+            pos += h.batch_length
+            if pos - first >= budget:
+                break
+        return pos
 
     def batches(self, start_offset: int | None = None) -> Iterator[DecodedBatch]:
         """Every batch from ``start_offset`` (default: log start) to the current end, decoded and checked."""
@@ -681,6 +727,17 @@ def _compare_index(seg: Segment, rebuilt: Segment) -> list[str]:
         if len(raw) % derived.dtype.itemsize or not np.array_equal(on_disk, derived[: len(on_disk)]):
             out.append(f"{path}: {name} entries do not match the log (rebuildable)")
     return out
+
+
+def _window(seg: Segment, pos: int, length: int, active: bool) -> tuple[memoryview | bytes, int, int]:
+    buf, at = seg.read_range(pos, length, active=active)
+    shift = at - pos
+    return buf, shift, min(len(buf) - shift, seg.size)
+
+
+def _next_of(out: list[tuple[memoryview | bytes, int]]) -> int:
+    buf, pos = out[-1]
+    return BatchHeader._make(HEADER.unpack_from(buf, pos)).next_offset
 
 
 def _walk(buf: memoryview | bytes, pos: int, end: int) -> Iterator[tuple[int, BatchHeader]]:

@@ -97,6 +97,7 @@ class Segment:
         self.unflushed = False
         self._map: mmap.mmap | None = None
         self._map_size = 0
+        self._read_fd: int | None = None
         self._cache = cache
 
     def __repr__(self) -> str:
@@ -146,6 +147,26 @@ class Segment:
     def drop_map(self) -> None:
         self._map = None
         self._map_size = 0
+        if self._read_fd is not None:
+            fd, self._read_fd = self._read_fd, None
+            fs.FS.close(fd)
+
+    def read_range(self, start: int, length: int, *, active: bool) -> tuple[memoryview | bytes, int]:
+        """Bytes ``[start, start + length)`` (clamped to the published size) as ``(buffer, position of start in
+        buffer)``. A mapped range is a zero-copy view; the growing tail of the active segment is read with
+        ``pread`` instead of remapping the file on every append."""
+        end = min(self.size, start + length)
+        if end <= start:
+            return _EMPTY, 0
+        if self._map is not None and self._map_size >= end:
+            self._cache.touch(self)
+            return memoryview(self._map)[:end], start
+        if not active:
+            return self.view(), start
+        if self._read_fd is None:
+            self._read_fd = fs.FS.open(self.path, os.O_RDONLY)
+            self._cache.touch(self)
+        return fs.FS.pread(self._read_fd, end - start, start), 0
 
     def headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from ``start`` up to ``end``, bounds-checked, CRC not checked."""
@@ -259,14 +280,19 @@ class Segment:
             self.max_timestamp = -1
             self.first_timestamp = -1
             self.next_offset = self.base_offset
-        buf = self.view(end)
+        if start == 0:
+            buf: memoryview | bytes = self.view(end)
+            shift = 0
+        else:  # a tail: read just that range instead of remapping a growing file
+            buf, at = self.read_range(start, end - start, active=True)
+            shift = at - start
         pos, batches, expected = start, 0, max(after_offset, self.next_offset)
         error: CorruptRecordError | None = None
         while pos < end:
             try:
-                h = decode_header(buf, pos, end)
+                h = decode_header(buf, pos + shift, end + shift)
                 if verify:
-                    check_crc(buf, pos, h)
+                    check_crc(buf, pos + shift, h)
                 if h.base_offset < expected or h.last_offset_delta > 0x7FFFFFFF:
                     raise CorruptRecordError(
                         f"offsets not increasing at position {pos}: base {h.base_offset} < {expected}",
