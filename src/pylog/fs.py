@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from pylog.errors import DiskFullError, StorageError
 
-__all__ = ["FS", "FileSystem", "atomic_write", "install"]
+__all__ = ["FS", "FileSystem", "atomic_write", "install", "makedirs", "rmtree"]
 
 
 def _translate(exc: OSError, what: str, path: str | int) -> OSError:
@@ -170,3 +170,61 @@ def atomic_write(path: str, data: bytes) -> None:
         layer.close(fd)
     layer.rename(tmp, path)
     layer.fsync_dir(os.path.dirname(path) or ".")
+
+
+def makedirs(path: str) -> None:
+    """Create directory ``path`` and any missing parents through the active layer, durably: each parent is
+    fsynced after an entry was created in it. An existing directory is left alone."""
+    layer = FS
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            layer.mkdir(directory)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+            continue  # created concurrently by another process
+        layer.fsync_dir(os.path.dirname(directory) or ".")
+
+
+def rmtree(path: str, *, ignore_errors: bool = False) -> None:
+    """Remove the directory tree at ``path`` (children first) through the active layer.
+
+    Entries already gone are skipped. The removal is not durable by itself: fsync the parent directory when
+    it must survive a crash. With ``ignore_errors`` a :class:`StorageError` leaves the rest in place silently.
+    """
+    layer = FS
+    try:
+        names = layer.listdir(path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        if ignore_errors:
+            return
+        raise
+    for name in names:
+        full = os.path.join(path, name)
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                rmtree(full, ignore_errors=ignore_errors)
+            else:
+                layer.unlink(full)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            if not ignore_errors:
+                raise
+    try:
+        layer.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        if not ignore_errors:
+            raise

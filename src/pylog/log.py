@@ -28,7 +28,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import threading
 from collections.abc import Iterator
 from types import TracebackType
@@ -103,7 +102,7 @@ class Log:
         self._closed = False
         self._fork_generation = _FORK_GENERATION[0]
         self.recovery: dict[str, RecoveryReport] = {}
-        os.makedirs(self.path, exist_ok=True)
+        fs.makedirs(self.path)
         self._open_lock_fd = fs.FS.open(os.path.join(self.path, ".open.lock"), os.O_RDWR | os.O_CREAT)
         self._shared_fd = fs.FS.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT)
         try:
@@ -193,17 +192,20 @@ class Log:
         names = set(self._manifest["topics"])
         for entry in fs.FS.listdir(self.path):
             full = os.path.join(self.path, entry)
+            if entry.endswith(".tmp") and os.path.isfile(full):
+                fs.FS.unlink(full)  # an atomic_write that never reached its rename
+                continue
             if entry.endswith(".deleted") and os.path.isdir(full):
-                shutil.rmtree(full, ignore_errors=True)
+                fs.rmtree(full, ignore_errors=True)
                 continue
             m = re.match(r"^(.*)-(\d+)$", entry)
             if m and os.path.isdir(full) and m.group(1) not in names and self._manifest_stamp is not None:
-                shutil.rmtree(full, ignore_errors=True)
+                fs.rmtree(full, ignore_errors=True)
         for name, meta in self._manifest["topics"].items():
             config = TopicConfig.from_dict(meta["config"])
             for p in range(meta["partitions"]):
                 directory = os.path.join(self.path, f"{name}-{p}")
-                os.makedirs(directory, exist_ok=True)
+                fs.makedirs(directory)
                 plog = PartitionLog(
                     directory, name, p, config, self.clock, self.map_cache, recover=True, clean_shutdown=clean
                 )
@@ -273,7 +275,7 @@ class Log:
     def _create_partition_dir(self, name: str, p: int, cfg: TopicConfig) -> None:
         directory = os.path.join(self.path, f"{name}-{p}")
         if os.path.exists(directory):
-            shutil.rmtree(directory)  # leftover of a creation that never reached the manifest
+            fs.rmtree(directory)  # leftover of a creation that never reached the manifest
         fs.FS.mkdir(directory)
         plog = PartitionLog(directory, name, p, cfg, self.clock, self.map_cache, recover=True)
         plog.close(flush=False)
@@ -366,7 +368,7 @@ class Log:
                     fs.FS.rename(directory, directory + ".deleted")
             fs.FS.fsync_dir(self.path)
             for p in range(meta["partitions"]):
-                shutil.rmtree(os.path.join(self.path, f"{name}-{p}.deleted"), ignore_errors=True)
+                fs.rmtree(os.path.join(self.path, f"{name}-{p}.deleted"), ignore_errors=True)
 
     # -- clients ----------------------------------------------------------------------------------------
 

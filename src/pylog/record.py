@@ -106,11 +106,15 @@ _UNSIGNED: dict[int, np.dtype[Any]] = {
 _UNSIGNED4: dict[int, np.dtype[Any]] = {k: v for k, v in _UNSIGNED.items() if k <= 4}
 _SIGNED: dict[int, np.dtype[Any]] = {1: np.dtype("<i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
 _MAX_RECORDS: Final = 1 << 24
+_MAX_OFFSET: Final = (1 << 63) - 1
 _SMALL: Final = 32  # batches up to this many records are coded with struct alone (lower latency)
 _FMT_U: Final = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _FMT_S: Final = {1: "b", 2: "h", 4: "i"}
 
 crc32c = _crc32c.crc32c
+# the largest expansion each format can encode (deflate 1032:1, an lz4 length byte 255, a 4-byte zstd RLE block
+# 128 KiB): a payload_length beyond it is corrupt and is never allocated
+_MAX_RATIO: Final = {1: 1032, 3: 255, 4: 1 << 15}
 _ZSTD_C = _zstd.ZstdCompressor(level=3)
 _ZSTD_D = _zstd.ZstdDecompressor()
 _PACK = msgpack.Packer(use_bin_type=True).pack
@@ -462,6 +466,12 @@ def _compress(code: int, payload: bytes) -> bytes:
 
 
 def _decompress(code: int, body: bytes | memoryview, size: int) -> bytes:
+    if code not in _MAX_RATIO:
+        raise CorruptRecordError(f"unknown compression code {code}")
+    if size > _MAX_RATIO[code] * len(body) + 64:  # lz4 and zstd allocate the claimed size up front
+        raise CorruptRecordError(
+            f"payload length {size} is impossible for {len(body)} {_CODE_NAMES[code]} bytes"
+        )
     try:
         if code == 1:
             d = zlib.decompressobj(31)
@@ -506,7 +516,12 @@ def decode_header(
         raise CorruptRecordError(
             f"bad record count or offset delta at position {position}", position=position
         )
-    if h.base_offset < 0 or h.payload_length < LAYOUT_SIZE or h.max_timestamp < h.base_timestamp:
+    if (
+        h.base_offset < 0
+        or h.base_offset > _MAX_OFFSET - h.last_offset_delta
+        or h.payload_length < LAYOUT_SIZE
+        or h.max_timestamp < h.base_timestamp
+    ):
         raise CorruptRecordError(f"impossible header field values at position {position}", position=position)
     return h
 
@@ -553,14 +568,17 @@ def _column(payload: memoryview, at: int, width: int, n: int, table: dict[int, n
 def _decode_columns(h: BatchHeader, payload: memoryview) -> DecodedBatch:
     n = h.record_count
     ts_w, delta_w, key_w, value_w, header_w = LAYOUT.unpack_from(payload, 0)
+    # the fixed-width columns must fit before anything is allocated from the record count
+    if LAYOUT_SIZE + n * (ts_w + delta_w + key_w + value_w + header_w) > len(payload):
+        raise CorruptRecordError("columns run past the payload")
     at = LAYOUT_SIZE
     if ts_w:
         ts_deltas, at = _column(payload, at, ts_w, n, _UNSIGNED)
         if ts_w == 8 and (ts_deltas < 0).any():
             raise CorruptRecordError("timestamp delta overflows")
-        timestamps = ts_deltas + h.base_timestamp
-        if int(timestamps.max()) != h.max_timestamp or int(ts_deltas.min()) != 0:
+        if int(ts_deltas.max()) != h.max_timestamp - h.base_timestamp or int(ts_deltas.min()) != 0:
             raise CorruptRecordError("timestamps disagree with the batch header")
+        timestamps = ts_deltas + h.base_timestamp  # cannot overflow: every delta <= max - base
     else:
         if h.base_timestamp != h.max_timestamp:
             raise CorruptRecordError("timestamps disagree with the batch header")

@@ -13,8 +13,10 @@ Time index (``.timeindex``), 12-byte entries::
     8      4    u32  relative_offset   base offset of that batch minus the segment's base offset
 
 An offset-index entry is added for a batch when at least ``index_interval_bytes`` of log were written since the
-previous entry (and for the first batch). A time-index entry is added when a batch raises the segment's largest
-timestamp, so timestamps in the file are strictly increasing and the last entry is the segment's largest
+previous entry (and for the first batch). Beside each offset-index entry a time-index entry is added when the
+segment's largest timestamp grew since the previous time-index entry, and a roll adds one for the final largest
+timestamp, so timestamps in the file are strictly increasing, the largest timestamp is the last entry's or a
+later batch's (a reader scans from the last indexed batch), and the last entry of a rolled segment is its largest
 timestamp. Lookups: the greatest indexed batch whose base offset is <= the target, and for a time the batch
 after the last entry whose timestamp is < the target; the caller scans batch headers forward from there.
 
@@ -83,9 +85,14 @@ class SparseIndex:
 
     def floor_position(self, rel_offset: int) -> int:
         """Position of the greatest indexed batch with relative base offset <= ``rel_offset`` (0 if none)."""
+        return self.floor_entry(rel_offset)[1]
+
+    def floor_entry(self, rel_offset: int) -> tuple[int, int]:
+        """``(relative offset, position)`` of the greatest indexed batch with relative base offset <=
+        ``rel_offset`` (``(0, 0)``, the first batch, if none)."""
         rel = self._entries["rel"][: self._n]
         i = int(np.searchsorted(rel, rel_offset, side="right")) - 1
-        return int(self._entries["pos"][i]) if i >= 0 else 0
+        return (int(self._entries["rel"][i]), int(self._entries["pos"][i])) if i >= 0 else (0, 0)
 
     def time_floor_rel(self, timestamp: int) -> int:
         """Relative offset from which a scan for the first record with ts >= ``timestamp`` may start.

@@ -266,6 +266,8 @@ class PartitionLog:
             last = i == len(bases) - 1
             size = snap.active_size if last else None
             seg = known.get(base)
+            if seg is None and not last and _empty_file(files.segment_path(self.directory, base, files.LOG)):
+                continue  # left by a roll that failed before publishing it: holds nothing
             if seg is not None and seg.unflushed is False and seg.fd is not None and not last:
                 seg.close_fd()  # rolled by another process: this one no longer writes it
             want = size if size is not None else (seg.file_size() if seg is not None else 0)
@@ -287,7 +289,7 @@ class PartitionLog:
     def _open_segment(self, base: int, size: int | None) -> Segment:
         """Open an existing segment: trust the published size, load (or rebuild in memory) its indexes, and
         find its end offset by scanning from the last indexed batch."""
-        seg = Segment(self.directory, base, self._cache)
+        seg = Segment(self.directory, base, self._cache, dense=not self.config.compacted)
         interval = self.config.index_interval_bytes
         result = seg.load_trusted(seg.file_size() if size is None else size, interval)
         if result is None:
@@ -394,13 +396,22 @@ class PartitionLog:
             fs.FS.ftruncate(old.open_fd(), old.size)
         old.flush()
         old.close_fd()
-        seg = Segment(self.directory, old.next_offset, self._cache)
+        seg = Segment(self.directory, old.next_offset, self._cache, dense=not self.config.compacted)
         fd = fs.FS.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         seg.fd = fd
-        for path in (seg.index_path, seg.timeindex_path):
-            if os.path.exists(path):
-                fs.FS.unlink(path)
-        fs.FS.fsync_dir(self.directory)
+        try:
+            for path in (seg.index_path, seg.timeindex_path):
+                if os.path.exists(path):
+                    fs.FS.unlink(path)
+            fs.FS.fsync_dir(self.directory)
+        except OSError:
+            # never published: remove it, or appends that go on into the old segment would overlap it
+            try:
+                seg.close_fd()
+                fs.FS.unlink(seg.path)
+            except OSError:
+                pass  # an empty leftover is skipped by _load_layout and removed by recovery
+            raise
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         self._epoch += 1
@@ -440,8 +451,9 @@ class PartitionLog:
         self._unflushed_records = 0
         self._first_unflushed_ms = -1.0
         if target > self.flushed_offset:
-            self.flushed_offset = target
+            # only once the checkpoint is written too: a flush that raised never counts as done
             self._advance_recovery_point(target, sync=False)
+            self.flushed_offset = target
         return self.flushed_offset
 
     def _advance_recovery_point(self, point: int, *, sync: bool) -> None:
@@ -478,6 +490,7 @@ class PartitionLog:
                     i += 1
                     continue
                 first = 0
+                expect: tuple[int, bool] | None = (seg.base_offset, True)  # the segment's first batch
                 if not out:
                     hint = self._hint
                     if (
@@ -487,9 +500,11 @@ class PartitionLog:
                         and hint[3] == self._epoch
                     ):
                         first = hint[2]
+                        expect = (offset, False)  # continues the batch the previous read ended with
                     else:
                         first = seg.position_for(offset)
-                pos = self._read_segment(seg, first, max_bytes - total, i == last, out)
+                        expect = None  # checked by the index walk
+                pos = self._read_segment(seg, first, max_bytes - total, i == last, out, expect)
                 total += pos - first
                 if pos < seg.size:  # budget used up inside this segment
                     self._hint = (_next_of(out), seg.base_offset, pos, self._epoch)
@@ -499,21 +514,36 @@ class PartitionLog:
             return out
 
     def _read_segment(
-        self, seg: Segment, first: int, budget: int, active: bool, out: list[tuple[memoryview | bytes, int]]
+        self,
+        seg: Segment,
+        first: int,
+        budget: int,
+        active: bool,
+        out: list[tuple[memoryview | bytes, int]],
+        expect: tuple[int, bool] | None = None,
     ) -> int:
         """Append whole batches of ``seg`` from file position ``first`` to ``out`` within ``budget`` bytes
         (always at least one batch); returns the file position after the last batch taken.
 
+        The base offset is outside the CRC: each batch must continue the one before it (exactly in a dense
+        segment), and the first one must carry the base offset ``expect`` names (``(offset, exact)``).
+
         A window is ``(buffer, shift, limit)``: file position ``p`` is ``buffer[p + shift]`` for
         ``p < limit``."""
+        expected, exact = expect if expect is not None else (-1, False)
         pos = first
         window = _window(seg, pos, max(budget, HEADER_SIZE), active)
         while pos < seg.size:
             buf, shift, limit = window
             if pos + HEADER_SIZE > limit:
-                raise CorruptRecordError(
-                    f"truncated batch header at position {pos}", path=seg.path, position=pos
-                )
+                if limit >= seg.size:
+                    raise CorruptRecordError(
+                        f"truncated batch header at position {pos}", path=seg.path, position=pos
+                    )
+                if pos > first:  # the window ends inside this header: the budget is used up
+                    break
+                window = _window(seg, pos, max(budget, HEADER_SIZE), active)
+                continue
             length = struct.unpack_from("<i", buf, pos + shift + 8)[0]
             if pos + length > limit and pos + length <= seg.size:
                 if pos > first:
@@ -525,6 +555,17 @@ class PartitionLog:
             except CorruptRecordError as exc:
                 exc.path, exc.position = seg.path, pos
                 raise
+            if (
+                expected >= 0
+                and h.base_offset != expected
+                and (exact or seg.dense or h.base_offset < expected)
+            ):
+                raise CorruptRecordError(
+                    f"batch at position {pos} has base offset {h.base_offset}, expected {expected}",
+                    path=seg.path,
+                    position=pos,
+                )
+            expected, exact = h.next_offset, False
             out.append((buf, pos + shift))
             pos += h.batch_length
             if pos - first >= budget:
@@ -636,6 +677,8 @@ class PartitionLog:
             segments = list(self._segments)
         expected = segments[0].base_offset
         for seg in segments:
+            if expected < 0:  # the previous segment ended in a damaged batch: its end is unknown
+                expected = seg.base_offset
             buf = seg.view()
             pos = 0
             intact = True
@@ -647,15 +690,18 @@ class PartitionLog:
                 except (CorruptRecordError, UnsupportedFormatError) as exc:
                     problems.append(f"{seg.path}: position {pos}: {exc}")
                     intact = False
+                    expected = -1
                     break
-                if h.base_offset < expected:
+                if h.base_offset < expected or (seg.dense and h.base_offset != expected):
                     problems.append(
-                        f"{seg.path}: position {pos}: offset {h.base_offset} < expected {expected}"
+                        f"{seg.path}: position {pos}: offset {h.base_offset}, expected {expected}"
                     )
                 rebuilt._account(pos, h, self.config.index_interval_bytes, write=False)
                 expected = h.next_offset
                 pos += h.batch_length
             if intact:
+                if seg is not segments[-1]:
+                    rebuilt.add_final_time_entry()  # what the roll that sealed it added
                 problems.extend(_compare_index(seg, rebuilt))
         return problems
 
@@ -708,6 +754,13 @@ class PartitionLog:
         if active.file_size() > active.size:
             fd = active.open_fd()
             fs.FS.ftruncate(fd, active.size)
+
+
+def _empty_file(path: str) -> bool:
+    try:
+        return os.path.getsize(path) == 0
+    except FileNotFoundError:
+        return False
 
 
 def _compare_index(seg: Segment, rebuilt: Segment) -> list[str]:

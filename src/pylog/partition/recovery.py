@@ -81,18 +81,21 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
         fs.FS.fsync_dir(directory)
         bases = [0]
     point = plog.checkpoint.read()
+    dense = not plog.config.compacted
     segments: list[Segment] = []
     for i, base in enumerate(bases):
-        seg = Segment(directory, base, cache)
+        seg = Segment(directory, base, cache, dense=dense)
         seg.size = seg.file_size()
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         trusted = clean_shutdown or (next_base is not None and next_base <= point)
         if trusted:
             fast = seg.load_trusted(seg.size, interval)
-            if fast is not None and fast.error is None and fast.end == seg.size:
+            # a trusted segment must also end where the next one starts (not past it: see _drop_strays)
+            fits = next_base is None or fast is None or fast.next_offset <= next_base
+            if fast is not None and fast.error is None and fast.end == seg.size and fits:
                 segments.append(seg)
                 continue
-            seg = Segment(directory, base, cache)
+            seg = Segment(directory, base, cache, dense=dense)
             seg.size = seg.file_size()
         result = seg.scan(0, seg.size, verify=True, index_interval=interval)
         report.segments_validated += 1
@@ -122,8 +125,11 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
                 dead.delete_files()
                 report.segments_removed += 1
             break
+        if next_base is not None:
+            seg.add_final_time_entry()  # a rolled segment: as its roll left it
         seg.rewrite_indexes()
         segments.append(seg)
+    segments = _drop_strays(segments, report)
     _check_contiguous(segments, plog.config.compacted)
     plog._segments = segments
     plog._bases = [s.base_offset for s in segments]
@@ -137,6 +143,24 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
     if active.next_offset < point:
         plog.checkpoint.reset(active.next_offset)
     return report
+
+
+def _drop_strays(segments: list[Segment], report: RecoveryReport) -> list[Segment]:
+    """Delete empty segment files whose base offset lies inside the segment before them.
+
+    A roll creates the new (empty) segment file before publishing it; when it fails in between and cannot
+    remove the file, appends go on into the old segment, past the new file's base offset. Such a file holds
+    nothing (a published segment is never empty unless it is the last one and starts where the one before it
+    ends), so removing it loses no data."""
+    kept: list[Segment] = []
+    for seg in segments:
+        if kept and seg.size == 0 and seg.base_offset < kept[-1].next_offset:
+            report.problems.append(f"{seg.path}: empty, inside the previous segment (a failed roll)")
+            seg.delete_files()
+            report.segments_removed += 1
+            continue
+        kept.append(seg)
+    return kept
 
 
 def _check_contiguous(segments: list[Segment], compacted: bool) -> None:
@@ -204,7 +228,7 @@ def repair_partition(directory: str, compacted: bool) -> list[str]:
     cache = MapCache(4)
     expected = -1
     for i, base in enumerate(bases):
-        seg = Segment(directory, base, cache)
+        seg = Segment(directory, base, cache, dense=not compacted)
         seg.size = seg.file_size()
         result = seg.scan(0, seg.size, verify=True, after_offset=max(expected, base))
         gap = expected >= 0 and base != expected and not compacted

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pylog import fs
-from pylog.errors import CorruptIndexError, CorruptRecordError
+from pylog.errors import CorruptIndexError, CorruptRecordError, UnsupportedFormatError
 from pylog.partition import files
 from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex, check_offset_index, check_time_index
-from pylog.record import HEADER_SIZE, BatchHeader, check_crc, decode_header
+from pylog.record import HEADER_SIZE, BatchHeader, check_crc, crc32c, decode_header
 
 __all__ = ["MapCache", "ScanResult", "Segment"]
 
@@ -82,9 +83,10 @@ class ScanResult:
 class Segment:
     """A segment file set. ``size`` is the published (valid) byte size of the ``.log`` file."""
 
-    def __init__(self, directory: str, base_offset: int, cache: MapCache) -> None:
+    def __init__(self, directory: str, base_offset: int, cache: MapCache, *, dense: bool = False) -> None:
         self.directory = directory
         self.base_offset = base_offset
+        self.dense = dense  # offsets follow each other without gaps (not compacted): checked exactly
         self.path = files.segment_path(directory, base_offset, files.LOG)
         self.size = 0
         self.next_offset = base_offset
@@ -98,6 +100,7 @@ class Segment:
         self._map: mmap.mmap | None = None
         self._map_size = 0
         self._read_fd: int | None = None
+        self._index_tail_stale = False  # index files may hold entries of an append that failed
         self._cache = cache
 
     def __repr__(self) -> str:
@@ -180,38 +183,69 @@ class Segment:
 
     def position_for(self, offset: int) -> int:
         """Byte position of the first batch whose last offset is >= ``offset`` (``size`` if none)."""
-        start = self.offset_index.floor_position(offset - self.base_offset)
-        for pos, h in self.headers(start):
+        for pos, h in self._walk_from(offset - self.base_offset):
             if h.last_offset >= offset:
                 return pos
         return self.size
 
     def position_for_time(self, timestamp: int) -> int:
         """Byte position of the first batch whose max timestamp is >= ``timestamp`` (``size`` if none)."""
-        rel = self.time_index.time_floor_rel(timestamp)
-        start = self.offset_index.floor_position(rel)
-        for pos, h in self.headers(start):
+        for pos, h in self._walk_from(self.time_index.time_floor_rel(timestamp)):
             if h.max_timestamp >= timestamp:
                 return pos
         return self.size
 
+    def _walk_from(self, rel_offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Headers from the indexed batch at or before ``rel_offset`` on. The base offset is outside the CRC, so
+        each one is checked: the indexed batch must carry its entry's offset, and every later one must continue
+        its predecessor (exactly in a dense segment). A damaged offset is a CorruptRecordError, never a wrong
+        batch."""
+        rel, start = self.offset_index.floor_entry(rel_offset)
+        expected, exact = self.base_offset + rel, True
+        for pos, h in self.headers(start):
+            if h.base_offset != expected and (exact or self.dense or h.base_offset < expected):
+                raise CorruptRecordError(
+                    f"batch at position {pos} has base offset {h.base_offset}, expected {expected}",
+                    path=self.path,
+                    position=pos,
+                )
+            yield pos, h
+            expected, exact = h.next_offset, False
+
     # -- writing -----------------------------------------------------------------------------------------
 
     def append(self, batch: bytes, header: BatchHeader, index_interval: int) -> None:
-        """Write ``batch`` at the published size and index it. The caller publishes the new size."""
+        """Write ``batch`` at the published size and index it. The caller publishes the new size.
+
+        All or nothing: when writing the batch or its index entries fails, the in-memory state (end offset,
+        timestamps, index entries) is put back as it was before the error propagates, so the next append
+        reuses the same offsets and position."""
         fd = self.open_fd()
         position = self.size
+        saved = (
+            self.next_offset,
+            self.max_timestamp,
+            self.first_timestamp,
+            self.last_indexed_position,
+            len(self.offset_index),
+            len(self.time_index),
+        )
         try:
             fs.FS.pwrite(fd, batch, position)
+            self._account(position, header, index_interval, write=True)
         except OSError:
+            self.next_offset, self.max_timestamp, self.first_timestamp, self.last_indexed_position = saved[:4]
+            self.offset_index.truncate_entries(saved[4])
+            self.time_index.truncate_entries(saved[5])
+            self._index_tail_stale = True
             # bytes past the published size are garbage; trim them now so the file stays tidy.
             try:
                 fs.FS.ftruncate(fd, position)
+                self._trim_index_files()
             except OSError:
-                pass
+                pass  # retried before the next index write
             raise
         self.unflushed = True
-        self._account(position, header, index_interval, write=True)
         self.size = position + header.batch_length
 
     def _account(self, position: int, h: BatchHeader, index_interval: int, *, write: bool) -> None:
@@ -220,19 +254,39 @@ class Segment:
         if self.first_timestamp < 0:
             self.first_timestamp = h.max_timestamp
         rel = h.base_offset - self.base_offset
-        new_max = h.max_timestamp > self.max_timestamp
-        if new_max:
+        if h.max_timestamp > self.max_timestamp:
             self.max_timestamp = h.max_timestamp
         gap = position - self.last_indexed_position
         if self.last_indexed_position < 0 or (gap > 0 and gap >= index_interval):
             self.offset_index.append(rel, position)
             self.last_indexed_position = position
-            if new_max or not len(self.time_index):
+            last = self.time_index.last()
+            if (
+                last is None or last[0] < self.max_timestamp
+            ):  # the largest timestamp grew since the last entry
                 self.time_index.append(self.max_timestamp, rel)
             if write:
                 self.write_index_entries()
 
+    def _trim_index_files(self) -> None:
+        """Cut index files back to the entries already written for this segment, dropping entries a failed
+        append may have left behind them (a shorter prefix is always a valid sparse index)."""
+        for index, path in ((self.offset_index, self.index_path), (self.time_index, self.timeindex_path)):
+            try:
+                fd = fs.FS.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                keep = index.written * index.dtype.itemsize
+                if fs.FS.size(fd) > keep:
+                    fs.FS.ftruncate(fd, keep)
+            finally:
+                fs.FS.close(fd)
+        self._index_tail_stale = False
+
     def write_index_entries(self) -> None:
+        if self._index_tail_stale:
+            self._trim_index_files()
         for index, path in ((self.offset_index, self.index_path), (self.time_index, self.timeindex_path)):
             pending = index.pending_bytes()
             if not pending:
@@ -246,11 +300,15 @@ class Segment:
 
     def seal(self) -> None:
         """On roll: add the final time-index entry (the segment's largest timestamp) and write the indexes."""
+        self.add_final_time_entry()
+        self.write_index_entries()
+
+    def add_final_time_entry(self) -> None:
+        """In memory only: the time-index entry a roll adds for the segment's largest timestamp."""
         last = self.time_index.last()
         if self.max_timestamp >= 0 and (last is None or last[0] < self.max_timestamp):
             rel = self.offset_index.last()
             self.time_index.append(self.max_timestamp, rel[0] if rel else 0)
-        self.write_index_entries()
 
     def flush(self) -> None:
         """fsync the log and both indexes (a failed fsync raises; nothing is marked flushed)."""
@@ -269,11 +327,19 @@ class Segment:
     # -- loading, validation, index rebuild ---------------------------------------------------------------
 
     def scan(
-        self, start: int, end: int, *, verify: bool, index_interval: int = 4096, after_offset: int = -1
+        self,
+        start: int,
+        end: int,
+        *,
+        verify: bool,
+        index_interval: int = 4096,
+        after_offset: int = -1,
+        fresh: bool | None = None,
     ) -> ScanResult:
         """Walk batches from ``start`` to ``end``; with ``verify`` check CRCs too. Stops at the first invalid
-        batch (``error`` set) and re-accounts every valid batch into fresh indexes when ``start`` is 0."""
-        if start == 0:
+        batch (``error`` set) and re-accounts every valid batch into fresh indexes when ``fresh`` (default:
+        when ``start`` is 0)."""
+        if start == 0 if fresh is None else fresh:
             self.offset_index = SparseIndex(OFFSET_ENTRY)
             self.time_index = SparseIndex(TIME_ENTRY)
             self.last_indexed_position = -1
@@ -290,12 +356,20 @@ class Segment:
         error: CorruptRecordError | None = None
         while pos < end:
             try:
-                h = decode_header(buf, pos + shift, end + shift)
+                try:
+                    h = decode_header(buf, pos + shift, end + shift)
+                except UnsupportedFormatError as exc:
+                    raise _unless_intact(buf, pos + shift, end + shift, exc, pos) from exc
                 if verify:
                     check_crc(buf, pos + shift, h)
-                if h.base_offset < expected or h.last_offset_delta > 0x7FFFFFFF:
+                if (
+                    h.base_offset < expected
+                    or (self.dense and h.base_offset != expected)
+                    or h.last_offset_delta > 0x7FFFFFFF
+                ):
                     raise CorruptRecordError(
-                        f"offsets not increasing at position {pos}: base {h.base_offset} < {expected}",
+                        f"offsets not {'contiguous' if self.dense else 'increasing'} at position {pos}: "
+                        f"base {h.base_offset}, expected {expected}",
                         position=pos,
                     )
             except CorruptRecordError as exc:
@@ -315,8 +389,9 @@ class Segment:
             oraw = _read_or_empty(self.index_path)
             traw = _read_or_empty(self.timeindex_path)
             oe = check_offset_index(oraw, max(self.size, 1), max_rel, self.index_path)
-            te = check_time_index(traw, max_rel, self.timeindex_path)
-            if self.size and not len(oe):
+            # every time entry names an indexed batch, so none lies beyond the last offset entry
+            te = check_time_index(traw, int(oe["rel"][-1]) if len(oe) else 0, self.timeindex_path)
+            if self.size and not (len(oe) and len(te)):
                 raise CorruptIndexError("index is empty for a non-empty segment")
             if len(oe):
                 h = decode_header(self.view(), int(oe["pos"][-1]))
@@ -340,13 +415,21 @@ class Segment:
             return None
         last_ts = self.time_index.last()
         self.max_timestamp = last_ts[0] if last_ts else -1
-        self.first_timestamp = decode_header(self.view(), 0).max_timestamp
+        try:
+            self.first_timestamp = decode_header(self.view(), 0).max_timestamp
+        except CorruptRecordError:
+            return None  # the caller revalidates the segment
         last = self.offset_index.last()
         start = last[1] if last else 0
         self.next_offset = self.base_offset + (last[0] if last else 0)
         self.last_indexed_position = start
         return self.scan(
-            start, size, verify=False, index_interval=index_interval, after_offset=self.next_offset
+            start,
+            size,
+            verify=False,
+            index_interval=index_interval,
+            after_offset=self.next_offset,
+            fresh=False,
         )
 
     def rewrite_indexes(self) -> None:
@@ -378,6 +461,19 @@ class Segment:
                     fs.FS.unlink(path)
                 except FileNotFoundError:
                     pass
+
+
+def _unless_intact(
+    buf: memoryview | bytes, at: int, limit: int, exc: UnsupportedFormatError, pos: int
+) -> CorruptRecordError:
+    """A batch claiming a newer format version is real only if it is intact: it fits before ``limit`` and its
+    CRC (which covers the version byte) matches. Then ``exc`` is re-raised; otherwise the bytes are a torn or
+    garbage write and are reported as corruption, like any other invalid batch."""
+    length, crc = struct.unpack_from("<iI", buf, at + 8)
+    fits = HEADER_SIZE <= length <= limit - at
+    if fits and crc32c(memoryview(buf)[at + 16 : at + length]) == crc:
+        raise exc
+    return CorruptRecordError(f"invalid batch at position {pos}: {exc}", position=pos)
 
 
 def _read_or_empty(path: str) -> bytes:
