@@ -1,0 +1,1 @@
+"""Consumer groups: membership, generations, committed offsets and partition assignment."""

@@ -1,0 +1,311 @@
+"""Invariants of the partition assignors over random groups (after kafka-python's validity and balance check).
+
+Groups have 1-20 members, 1-5 topics of 1-50 partitions, random (or identical) subscriptions, sometimes a
+subscribed topic that does not exist, static members, and random prior ownership: overlapping claims from
+different and equal generations, claims on unsubscribed topics and on partitions that no longer exist.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pylog.groups.assignors import (
+    ASSIGNORS,
+    Assignment,
+    Assignor,
+    CooperativeStickyAssignor,
+    RangeAssignor,
+    StickyAssignor,
+    Subscription,
+)
+from pylog.structs import TopicPartition
+
+SETTINGS = settings(max_examples=100, deadline=None)
+MISSING_TOPIC = "gone"  # subscribed to by some members, absent from partitions_per_topic
+
+
+@dataclass(frozen=True)
+class Group:
+    partitions_per_topic: dict[str, int]
+    subscriptions: dict[str, Subscription]
+
+    def with_subscriptions(self, subscriptions: dict[str, Subscription]) -> Group:
+        return replace(self, subscriptions=subscriptions)
+
+    def topic_partitions(self, topics: frozenset[str] | set[str]) -> set[TopicPartition]:
+        return {
+            TopicPartition(topic, p)
+            for topic in topics
+            if topic in self.partitions_per_topic
+            for p in range(self.partitions_per_topic[topic])
+        }
+
+    def is_uniform(self) -> bool:
+        return len({s.topics & set(self.partitions_per_topic) for s in self.subscriptions.values()}) <= 1
+
+
+@st.composite
+def groups(
+    draw: st.DrawFn,
+    *,
+    uniform: bool = False,
+    owned: bool = True,
+    max_members: int = 20,
+    max_topics: int = 5,
+    max_partitions: int = 50,
+) -> Group:
+    """A random group; with ``uniform`` every member subscribes to the same (existing) topics."""
+    topic_count = draw(st.integers(1, max_topics))
+    partitions_per_topic = {f"t{i}": draw(st.integers(1, max_partitions)) for i in range(topic_count)}
+    names = sorted(partitions_per_topic)
+    member_ids = draw(
+        st.lists(st.text("abcxyz", min_size=1, max_size=3), min_size=1, max_size=max_members, unique=True)
+    )
+    common = draw(st.frozensets(st.sampled_from(names), min_size=1))
+    rng = draw(st.randoms(use_true_random=False))
+    claimable = [TopicPartition(t, p) for t in names for p in range(partitions_per_topic[t])]
+    claimable += [TopicPartition(names[0], 999), TopicPartition(MISSING_TOPIC, 0)]
+    fair_share = len(claimable) // len(member_ids) + 2
+    subscriptions = {}
+    for member_id in member_ids:
+        if uniform:
+            topics = common | ({MISSING_TOPIC} if rng.random() < 0.2 else set())
+        else:
+            topics = frozenset(t for t in [*names, MISSING_TOPIC] if rng.random() < 0.6)
+        claims = rng.sample(claimable, rng.randint(0, min(len(claimable), 2 * fair_share))) if owned else []
+        instance_id = f"i-{rng.randint(0, 9)}" if rng.random() < 0.3 else None
+        subscriptions[member_id] = Subscription(topics, tuple(claims), rng.randint(-1, 3), instance_id)
+    return Group(partitions_per_topic, subscriptions)
+
+
+# --- the invariants -----------------------------------------------------------------------------------------
+
+
+def verify_validity(group: Group, assignment: Assignment, *, complete: bool) -> None:
+    """Every member present, lists sorted, only subscribed existing partitions, none twice; with ``complete``
+    (eager assignors) every partition of a subscribed topic is assigned."""
+    assert set(assignment) == set(group.subscriptions)
+    seen: Counter[TopicPartition] = Counter()
+    for member_id, partitions in assignment.items():
+        assert partitions == sorted(set(partitions)), "sorted, without duplicates"
+        assert set(partitions) <= group.topic_partitions(group.subscriptions[member_id].topics)
+        seen.update(partitions)
+    assert all(n == 1 for n in seen.values()), "a partition assigned to two members"
+    if complete:
+        subscribed = set().union(*(s.topics for s in group.subscriptions.values()))
+        assert set(seen) == group.topic_partitions(subscribed)
+
+
+def verify_balance(group: Group, assignment: Assignment) -> None:
+    """kafka-python's balance criterion: a member with 2+ more partitions than another holds no partition of a
+    topic the other subscribes to (otherwise moving one would improve the balance)."""
+    for member_id, partitions in assignment.items():
+        for other_id, other in assignment.items():
+            if len(partitions) > len(other) + 1:
+                topics = {tp.topic for tp in partitions}
+                assert not topics & group.subscriptions[other_id].topics, (member_id, other_id)
+
+
+def verify_best_balance(group: Group, assignment: Assignment) -> None:
+    """No cost-reducing path: no member reaches a member with 2+ fewer partitions through steps "holds a
+    partition of a topic the next one subscribes to". By Harvey et al. (2003) the sum of squared counts is
+    then minimal. This implies kafka-python's criterion (the one-step paths)."""
+    counts = {m: len(parts) for m, parts in assignment.items()}
+    held = {m: {tp.topic for tp in parts} for m, parts in assignment.items()}
+    for start in assignment:
+        reached, frontier = {start}, [start]
+        while frontier:
+            member = frontier.pop()
+            for other, subscription in group.subscriptions.items():
+                if other not in reached and held[member] & subscription.topics:
+                    reached.add(other)
+                    frontier.append(other)
+        lightest = min(reached, key=counts.__getitem__)
+        assert counts[start] <= counts[lightest] + 1, f"{start} could shift a partition to {lightest}"
+
+
+def spread(counts: Mapping[str, int] | list[int]) -> int:
+    values = list(counts.values()) if isinstance(counts, Mapping) else counts
+    return max(values) - min(values) if values else 0
+
+
+def next_generation(group: Group, assignment: Assignment) -> Group:
+    """The group after every member took up ``assignment`` (what a member reports after a rebalance)."""
+    generation = max(s.generation for s in group.subscriptions.values()) + 1
+    return group.with_subscriptions(
+        {
+            m: replace(s, owned=tuple(assignment[m]), generation=generation)
+            for m, s in group.subscriptions.items()
+        }
+    )
+
+
+def verify_no_partition_taken_from_a_holder(group: Group, assignment: Assignment) -> None:
+    """A partition new to a member must not be held (claimed in ``owned``) by any other member right now."""
+    for member_id, partitions in assignment.items():
+        for tp in set(partitions) - set(group.subscriptions[member_id].owned):
+            holders = [m for m, s in group.subscriptions.items() if m != member_id and tp in s.owned]
+            assert not holders, f"{tp} given to {member_id} while {holders} still hold it"
+
+
+# --- properties ---------------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(groups())
+def test_every_assignor_is_valid_and_deterministic(group: Group) -> None:
+    for cls in ASSIGNORS.values():
+        assignor: Assignor = cls()
+        result = assignor.assign(group.partitions_per_topic, group.subscriptions)
+        verify_validity(group, result, complete=cls.protocol == "eager")
+        reordered = dict(reversed(group.subscriptions.items()))
+        assert assignor.assign(group.partitions_per_topic, reordered) == result
+
+
+@SETTINGS
+@given(groups(uniform=True))
+def test_uniform_subscriptions_are_balanced(group: Group) -> None:
+    ppt, subscriptions = group.partitions_per_topic, group.subscriptions
+    for cls in ASSIGNORS.values():
+        if cls.protocol != "eager":
+            continue  # the cooperative result is balanced after its follow-up rebalance (tested below)
+        result = cls().assign(ppt, subscriptions)
+        verify_validity(group, result, complete=True)
+        if cls is RangeAssignor:  # range balances each topic on its own
+            for topic in ppt:
+                per_topic = {m: sum(tp.topic == topic for tp in parts) for m, parts in result.items()}
+                if topic in next(iter(subscriptions.values())).topics:
+                    assert spread(per_topic) <= 1, topic
+        else:
+            assert spread({m: len(parts) for m, parts in result.items()}) <= 1, cls.name
+
+
+@SETTINGS
+@given(groups())
+def test_sticky_is_balanced_for_any_subscriptions(group: Group) -> None:
+    result = StickyAssignor().assign(group.partitions_per_topic, group.subscriptions)
+    verify_validity(group, result, complete=True)
+    verify_balance(group, result)
+    verify_best_balance(group, result)
+
+
+@settings(max_examples=100, deadline=None)
+@given(groups(max_members=4, max_topics=3, max_partitions=5))
+def test_sticky_balance_matches_brute_force_on_small_groups(group: Group) -> None:
+    result = StickyAssignor().assign(group.partitions_per_topic, group.subscriptions)
+    members = sorted(group.subscriptions)
+    subscribed = set().union(*(s.topics for s in group.subscriptions.values()))
+    # Every reachable vector of counts, by placing the partitions one at a time on any subscriber.
+    states = {tuple(0 for _ in members)}
+    for tp in sorted(group.topic_partitions(subscribed)):
+        eligible = [i for i, m in enumerate(members) if tp.topic in group.subscriptions[m].topics]
+        states = {(*state[:i], state[i] + 1, *state[i + 1 :]) for state in states for i in eligible}
+    counts = [len(result[m]) for m in members]
+    assert sum(c * c for c in counts) == min(sum(c * c for c in state) for state in states)
+    assert max(counts) == min(max(state) for state in states)
+
+
+@SETTINGS
+@given(groups())
+def test_sticky_keeps_a_balanced_assignment_as_it_is(group: Group) -> None:
+    first = StickyAssignor().assign(group.partitions_per_topic, group.subscriptions)
+    again = StickyAssignor().assign(group.partitions_per_topic, next_generation(group, first).subscriptions)
+    assert again == first
+
+
+@SETTINGS
+@given(groups(uniform=True, owned=False), st.data())
+def test_sticky_member_leaving_moves_only_its_partitions(group: Group, data: st.DataObject) -> None:
+    ppt = group.partitions_per_topic
+    before = StickyAssignor().assign(ppt, group.subscriptions)
+    members = sorted(before)
+    if len(members) < 2:
+        return
+    leaving = data.draw(st.sampled_from(members))
+    survivors = next_generation(group, before).subscriptions
+    del survivors[leaving]
+    after = StickyAssignor().assign(ppt, survivors)
+    verify_validity(group.with_subscriptions(survivors), after, complete=True)
+    assert spread({m: len(p) for m, p in after.items()}) <= 1
+    for member_id, partitions in after.items():
+        assert set(before[member_id]) <= set(partitions), f"{member_id} lost a partition"
+    moved = {tp for m, parts in after.items() for tp in parts if tp not in before[m]}
+    assert moved == set(before[leaving])
+
+
+@SETTINGS
+@given(groups(uniform=True, owned=False), st.text("abcxyz", min_size=1, max_size=4))
+def test_sticky_member_joining_moves_the_minimum(group: Group, newcomer: str) -> None:
+    ppt = group.partitions_per_topic
+    if newcomer in group.subscriptions:
+        return
+    before = StickyAssignor().assign(ppt, group.subscriptions)
+    joined = next_generation(group, before).subscriptions
+    joined[newcomer] = Subscription(next(iter(joined.values())).topics)
+    after = StickyAssignor().assign(ppt, joined)
+    verify_validity(group.with_subscriptions(joined), after, complete=True)
+    assert spread({m: len(p) for m, p in after.items()}) <= 1
+    moved = sum(len(set(before[m]) - set(after[m])) for m in before)
+    # Fewest moves any balanced assignment allows: with P partitions over N members, each holds P // N or one
+    # more, and exactly P % N hold one more, so member i keeps at most min(c_i, quota_i) of its c_i
+    # partitions; the larger quota only helps members that hold more than P // N.
+    total, members = sum(len(p) for p in before.values()), len(joined)
+    low, extra = divmod(total, members)
+    counts = [len(p) for p in before.values()]
+    can_keep = sum(min(c, low) for c in counts) + min(extra, sum(c > low for c in counts))
+    assert moved == total - can_keep
+    assert len(after[newcomer]) == moved  # what moved went to the newcomer; nobody else gained
+    for member_id in before:
+        assert set(after[member_id]) <= set(before[member_id])
+
+
+@SETTINGS
+@given(groups())
+def test_cooperative_converges_in_two_rebalances_without_double_ownership(group: Group) -> None:
+    ppt = group.partitions_per_topic
+    cooperative = CooperativeStickyAssignor()
+
+    # Phase 1: the sticky target minus partitions another member must revoke first.
+    target = StickyAssignor().assign(ppt, group.subscriptions)
+    first = cooperative.assign(ppt, group.subscriptions)
+    verify_validity(group, first, complete=False)
+    verify_no_partition_taken_from_a_holder(group, first)
+    for member_id, partitions in first.items():
+        assert set(partitions) <= set(target[member_id])
+        for tp in set(target[member_id]) - set(partitions):
+            assert any(tp in s.owned for m, s in group.subscriptions.items() if m != member_id)
+
+    # Phase 2: members revoked what phase 1 did not give them and took up the rest.
+    after_first = next_generation(group, first)
+    second = cooperative.assign(ppt, after_first.subscriptions)
+    verify_no_partition_taken_from_a_holder(after_first, second)
+    assert second == StickyAssignor().assign(ppt, after_first.subscriptions), "something still held back"
+    verify_validity(group, second, complete=True)
+    verify_best_balance(group, second)
+    if group.is_uniform():
+        assert spread({m: len(p) for m, p in second.items()}) <= 1
+
+    # Converged: a third rebalance changes nothing.
+    assert cooperative.assign(ppt, next_generation(after_first, second).subscriptions) == second
+
+
+def test_generated_groups_cover_the_interesting_cases() -> None:
+    """Guard the generator: it must produce contested claims, stale claims and different subscriptions."""
+    seen: Counter[str] = Counter()
+
+    @settings(max_examples=100, deadline=None)
+    @given(groups())
+    def sample(group: Group) -> None:
+        claims = Counter(tp for s in group.subscriptions.values() for tp in s.owned)
+        seen["contested"] += any(n > 1 for n in claims.values())
+        seen["non-uniform"] += not group.is_uniform()
+        seen["missing topic"] += any(MISSING_TOPIC in s.topics for s in group.subscriptions.values())
+        seen["static"] += any(s.group_instance_id for s in group.subscriptions.values())
+
+    sample()
+    assert all(seen[key] > 0 for key in ("contested", "non-uniform", "missing topic", "static")), seen
