@@ -1,0 +1,266 @@
+"""``pylog consume TOPIC``: print records (like ``kafka-console-consumer``).
+
+Where to start: the log end (new records only) by default; ``--from-beginning`` for the log start;
+``--partition P --offset O`` for an exact place (``O`` may also be ``earliest`` or ``latest``). With
+``--group G`` the group's committed offsets are used (``--from-beginning`` then applies only where the group
+has none), and positions are committed on exit.
+
+When to stop: after ``--max-messages N`` records; otherwise, without ``--follow``, once every partition is
+caught up (waiting ``--timeout-ms`` for more first, if given); with ``--follow``, on Ctrl-C or SIGTERM, or after
+``--timeout-ms`` without a new record.
+
+Text output is, per record, the selected fields separated by tabs: ``CreateTime:<ms>``, ``Partition:<p>``,
+``Offset:<o>``, headers ``k:v,k2:v2`` (or ``NO_HEADERS``), the key (``null`` if none), then the value.
+``--format json`` (or ``--json``) prints one JSON object per record with every field.
+
+How keys, values and header values are shown, named per record in JSON (``key_encoding``, ``value_encoding``):
+keys and header values as UTF-8 text, or base64 when they are not valid UTF-8. Values (``--value-format
+auto``): decoded from msgpack (pylog's default serializer) and shown as JSON when the whole value is one
+msgpack object, else as UTF-8 text, else base64. A raw value of a single ASCII character is also a valid
+msgpack integer (``b"5"`` is 53): use ``--value-format text`` for raw text values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+from pylog.cli._common import (
+    VALUE_FORMATS,
+    CliError,
+    Parents,
+    Unavailable,
+    UsageError,
+    json_line,
+    note,
+    open_log,
+    render_bytes,
+    render_value,
+    value_text,
+    want_json,
+)
+from pylog.errors import CorruptRecordError
+from pylog.structs import ConsumerRecord, TopicPartition
+
+if TYPE_CHECKING:
+    from pylog.cli._common import Subparsers
+    from pylog.log import Log
+
+__all__ = ["register"]
+
+_GROUP_JOIN_WAIT_MS = 30_000
+
+
+def register(sub: Subparsers, parents: Parents) -> None:
+    p = sub.add_parser(
+        "consume",
+        parents=parents.base,
+        help="print records of a topic",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
+    p.add_argument("--partition", type=int, metavar="P", help="only partition P")
+    p.add_argument(
+        "--offset", metavar="O", help="start at offset O (an int, earliest or latest); needs --partition"
+    )
+    p.add_argument("--group", metavar="G", help="consume as a member of consumer group G")
+    p.add_argument("--max-messages", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--follow", action="store_true", help="keep waiting for new records until Ctrl-C")
+    p.add_argument("--timeout-ms", type=int, metavar="MS", help="stop after MS ms without a new record")
+    for field in ("key", "offset", "partition", "timestamp", "headers"):
+        p.add_argument(f"--print-{field}", action="store_true", help=f"print the record's {field}")
+    p.add_argument("--format", choices=["text", "json"], help="text (default) or json: one object per record")
+    p.add_argument(
+        "--value-format",
+        choices=VALUE_FORMATS,
+        default="auto",
+        help="how values are shown: auto (msgpack, else UTF-8 text, else base64), msgpack, text, base64, hex",
+    )
+    p.set_defaults(func=consume)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.offset is not None and args.partition is None:
+        raise UsageError("--offset needs --partition")
+    if args.group is not None and (args.partition is not None or args.offset is not None):
+        raise UsageError("--group cannot be combined with --partition or --offset")
+    if args.max_messages is not None and args.max_messages < 1:
+        raise UsageError("--max-messages must be >= 1")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise UsageError("--timeout-ms must be >= 0")
+
+
+def consume(args: argparse.Namespace) -> int:
+    _check_args(args)
+    printer = _Printer(args, sys.stdout)
+    with open_log(args) as log, _stop_on_sigterm():
+        log.topic(args.topic)
+        consumer = _consumer(log, args)
+        try:
+            _loop(consumer, args, printer)
+        except KeyboardInterrupt:
+            pass
+        except CorruptRecordError as exc:
+            raise CliError(f"reading {args.topic}: {exc} (run 'pylog verify' for a report)") from exc
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                sys.stdout.flush()
+            consumer.close()
+    if sys.stderr.isatty():
+        note(f"Processed a total of {printer.count} messages")
+    return 0
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM stops the consumer like Ctrl-C, so the log is closed cleanly and the group commits."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _consumer(log: Log, args: argparse.Namespace) -> Any:
+    reset = "earliest" if args.from_beginning else "latest"
+    raw = {"key_deserializer": None, "value_deserializer": None}
+    if args.group is not None:
+        try:
+            return log.consumer(args.topic, group_id=args.group, auto_offset_reset=reset, **raw)
+        except ImportError as exc:
+            raise Unavailable(f"consumer groups are not available in this version of pylog ({exc})") from exc
+    consumer = log.consumer(auto_offset_reset=reset, **raw)
+    topic = log.topic(args.topic)
+    numbers = range(topic.num_partitions) if args.partition is None else [args.partition]
+    consumer.assign([TopicPartition(args.topic, p) for p in numbers])
+    if args.offset is not None:
+        _seek(consumer, TopicPartition(args.topic, args.partition), args.offset)
+    return consumer
+
+
+def _seek(consumer: Any, tp: TopicPartition, where: str) -> None:
+    if where == "earliest":
+        consumer.seek_to_beginning(tp)
+        return
+    if where == "latest":
+        consumer.seek_to_end(tp)
+        return
+    try:
+        offset = int(where)
+    except ValueError:
+        raise UsageError(f"--offset must be an int, earliest or latest, got {where!r}") from None
+    start = consumer.beginning_offsets([tp])[tp]
+    end = consumer.end_offsets([tp])[tp]
+    if not start <= offset <= end:
+        raise CliError(f"offset {offset} is out of range [{start}, {end}] for {tp.topic}-{tp.partition}")
+    consumer.seek(tp, offset)
+
+
+def _loop(consumer: Any, args: argparse.Namespace, printer: _Printer) -> None:
+    if args.timeout_ms is not None:
+        idle_limit = float(args.timeout_ms)
+    else:
+        idle_limit = float("inf") if args.follow else 0.0
+    remaining = args.max_messages
+    last_record = time.monotonic()
+    while remaining is None or remaining > 0:
+        idle = (time.monotonic() - last_record) * 1000
+        wait = max(0.0, min(200.0, idle_limit - idle))
+        got = consumer.poll(timeout_ms=wait, max_records=min(500, remaining or 500))
+        if got:
+            for records in got.values():
+                for record in records:
+                    printer.emit(record)
+            sys.stdout.flush()
+            if remaining is not None:
+                remaining -= sum(len(r) for r in got.values())
+            last_record = time.monotonic()
+            continue
+        idle = (time.monotonic() - last_record) * 1000
+        if args.follow or _caught_up(consumer):
+            if idle >= idle_limit:
+                return
+        elif idle >= max(idle_limit, _GROUP_JOIN_WAIT_MS):
+            raise CliError(f"no partitions were assigned to this member within {idle / 1000:.0f} s")
+
+
+def _caught_up(consumer: Any) -> bool:
+    tps = consumer.assignment()
+    if not tps:
+        return False
+    ends = consumer.end_offsets(tps)
+    return all(consumer.position(tp) >= ends[tp] for tp in tps)
+
+
+class _Printer:
+    """Writes records as text lines or JSON lines."""
+
+    def __init__(self, args: argparse.Namespace, stream: TextIO) -> None:
+        self.args = args
+        self.stream = stream
+        self.json = (args.format or ("json" if want_json(args) else "text")) == "json"
+        self.value_format: str = args.value_format
+        self.count = 0
+
+    def emit(self, r: ConsumerRecord) -> None:
+        self.count += 1
+        if self.json:
+            self.stream.write(json_line(self.as_dict(r)))
+        else:
+            self.stream.write(self.as_text(r) + "\n")
+
+    def as_dict(self, r: ConsumerRecord) -> dict[str, Any]:
+        key, key_encoding = render_bytes(r.key)
+        value, value_encoding = render_value(r.value, self.value_format)
+        return {
+            "topic": r.topic,
+            "partition": r.partition,
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "timestamp_type": _timestamp_type(r.timestamp_type),
+            "key": key,
+            "key_encoding": key_encoding,
+            "value": value,
+            "value_encoding": value_encoding,
+            "headers": [_header(k, v) for k, v in r.headers],
+            "serialized_key_size": r.serialized_key_size,
+            "serialized_value_size": r.serialized_value_size,
+        }
+
+    def as_text(self, r: ConsumerRecord) -> str:
+        a = self.args
+        fields = []
+        if a.print_timestamp:
+            fields.append(f"{_timestamp_type(r.timestamp_type)}:{r.timestamp}")
+        if a.print_partition:
+            fields.append(f"Partition:{r.partition}")
+        if a.print_offset:
+            fields.append(f"Offset:{r.offset}")
+        if a.print_headers:
+            shown = [f"{k}:{'null' if v is None else render_bytes(v)[0]}" for k, v in r.headers]
+            fields.append(",".join(shown) or "NO_HEADERS")
+        if a.print_key:
+            fields.append(value_text(*render_bytes(r.key)))
+        fields.append(value_text(*render_value(r.value, self.value_format)))
+        return "\t".join(fields)
+
+
+def _timestamp_type(code: int) -> str:
+    return "LogAppendTime" if code == 1 else "CreateTime"
+
+
+def _header(key: str, value: bytes | None) -> dict[str, Any]:
+    shown, encoding = render_bytes(value)
+    return {"key": key, "value": shown, "encoding": encoding}

@@ -1,0 +1,386 @@
+"""``pylog dump PATH...``: print what segment files hold, read-only and without opening the log (like
+``kafka-dump-log --files ... --print-data-log``).
+
+``PATH`` is a ``.log`` segment, an ``.index`` or ``.timeindex`` file, or a partition directory (all of its
+segments in offset order). For each batch: base and last offset, record count, byte position and size,
+timestamps, compression, CRC and whether it is valid; with ``--print-data`` each record's offset, timestamp,
+key, headers and value (shown as ``pylog consume`` shows them). A batch whose header is unreadable ends the
+walk of that file (batch lengths after it cannot be trusted) and is reported with its position.
+
+``--verify-index-only`` checks each segment's ``.index`` and ``.timeindex`` against its ``.log`` instead: every
+offset-index entry must name the byte position where the batch with that offset starts, and every time-index
+entry must point at a batch and not understate the timestamps before it.
+
+With ``--json``, one JSON object per line: ``{"type": "batch", ...}`` (with ``records`` under ``--print-data``),
+``{"type": "error", ...}`` and a ``{"type": "summary", ...}`` per file; index files give ``index_entry`` or
+``timeindex_entry`` objects and ``--verify-index-only`` one ``{"file", "ok", "problems"}`` object per segment.
+
+Exit status 1 when a batch is corrupt or an index does not match its log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import mmap
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pylog.cli._common import (
+    VALUE_FORMATS,
+    CliError,
+    Output,
+    Parents,
+    render_bytes,
+    render_value,
+    value_text,
+)
+from pylog.errors import CorruptRecordError, UnsupportedFormatError
+from pylog.partition import files
+from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY
+from pylog.record import BatchHeader, DecodedBatch, check_crc, decode_batch, decode_header
+
+if TYPE_CHECKING:
+    from pylog.cli._common import Subparsers
+
+__all__ = ["register"]
+
+Buffer = bytes | memoryview
+
+
+def register(sub: Subparsers, parents: Parents) -> None:
+    p = sub.add_parser(
+        "dump",
+        parents=parents.base,
+        help="print the batches and records of segment files (read-only)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("paths", nargs="+", metavar="SEGMENT_OR_PARTITION_DIR")
+    p.add_argument(
+        "--print-data", "--print-data-log", action="store_true", help="print every record of every batch"
+    )
+    p.add_argument(
+        "--verify-index-only",
+        action="store_true",
+        help="check the .index and .timeindex files against the log",
+    )
+    p.add_argument("--value-format", choices=VALUE_FORMATS, default="auto", help="how values are shown")
+    p.set_defaults(func=dump)
+
+
+def dump(args: argparse.Namespace) -> int:
+    out = Output(args)
+    targets = [t for path in args.paths for t in _targets(path)]
+    ok = True
+    for path in targets:
+        kind = _kind(path)
+        if args.verify_index_only:
+            log_path = path if kind == files.LOG else path[: -len(kind)] + files.LOG
+            ok &= _verify_indexes(log_path, out)
+        elif kind == files.LOG:
+            ok &= _dump_log(path, args, out)
+        else:
+            _dump_index(path, kind, out)
+    return 0 if ok else 1
+
+
+def _targets(path: str) -> list[str]:
+    if os.path.isdir(path):
+        logs = []
+        for name in os.listdir(path):
+            parsed = files.parse_segment_name(name)
+            if parsed is not None and parsed[1] == files.LOG and not parsed[2]:
+                logs.append((parsed[0], os.path.join(path, name)))
+        if not logs:
+            raise CliError(f"{path}: no segment files (expected a partition directory such as topic-0)")
+        return [p for _, p in sorted(logs)]
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file or directory")
+    return [path]
+
+
+def _kind(path: str) -> str:
+    for suffix in (files.TIMEINDEX, files.INDEX):
+        if path.endswith(suffix):
+            return suffix
+    return files.LOG
+
+
+def _base_offset(path: str) -> int:
+    parsed = files.parse_segment_name(os.path.basename(path))
+    return parsed[0] if parsed is not None else 0
+
+
+@contextlib.contextmanager
+def _read(path: str) -> Iterator[Buffer]:
+    """The file's bytes, memory-mapped (read-only)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield b""
+            return
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view = memoryview(mm)
+        try:
+            yield view
+        finally:
+            view.release()
+            with contextlib.suppress(BufferError):  # a slice still alive: the GC closes the map later
+                mm.close()
+
+
+def _walk(buf: Buffer) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
+    """``(position, header, problem)`` per batch; a None header (unreadable) ends the walk."""
+    pos, size = 0, len(buf)
+    while pos < size:
+        try:
+            h = decode_header(buf, pos, size)
+        except (CorruptRecordError, UnsupportedFormatError) as exc:
+            yield pos, None, str(exc)
+            return
+        try:
+            check_crc(buf, pos, h)
+            problem = None
+        except CorruptRecordError as exc:
+            problem = str(exc)
+        yield pos, h, problem
+        pos += h.batch_length
+
+
+# -- .log -------------------------------------------------------------------------------------------------
+
+
+def _dump_log(path: str, args: argparse.Namespace, out: Output) -> bool:
+    if not out.json:
+        out.line(f"Dumping {path}")
+        out.line(f"Log starting offset: {_base_offset(path)}")
+    batches = records = bad = 0
+    with _read(path) as buf:
+        for pos, h, problem in _walk(buf):
+            if h is None:
+                bad += 1
+                _emit_error(out, path, pos, f"{problem}; the rest of the file cannot be read as batches")
+                break
+            batches += 1
+            records += h.record_count
+            bad += problem is not None
+            data = _records(buf, pos, args.value_format) if args.print_data else None
+            _emit_batch(out, path, pos, h, problem, data)
+        size = len(buf)
+    summary = {"file": path, "batches": batches, "records": records, "bytes": size, "corrupt": bad}
+    if out.json:
+        out.json_line({"type": "summary", **summary})
+    else:
+        out.line(f"Summary: {batches} batches, {records} records, {size} bytes, {bad} corrupt")
+    return bad == 0
+
+
+def _batch_dict(path: str, pos: int, h: BatchHeader, problem: str | None) -> dict[str, Any]:
+    return {
+        "type": "batch",
+        "file": path,
+        "base_offset": h.base_offset,
+        "last_offset": h.last_offset,
+        "count": h.record_count,
+        "position": pos,
+        "size": h.batch_length,
+        "base_timestamp": h.base_timestamp,
+        "max_timestamp": h.max_timestamp,
+        "timestamp_type": "LogAppendTime" if h.timestamp_type else "CreateTime",
+        "compression": h.compression,
+        "crc": h.crc,
+        "crc_valid": problem is None,
+        "producer_id": h.producer_id,
+        "producer_epoch": h.producer_epoch,
+        "base_sequence": h.base_sequence,
+        "transactional": bool(h.attributes & 0x10),
+        "control": bool(h.attributes & 0x20),
+    }
+
+
+def _emit_batch(
+    out: Output,
+    path: str,
+    pos: int,
+    h: BatchHeader,
+    problem: str | None,
+    data: list[dict[str, Any]] | str | None,
+) -> None:
+    d = _batch_dict(path, pos, h, problem)
+    if out.json:
+        if data is not None:
+            d["records" if isinstance(data, list) else "records_error"] = data
+        out.json_line(d)
+        return
+    out.line(
+        f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.record_count} position: {pos} "
+        f"size: {h.batch_length} {d['timestamp_type']}: {h.max_timestamp} baseTimestamp: {h.base_timestamp} "
+        f"compression: {h.compression} crc: {h.crc} isValid: {str(problem is None).lower()} "
+        f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} baseSequence: {h.base_sequence} "
+        f"isTransactional: {str(d['transactional']).lower()} isControl: {str(d['control']).lower()}"
+    )
+    if problem is not None:
+        out.line(f"| error: {problem}")
+    if isinstance(data, str):
+        out.line(f"| cannot decode the records: {data}")
+    elif data is not None:
+        for r in data:
+            keys = ",".join(hd["key"] for hd in r["headers"])
+            out.line(
+                f"| offset: {r['offset']} {d['timestamp_type']}: {r['timestamp']} keySize: {r['key_size']} "
+                f"valueSize: {r['value_size']} headerKeys: [{keys}] "
+                f"key: {value_text(r['key'], r['key_encoding'])} "
+                f"payload: {value_text(r['value'], r['value_encoding'])}"
+            )
+
+
+def _emit_error(out: Output, path: str, pos: int, message: str) -> None:
+    if out.json:
+        out.json_line({"type": "error", "file": path, "position": pos, "error": message})
+    else:
+        out.line(f"Error at position {pos}: {message}")
+
+
+def _records(buf: Buffer, pos: int, value_format: str) -> list[dict[str, Any]] | str:
+    try:
+        b = decode_batch(buf, pos, verify_crc=False)
+    except (CorruptRecordError, UnsupportedFormatError) as exc:
+        return str(exc)
+    try:
+        return _record_dicts(b, value_format)
+    finally:
+        del b
+
+
+def _record_dicts(b: DecodedBatch, value_format: str) -> list[dict[str, Any]]:
+    out = []
+    keys, values, headers = b.keys(), b.values(), b.headers()
+    for i, (offset, ts) in enumerate(zip(b.offsets.tolist(), b.timestamps.tolist(), strict=True)):
+        key, key_encoding = render_bytes(keys[i])
+        value, value_encoding = render_value(values[i], value_format)
+        out.append(
+            {
+                "offset": offset,
+                "timestamp": ts,
+                "key_size": -1 if keys[i] is None else len(keys[i] or b""),
+                "value_size": -1 if values[i] is None else len(values[i] or b""),
+                "key": key,
+                "key_encoding": key_encoding,
+                "value": value,
+                "value_encoding": value_encoding,
+                "headers": [
+                    {"key": k, "value": render_bytes(v)[0], "encoding": render_bytes(v)[1]}
+                    for k, v in headers[i]
+                ],
+            }
+        )
+    return out
+
+
+# -- .index and .timeindex --------------------------------------------------------------------------------
+
+
+def _entries(path: str, dtype: np.dtype[Any]) -> tuple[np.ndarray[Any, Any], bool]:
+    """The file's entries and whether its size is a whole number of entries."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    whole = len(raw) - len(raw) % dtype.itemsize
+    return np.frombuffer(raw[:whole], dtype=dtype), whole == len(raw)
+
+
+def _dump_index(path: str, kind: str, out: Output) -> None:
+    base = _base_offset(path)
+    if not out.json:
+        out.line(f"Dumping {path}")
+    if kind == files.INDEX:
+        entries, whole = _entries(path, OFFSET_ENTRY)
+        for rel, pos in entries.tolist():
+            if out.json:
+                out.json_line({"type": "index_entry", "file": path, "offset": base + rel, "position": pos})
+            else:
+                out.line(f"offset: {base + rel} position: {pos}")
+    else:
+        entries, whole = _entries(path, TIME_ENTRY)
+        for ts, rel in entries.tolist():
+            if out.json:
+                out.json_line(
+                    {"type": "timeindex_entry", "file": path, "timestamp": ts, "offset": base + rel}
+                )
+            else:
+                out.line(f"timestamp: {ts} offset: {base + rel}")
+    if not whole:
+        _emit_error(out, path, len(entries) * entries.dtype.itemsize, "partial entry at the end of the file")
+
+
+def _verify_indexes(log_path: str, out: Output) -> bool:
+    base = _base_offset(log_path)
+    if not os.path.exists(log_path):
+        raise CliError(f"{log_path}: no such file (the log segment of this index)")
+    starts: dict[int, int] = {}  # position -> relative offset of the batch starting there
+    rels: list[int] = []  # relative base offsets, in log order
+    maxes: list[int] = []  # largest timestamp of all batches before each one
+    problems = []
+    running = -1
+    with _read(log_path) as buf:
+        for pos, h, problem in _walk(buf):
+            if h is None or problem is not None:
+                problems.append(f"{log_path}: position {pos}: {problem}")
+            if h is None:
+                break
+            starts[pos] = h.base_offset - base
+            rels.append(h.base_offset - base)
+            maxes.append(running)
+            running = max(running, h.max_timestamp)
+    problems += _check_offset_index(log_path[: -len(files.LOG)] + files.INDEX, base, starts)
+    problems += _check_time_index(log_path[: -len(files.LOG)] + files.TIMEINDEX, base, rels, maxes, running)
+    if out.json:
+        out.json_line({"file": log_path, "ok": not problems, "problems": problems})
+    elif problems:
+        for line in problems:
+            out.line(line)
+    else:
+        out.line(f"{log_path}: indexes match the log ({len(rels)} batches)")
+    return not problems
+
+
+def _check_offset_index(path: str, base: int, starts: dict[int, int]) -> list[str]:
+    if not os.path.exists(path):
+        return [f"{path}: missing (rebuildable)"] if starts else []
+    entries, whole = _entries(path, OFFSET_ENTRY)
+    problems = [] if whole else [f"{path}: size is not a multiple of {OFFSET_ENTRY.itemsize}"]
+    previous = -1
+    for i, (rel, pos) in enumerate(entries.tolist()):
+        where = f"{path}: entry {i} (offset {base + rel}, position {pos})"
+        if pos not in starts:
+            problems.append(f"{where}: no batch starts at that position")
+        elif starts[pos] != rel:
+            problems.append(f"{where}: the batch there has base offset {base + starts[pos]}")
+        if rel <= previous:
+            problems.append(f"{where}: offsets are not increasing")
+        previous = rel
+    return problems
+
+
+def _check_time_index(path: str, base: int, rels: list[int], maxes: list[int], seg_max: int) -> list[str]:
+    if not os.path.exists(path):
+        return [f"{path}: missing (rebuildable)"] if rels else []
+    entries, whole = _entries(path, TIME_ENTRY)
+    problems = [] if whole else [f"{path}: size is not a multiple of {TIME_ENTRY.itemsize}"]
+    previous = None
+    for i, (ts, rel) in enumerate(entries.tolist()):
+        where = f"{path}: entry {i} (timestamp {ts}, offset {base + rel})"
+        k = bisect.bisect_left(rels, rel)
+        if k == len(rels) or rels[k] != rel:
+            problems.append(f"{where}: no batch starts at that offset")
+        elif ts < maxes[k]:
+            problems.append(f"{where}: earlier batches hold larger timestamps ({maxes[k]})")
+        if ts > seg_max:
+            problems.append(f"{where}: larger than any timestamp in the segment ({seg_max})")
+        if previous is not None and ts <= previous:
+            problems.append(f"{where}: timestamps are not increasing")
+        previous = ts
+    return problems

@@ -1,0 +1,315 @@
+"""``pylog groups``: list, describe, reset the offsets of, and delete consumer groups (like
+``kafka-consumer-groups``).
+
+Built on the admin methods of :class:`~pylog.Log`: ``list_groups()``, ``describe_group(group_id)``,
+``group_offsets(group_id)``, ``reset_group_offsets(group_id, offsets)`` and ``delete_group(group_id)``. When the
+installed pylog lacks them the command says so and exits with status 2. Their results are read loosely:
+mappings or objects with the Kafka field names (``group_id``, ``state``, ``generation``, ``members`` with
+``member_id`` and ``assignment``; offsets keyed by ``TopicPartition`` with an int or ``OffsetAndMetadata``).
+
+``describe`` shows Kafka's columns: GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID, where
+CURRENT-OFFSET is the committed offset (the next to read) and LAG = LOG-END-OFFSET - CURRENT-OFFSET.
+
+``reset-offsets`` computes new committed offsets per partition and only prints them (a dry run) unless
+``--execute`` is given. Offsets outside a partition's range are moved into it. ``--to-datetime`` takes ISO
+8601 (``2024-05-01T12:00:00Z``; local time without an offset) and picks the earliest offset whose timestamp is
+at or after it (the log end when there is none).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pylog.cli._common import (
+    CliError,
+    Output,
+    Parents,
+    Unavailable,
+    UsageError,
+    note,
+    open_log,
+    parse_datetime_ms,
+)
+from pylog.errors import UnknownPartitionError, UnknownTopicError
+from pylog.structs import TopicPartition
+
+if TYPE_CHECKING:
+    from pylog.cli._common import Subparsers
+    from pylog.log import Log
+
+__all__ = ["register"]
+
+_COLUMNS = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID"]
+
+
+def register(sub: Subparsers, parents: Parents) -> None:
+    groups = sub.add_parser(
+        "groups",
+        parents=parents.base,
+        help="list, describe, reset offsets of and delete consumer groups",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    p = actions.add_parser("list", parents=parents.base, help="list consumer groups")
+    p.set_defaults(func=list_groups)
+
+    p = actions.add_parser("describe", parents=parents.base, help="committed offsets, lag and members")
+    p.add_argument("groups", nargs="*", metavar="GROUP")
+    p.add_argument("--all-groups", action="store_true", help="describe every group")
+    p.set_defaults(func=describe)
+
+    p = actions.add_parser("reset-offsets", parents=parents.base, help="move a group's committed offsets")
+    p.add_argument("group", metavar="GROUP")
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC[:P,P]",
+        help="a topic, or some of its partitions (repeatable)",
+    )
+    scope.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    mode.add_argument("--to-latest", action="store_true", help="the log end offset")
+    mode.add_argument("--to-offset", type=int, metavar="N", help="offset N")
+    mode.add_argument(
+        "--shift-by", type=int, metavar="N", help="the committed offset plus N (may be negative)"
+    )
+    mode.add_argument("--to-datetime", metavar="ISO", help="the first offset at or after this time")
+    run = p.add_mutually_exclusive_group()
+    run.add_argument("--dry-run", action="store_true", help="only show the new offsets (the default)")
+    run.add_argument("--execute", action="store_true", help="commit the new offsets")
+    p.set_defaults(func=reset_offsets)
+
+    p = actions.add_parser("delete", parents=parents.base, help="delete consumer groups and their offsets")
+    p.add_argument("groups", nargs="+", metavar="GROUP")
+    p.set_defaults(func=delete)
+
+
+# -- reading the admin API's answers loosely --------------------------------------------------------------
+
+
+def _require(log: Log, name: str) -> Any:
+    method = getattr(log, name, None)
+    if method is None:
+        raise Unavailable(
+            f"consumer group administration is not available in this version of pylog (Log.{name})"
+        )
+    return method
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if isinstance(obj, Mapping):
+            if name in obj:
+                return obj[name]
+        elif hasattr(obj, name):
+            return getattr(obj, name)
+    return default
+
+
+def _tp(obj: Any) -> TopicPartition:
+    topic, partition = _get(obj, "topic"), _get(obj, "partition")
+    if topic is None and isinstance(obj, tuple | list) and len(obj) == 2:
+        topic, partition = obj
+    if topic is None and isinstance(obj, str):
+        topic, _, partition = obj.rpartition("-")
+    return TopicPartition(str(topic), int(partition))
+
+
+def _offset(value: Any) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    found = _get(value, "offset", "committed", "current_offset")
+    return None if found is None else int(found)
+
+
+def _committed(raw: Any) -> dict[TopicPartition, int | None]:
+    if isinstance(raw, Mapping):
+        return {_tp(k): _offset(v) for k, v in raw.items()}
+    return {_tp(row): _offset(_get(row, "offset", "committed", "current_offset")) for row in raw or ()}
+
+
+def _assignment(raw: Any) -> list[TopicPartition]:
+    if isinstance(raw, Mapping):
+        return [TopicPartition(t, int(p)) for t, ps in raw.items() for p in ps]
+    return [_tp(x) for x in raw or ()]
+
+
+def _members(description: Any) -> list[dict[str, Any]]:
+    raw = _get(description, "members", default=[]) or []
+    items: Iterable[Any] = raw.values() if isinstance(raw, Mapping) else raw
+    return [
+        {
+            "member_id": _get(m, "member_id", "consumer_id", "id"),
+            "group_instance_id": _get(m, "group_instance_id"),
+            "client_id": _get(m, "client_id"),
+            "assignment": _assignment(_get(m, "assignment", "partitions", default=[])),
+        }
+        for m in items
+    ]
+
+
+def _group_id(item: Any) -> str:
+    return str(item if isinstance(item, str) else _get(item, "group_id", "group", "id"))
+
+
+def _end_offset(log: Log, tp: TopicPartition) -> int | None:
+    try:
+        return log.topic(tp.topic).partition(tp.partition).log_end_offset
+    except (UnknownTopicError, UnknownPartitionError):
+        return None
+
+
+# -- commands ---------------------------------------------------------------------------------------------
+
+
+def list_groups(args: argparse.Namespace) -> int:
+    out = Output(args)
+    with open_log(args) as log:
+        items = list(_require(log, "list_groups")())
+    if out.json:
+        out.document([{"group": _group_id(i), "state": _get(i, "state")} for i in items])
+    else:
+        for item in items:
+            out.line(_group_id(item))
+    return 0
+
+
+def describe(args: argparse.Namespace) -> int:
+    out = Output(args)
+    if not args.groups and not args.all_groups:
+        raise UsageError("name one or more groups, or use --all-groups")
+    with open_log(args) as log:
+        names = [_group_id(i) for i in _require(log, "list_groups")()] if args.all_groups else args.groups
+        described = [_describe_one(log, name) for name in names]
+    if out.json:
+        out.document(described)
+        return 0
+    for group in described:
+        title = f"Group {group['group']}"
+        facts = [f"state {group['state']}"] if group["state"] is not None else []
+        if group["generation"] is not None:
+            facts.append(f"generation {group['generation']}")
+        facts.append(f"{len(group['members'])} members")
+        rows = [[group["group"], *(r[k] for k in _ROW_KEYS)] for r in group["partitions"]]
+        if not rows:
+            out.line(f"{title} ({', '.join(facts)}): no committed offsets and no assigned partitions.")
+            continue
+        out.table(_COLUMNS, rows, f"{title} ({', '.join(facts)})")
+    return 0
+
+
+_ROW_KEYS = ["topic", "partition", "current_offset", "log_end_offset", "lag", "consumer_id"]
+
+
+def _describe_one(log: Log, group: str) -> dict[str, Any]:
+    description = _require(log, "describe_group")(group)
+    committed = _committed(_require(log, "group_offsets")(group))
+    members = _members(description)
+    owner = {tp: m["member_id"] for m in members for tp in m["assignment"]}
+    rows = []
+    for tp in sorted(set(committed) | set(owner)):
+        current = committed.get(tp)
+        end = _end_offset(log, tp)
+        lag = None if current is None or end is None else max(end - current, 0)
+        rows.append(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "current_offset": current,
+                "log_end_offset": end,
+                "lag": lag,
+                "consumer_id": owner.get(tp),
+            }
+        )
+    return {
+        "group": group,
+        "state": _get(description, "state"),
+        "generation": _get(description, "generation", "generation_id"),
+        "members": members,
+        "partitions": rows,
+    }
+
+
+def reset_offsets(args: argparse.Namespace) -> int:
+    out = Output(args)
+    with open_log(args) as log:
+        committed = _committed(_require(log, "group_offsets")(args.group))
+        reset = _require(log, "reset_group_offsets") if args.execute else None
+        tps = sorted(committed) if args.all_topics else _named_partitions(log, args.topic)
+        if not tps:
+            raise CliError(f"group {args.group!r} has no committed offsets; name topics with --topic")
+        planned = {tp: _new_offset(log, tp, args, committed.get(tp)) for tp in tps}
+        if reset is not None:
+            reset(args.group, planned)
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "current_offset": committed.get(tp), "new_offset": new}
+        for tp, new in planned.items()
+    ]
+    if out.json:
+        out.document({"group": args.group, "executed": bool(args.execute), "partitions": rows})
+    else:
+        out.table(
+            ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+            [[args.group, r["topic"], r["partition"], r["current_offset"], r["new_offset"]] for r in rows],
+        )
+    if not args.execute:
+        note("Dry run: nothing was changed. Add --execute to commit these offsets.")
+    return 0
+
+
+def _named_partitions(log: Log, specs: list[str]) -> list[TopicPartition]:
+    tps = []
+    for spec in specs:
+        name, _, numbers = spec.partition(":")
+        topic = log.topic(name)
+        if not numbers:
+            tps += topic.partitions()
+            continue
+        for part in numbers.split(","):
+            try:
+                p = int(part)
+            except ValueError:
+                raise UsageError(f"--topic expects TOPIC or TOPIC:P,P, got {spec!r}") from None
+            topic.partition(p)  # raises for a partition that does not exist
+            tps.append(TopicPartition(name, p))
+    return sorted(set(tps))
+
+
+def _new_offset(log: Log, tp: TopicPartition, args: argparse.Namespace, current: int | None) -> int:
+    plog = log.topic(tp.topic).partition(tp.partition)
+    start, end = plog.log_start_offset, plog.log_end_offset
+    if args.to_earliest:
+        return start
+    if args.to_latest:
+        return end
+    target: int
+    if args.to_offset is not None:
+        target = args.to_offset
+    elif args.shift_by is not None:
+        if current is None:
+            raise CliError(f"{tp.topic}-{tp.partition} has no committed offset to shift from")
+        target = current + args.shift_by
+    else:
+        hit = plog.offset_for_time(parse_datetime_ms(args.to_datetime))
+        target = end if hit is None else hit[0]
+    return min(max(target, start), end)
+
+
+def delete(args: argparse.Namespace) -> int:
+    out = Output(args)
+    with open_log(args) as log:
+        remove = _require(log, "delete_group")
+        for group in args.groups:
+            remove(group)
+    if out.json:
+        out.document({"deleted": args.groups})
+    else:
+        for group in args.groups:
+            out.line(f"Deleted consumer group {group}.")
+    return 0
