@@ -1,0 +1,182 @@
+"""Batch and streaming readers of ``format("pylog")``.
+
+Only picklable state lives on a reader (options, schema as JSON, filter bounds): Spark builds readers in
+planner workers and runs ``read()`` on a copy in executor workers, which open the segment files themselves.
+
+Batch: offsets are fixed in :meth:`PylogReader.partitions` (one Spark partition per topic partition, or more
+with ``minPartitions``). Streaming: offsets are ``{"topic": {"partition": next_offset}}`` dicts with keys in
+sorted string order, so they survive JSON round trips and compare equal as JSON strings.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from pylog.spark.batches import ReadSpec, read_range
+from pylog.spark.filters import Bounds, push
+from pylog.spark.options import OffsetRange, Options, split_ranges
+from pylog.spark.snapshot import LogView
+
+__all__ = ["PylogFilteringReader", "PylogReader", "PylogStreamReader", "RangePartition", "make_reader"]
+
+StreamOffset = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):
+    """One Spark partition: an offset range of one topic partition."""
+
+    range: OffsetRange
+    spec: ReadSpec
+
+
+def _spec(options: Options, schema_json: str, bounds: Bounds) -> ReadSpec:
+    return ReadSpec(
+        LogView(options.path).path, schema_json, options.fail_on_data_loss, options.value_format, bounds
+    )
+
+
+class PylogReader(DataSourceReader):
+    """Batch reader: offsets are resolved when the query is planned."""
+
+    def __init__(self, options: Options, schema_json: str) -> None:
+        self.options = options
+        self.schema_json = schema_json
+        self.bounds = Bounds()
+
+    def partitions(self) -> list[RangePartition]:
+        opts = self.options
+        log = LogView(opts.path)
+        spec = _spec(opts, self.schema_json, self.bounds)
+        ranges = []
+        for topic, p in opts.topic_partitions(log):
+            if not self.bounds.admits_partition(topic, p):
+                continue
+            r = opts.offset_range(log.partition(topic, p))
+            start, end = self.bounds.narrow(r.start, r.end)
+            ranges.append(OffsetRange(topic, p, start, end))
+        return [RangePartition(r, spec) for r in split_ranges(ranges, opts.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, RangePartition):  # Spark's stand-in when there is nothing to read
+            return iter(())
+        return read_range(partition.spec, partition.range)
+
+
+class PylogFilteringReader(PylogReader):
+    """The batch reader with filter pushdown (see :mod:`pylog.spark.filters`)."""
+
+    def pushFilters(self, filters: list[Any]) -> list[Any]:
+        return push(self.bounds, list(filters))
+
+
+def make_reader(options: Options, schema_json: str) -> PylogReader:
+    """The filtering reader inside Spark's filter-pushdown step, the plain one elsewhere.
+
+    Spark refuses a reader that implements ``pushFilters`` when ``spark.sql.python.filterPushdown.enabled`` is
+    false, and the data source cannot read that setting; it can tell which planning step called it."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+            return PylogFilteringReader(options, schema_json)
+        frame = frame.f_back
+    return PylogReader(options, schema_json)
+
+
+class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reader: per-partition offsets, ``maxOffsetsPerTrigger``, ``trigger(availableNow=True)``."""
+
+    def __init__(self, options: Options, schema_json: str) -> None:
+        self.options = options
+        self.schema_json = schema_json
+        self._target: StreamOffset | None = None
+
+    def initialOffset(self) -> StreamOffset:
+        log = LogView(self.options.path)
+        out: dict[tuple[str, int], int] = {}
+        for topic, p in self.options.topic_partitions(log):
+            out[(topic, p)] = self.options.starting_offset(log.partition(topic, p), streaming=True)
+        return _offsets(out)
+
+    def _ends(self) -> dict[tuple[str, int], int]:
+        log = LogView(self.options.path)
+        return {tp: log.partition(*tp).log_end_offset for tp in self.options.topic_partitions(log)}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = _offsets(self._ends())
+
+    def getDefaultReadLimit(self) -> Any:
+        n = self.options.max_offsets_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def latestOffset(self, start: StreamOffset, limit: Any) -> StreamOffset:
+        ends = self._ends()
+        if self._target is not None:
+            target = _flat(self._target)
+            ends = {tp: min(e, target[tp]) for tp, e in ends.items() if tp in target}
+        begins = self._begins(start, ends)
+        if isinstance(limit, ReadMaxRows):
+            ends = _rate_limit(begins, ends, limit.max_rows)
+        return _offsets({tp: max(e, begins[tp]) for tp, e in ends.items()})
+
+    def _begins(self, start: StreamOffset, tps: Any) -> dict[tuple[str, int], int]:
+        """Where each partition starts: its offset in ``start``, or (a new partition) the log start."""
+        known = _flat(start or {})
+        log = LogView(self.options.path)
+        out = {}
+        for tp in tps:
+            out[tp] = known[tp] if tp in known else log.partition(*tp).log_start_offset
+        return out
+
+    def partitions(self, start: StreamOffset, end: StreamOffset) -> list[RangePartition]:
+        spec = _spec(self.options, self.schema_json, Bounds())
+        ends = _flat(end)
+        begins = self._begins(start, ends)
+        ranges = [OffsetRange(t, p, begins[(t, p)], e) for (t, p), e in sorted(ends.items())]
+        return [RangePartition(r, spec) for r in split_ranges(ranges, self.options.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, RangePartition):  # Spark's stand-in when there is nothing to read
+            return iter(())
+        return read_range(partition.spec, partition.range)
+
+    def commit(self, end: StreamOffset) -> None:
+        """Nothing to do: the source keeps no state of its own (the log is never written by readers)."""
+
+
+def _offsets(flat: dict[tuple[str, int], int]) -> StreamOffset:
+    """``{(t, p): o}`` as ``{"t": {"p": o}}`` with keys in sorted string order."""
+    nested: dict[str, dict[str, int]] = {}
+    for (topic, p), off in flat.items():
+        nested.setdefault(topic, {})[str(p)] = int(off)
+    return {t: dict(sorted(parts.items())) for t, parts in sorted(nested.items())}
+
+
+def _flat(offsets: StreamOffset | str) -> dict[tuple[str, int], int]:
+    if isinstance(offsets, str):
+        offsets = dict(json.loads(offsets))
+    return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
+
+
+def _rate_limit(
+    begins: dict[tuple[str, int], int], ends: dict[tuple[str, int], int], limit: int
+) -> dict[tuple[str, int], int]:
+    """Kafka's rule: share ``limit`` records between partitions in proportion to what each has to read."""
+    sizes = {tp: max(ends[tp] - begins[tp], 0) for tp in ends}
+    total = sum(sizes.values())
+    if total <= limit:
+        return ends
+    out = {}
+    for tp, size in sizes.items():
+        prorate = limit * (size / total)
+        step = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        out[tp] = min(begins[tp] + step, ends[tp])
+    return out

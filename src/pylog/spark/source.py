@@ -1,0 +1,71 @@
+"""The ``pylog`` Spark data source: ``spark.read.format("pylog")``, ``readStream`` and ``write``.
+
+Row schema, as Spark's Kafka source::
+
+    key binary, value binary, topic string, partition int, offset long, timestamp timestamp,
+    timestampType int [, headers array<struct<key:string,value:binary>>]   (includeHeaders=true)
+
+With ``valueFormat=msgpack`` the user's schema (``.schema(...)``, or the ``valueSchema`` option appended to
+the columns above) names columns read from each msgpack map value; columns named like the Kafka columns keep
+their meaning. See ``docs/spark.md`` for every option.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+
+from pylog.errors import ConfigError
+from pylog.spark.options import Options
+from pylog.spark.reader import PylogReader, PylogStreamReader, make_reader
+from pylog.spark.snapshot import LogView, check_log_dir
+from pylog.spark.writer import PylogWriter, check_write_schema
+
+__all__ = ["KAFKA_SCHEMA", "PylogDataSource"]
+
+KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+HEADERS_COLUMN = "headers array<struct<key:string,value:binary>>"
+
+
+class PylogDataSource(DataSource):
+    """Reads and writes a pylog directory (``load(path)``/``save(path)`` or the ``path`` option)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pylog"
+
+    def _options(self) -> Options:
+        opts = Options(self.options)
+        LogView(opts.path)  # a missing directory or bad manifest fails here, at load()
+        return opts
+
+    def schema(self) -> str:
+        opts = self._options()
+        ddl = KAFKA_SCHEMA + (", " + HEADERS_COLUMN if opts.include_headers else "")
+        value_schema = opts.get("valueSchema")
+        if opts.value_format == "msgpack":
+            if not value_schema:
+                raise ConfigError(
+                    "valueFormat=msgpack needs the value columns: .schema(...) or option valueSchema"
+                )
+            ddl += ", " + value_schema
+        return ddl
+
+    def reader(self, schema: Any) -> PylogReader:
+        return make_reader(self._options(), schema.json())
+
+    def streamReader(self, schema: Any) -> PylogStreamReader:
+        return PylogStreamReader(self._options(), schema.json())
+
+    def writer(self, schema: Any, overwrite: bool) -> PylogWriter:
+        if overwrite:
+            raise ConfigError("a pylog log can only be appended to: use mode('append')")
+        raw = {str(k).lower(): str(v) for k, v in self.options.items()}
+        path = check_log_dir(raw.get("path", ""))
+        topic = raw.get("topic")
+        check_write_schema(schema, topic, path)
+        acks = raw.get("acks", "1")
+        if acks not in ("0", "1", "all", "-1"):
+            raise ConfigError(f"acks must be 0, 1 or all, got {acks!r}")
+        return PylogWriter(path, topic, "all" if acks == "-1" else acks)

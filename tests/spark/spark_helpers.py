@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pylog
+
+BASE_TS = 1_700_000_000_000
+
+Record = tuple[Any, ...]
+
+
+def make_log(path: str, seed: int, records: int = 600) -> None:
+    """A random log: topics ``a`` (3 partitions) and ``b`` (1), small segments, headers, None keys/values,
+    increasing timestamps 10 ms apart."""
+    rng = random.Random(seed)
+    with pylog.open(path, segment_bytes=2048) as log:
+        log.create_topic("a", partitions=3)
+        log.create_topic("b", partitions=1)
+        producer = log.producer(value_serializer=None, batch_size=rng.choice([300, 1500]))
+        for i in range(records):
+            key = None if rng.random() < 0.3 else rng.randbytes(rng.randint(0, 12))
+            value = None if key is not None and rng.random() < 0.1 else rng.randbytes(rng.randint(0, 40))
+            headers = None
+            if rng.random() < 0.3:
+                headers = [
+                    (f"h{j}", None if rng.random() < 0.2 else rng.randbytes(3))
+                    for j in range(rng.randint(1, 2))
+                ]
+            producer.send(rng.choice("aab"), value, key=key, headers=headers, timestamp_ms=BASE_TS + 10 * i)
+            if i % 40 == 0:
+                producer.flush()
+        producer.close()
+
+
+def expected(path: str, topics: tuple[str, ...] = ("a", "b")) -> list[Record]:
+    """Every record as pylog's own consumer reads it: (key, value, topic, partition, offset, ts_ms, type, headers)."""
+    with pylog.open(path) as log:
+        tps = [tp for t in topics for tp in log.topic(t).partitions()]
+        consumer = log.consumer(value_deserializer=None, auto_offset_reset="earliest", consumer_timeout_ms=0)
+        consumer.assign(tps)
+        out = [
+            (
+                r.key,
+                r.value,
+                r.topic,
+                r.partition,
+                r.offset,
+                r.timestamp,
+                r.timestamp_type,
+                [(k, v) for k, v in r.headers],
+            )
+            for r in consumer
+        ]
+        consumer.close()
+    return sorted(out, key=lambda r: (r[2], r[3], r[4]))
+
+
+def rows(df: Any) -> list[Record]:
+    """A DataFrame of Kafka rows as records comparable with :func:`expected`."""
+    cols = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts", "timestampType"]
+    has_headers = "headers" in df.columns
+    out = []
+    for r in df.selectExpr(*cols, *(["headers"] if has_headers else [])).collect():
+        headers = (
+            [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in (r["headers"] or [])]
+            if has_headers
+            else []
+        )
+        out.append(
+            (
+                None if r["key"] is None else bytes(r["key"]),
+                None if r["value"] is None else bytes(r["value"]),
+                r["topic"],
+                r["partition"],
+                r["offset"],
+                r["ts"],
+                r["timestampType"],
+                headers,
+            )
+        )
+    return sorted(out, key=lambda r: (r[2], r[3], r[4]))
+
+
+def strip_headers(records: list[Record]) -> list[Record]:
+    return [(*r[:7], []) for r in records]

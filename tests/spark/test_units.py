@@ -1,0 +1,174 @@
+"""Parts of the data source that need no Spark job: Arrow schema, planning, data loss, filters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from spark_helpers import make_log
+
+import pylog
+from pylog.errors import OffsetOutOfRangeError
+from pylog.spark.batches import ReadSpec, read_range
+from pylog.spark.filters import Bounds, push
+from pylog.spark.options import OffsetRange, Options, split_ranges
+from pylog.spark.reader import PylogReader, PylogStreamReader
+
+pytestmark = pytest.mark.spark
+
+KAFKA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+
+
+def _schema_json(ddl: str) -> str:
+    from pyspark.sql.types import StructType
+
+    fields = {
+        "binary": "binary",
+        "string": "string",
+        "int": "integer",
+        "long": "long",
+        "timestamp": "timestamp",
+    }
+    out = []
+    for part in ddl.split(", "):
+        name, typ = part.split(" ", 1)
+        if typ.startswith("array"):
+            t: Any = {
+                "type": "array",
+                "elementType": {
+                    "type": "struct",
+                    "fields": [
+                        {"name": "key", "type": "string", "nullable": True, "metadata": {}},
+                        {"name": "value", "type": "binary", "nullable": True, "metadata": {}},
+                    ],
+                },
+                "containsNull": True,
+            }
+        else:
+            t = fields[typ]
+        out.append({"name": name, "type": t, "nullable": True, "metadata": {}})
+    return StructType.fromJson({"type": "struct", "fields": out}).json()
+
+
+@pytest.mark.parametrize("ddl", [KAFKA, KAFKA + ", headers array<struct<key:string,value:binary>>"])
+def test_arrow_schema_equals_sparks(tmp_path: Any, ddl: str) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    path = str(tmp_path / "log")
+    make_log(path, seed=5, records=300)
+    schema_json = _schema_json(ddl)
+    spec = ReadSpec(path, schema_json, False, "binary", Bounds())
+    batches = list(read_range(spec, OffsetRange("a", 0, 0, 10**9)))
+    assert batches
+    want = to_arrow_schema(_parse_datatype_json_string(schema_json), timezone="UTC")
+    assert batches[0].schema == want
+    assert all(f.nullable for f in batches[0].schema)
+
+
+def test_data_loss_after_planning(tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    make_log(path, seed=4, records=400)
+    reader = PylogReader(Options({"path": path, "subscribe": "b"}), _schema_json(KAFKA))
+    (part,) = reader.partitions()
+    assert part.range.start == 0
+    with pylog.open(path) as log:
+        log.alter_topic("b", retention_bytes=3000, retention_ms=-1)
+        assert log.topic("b").apply_retention() > 0
+        new_start = log.topic("b").partition(0).log_start_offset
+    assert 0 < new_start < part.range.end
+    with pytest.raises(OffsetOutOfRangeError, match="data loss reading b-0"):
+        list(reader.read(part))
+    lenient = PylogReader(
+        Options({"path": path, "subscribe": "b", "failOnDataLoss": "false"}), _schema_json(KAFKA)
+    )
+    spec = lenient.partitions()[0].spec
+    got = [o for rb in read_range(spec, part.range) for o in rb.column("offset").to_pylist()]
+    assert got == list(range(new_start, part.range.end))
+
+
+def test_appended_after_planning_not_read(tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    make_log(path, seed=4, records=100)
+    reader = PylogReader(Options({"path": path, "subscribe": "b"}), _schema_json(KAFKA))
+    (part,) = reader.partitions()
+    with pylog.open(path) as log:
+        producer = log.producer()
+        producer.send_batch("b", values=[b"x"] * 50)
+        producer.close()
+    got = [o for rb in reader.read(part) for o in rb.column("offset").to_pylist()]
+    assert got == list(range(part.range.start, part.range.end))
+
+
+def test_split_ranges_is_proportional() -> None:
+    ranges = [OffsetRange("t", 0, 0, 900), OffsetRange("t", 1, 10, 110), OffsetRange("t", 2, 5, 5)]
+    out = split_ranges(ranges, 10)
+    assert sum(1 for r in out if r.partition == 0) == 9
+    assert sum(1 for r in out if r.partition == 1) == 1
+    covered = sorted((r.partition, o) for r in out for o in range(r.start, r.end))
+    assert covered == sorted([(0, o) for o in range(900)] + [(1, o) for o in range(10, 110)])
+    assert split_ranges(ranges, 1) == ranges[:2]
+
+
+def test_push_returns_the_same_unhandled_objects() -> None:
+    import datetime as dt
+
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull, LessThan, Not
+
+    handled = [
+        EqualTo(("partition",), 1),
+        GreaterThan(("offset",), 5),
+        LessThan(("timestamp",), dt.datetime(2024, 1, 1, tzinfo=dt.UTC)),
+        In(("topic",), ("a", "b")),
+    ]
+    unhandled = [
+        IsNotNull(("key",)),
+        Not(EqualTo(("offset",), 3)),
+        EqualTo(("offset",), "3"),
+        EqualTo(("value",), b"x"),
+    ]
+    bounds = Bounds()
+    back = push(bounds, handled + unhandled)
+    assert len(back) == len(unhandled) and all(a is b for a, b in zip(back, unhandled, strict=True))
+    assert bounds.narrow(0, 100) == (6, 100)
+    assert bounds.admits_partition("a", 1) and not bounds.admits_partition("a", 2)
+    assert not bounds.admits_partition("c", 1)
+
+
+def test_stream_offsets_round_trip_as_json(tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    with pylog.open(path) as log:
+        log.create_topic("s", partitions=12)
+        producer = log.producer()
+        producer.send_batch("s", keys=[str(i).encode() for i in range(500)], values=[b"v"] * 500)
+        producer.close()
+    reader = PylogStreamReader(Options({"path": path, "subscribe": "s", "startingOffsets": "earliest"}), "{}")
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    for offsets in (start, end):
+        assert json.dumps(json.loads(json.dumps(offsets))) == json.dumps(offsets)
+        assert list(offsets["s"]) == sorted(offsets["s"])
+    assert sum(end["s"].values()) == 500
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    capped = reader.latestOffset(start, ReadMaxRows(100))
+    assert 80 <= sum(capped["s"].values()) <= 100
+
+
+def test_pyspark_pylog_imports_without_pyspark(tmp_path: Any) -> None:
+    code = (
+        "import sys; sys.modules['pyspark'] = None; import pyspark_pylog; "
+        "print(pyspark_pylog.DefaultSource.name(), hasattr(pyspark_pylog.DefaultSource, 'unavailable_reason'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["pylog", "True"]
+    code = "import pyspark_pylog, pyspark.sql.datasource as d; print(issubclass(pyspark_pylog.DefaultSource, d.DataSource))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "True"
