@@ -91,7 +91,8 @@ class Consumer:
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int | None] = {}
         self._paused: set[TopicPartition] = set()
-        self._buffers: dict[TopicPartition, list[ConsumerRecord]] = {}
+        self._buffers: dict[TopicPartition, _Buffer] = {}
+        self._current: _Buffer | None = None  # where next() takes records from without a poll
         self._subscription: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self._next_meta_check = 0.0
@@ -129,7 +130,7 @@ class Consumer:
         for tp in list(self._positions):
             if tp not in keep:
                 self._positions.pop(tp)
-                self._buffers.pop(tp, None)
+                self._drop_buffer(tp)
                 self._paused.discard(tp)
         for tp in tps:
             self._positions.setdefault(tp, None)
@@ -198,19 +199,19 @@ class Consumer:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidOffsetError(f"offset must be an int >= 0, got {offset!r}")
         self._positions[tp] = offset
-        self._buffers.pop(tp, None)
+        self._drop_buffer(tp)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         for tp in partitions or tuple(self._assignment):
             tp = self._require(tp)
             self._positions[tp] = self._plog(tp).log_start_offset
-            self._buffers.pop(tp, None)
+            self._drop_buffer(tp)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         for tp in partitions or tuple(self._assignment):
             tp = self._require(tp)
             self._positions[tp] = self._plog(tp).log_end_offset
-            self._buffers.pop(tp, None)
+            self._drop_buffer(tp)
 
     def position(self, partition: TopicPartition) -> int:
         """The offset of the next record this consumer will return for ``partition``."""
@@ -219,7 +220,12 @@ class Consumer:
         if pos is None:
             pos = self._reset_position(tp)
         buf = self._buffers.get(tp)
-        return buf[0].offset if buf else pos
+        return buf.recs[buf.i].offset if buf is not None and buf.i < len(buf.recs) else pos
+
+    def _drop_buffer(self, tp: TopicPartition) -> None:
+        """Forget records fetched but not returned for ``tp`` (after a seek, a pause or a revocation)."""
+        self._buffers.pop(tp, None)
+        self._current = None
 
     def _reset_position(self, tp: TopicPartition) -> int:
         committed: int | None = self._group.committed_position(tp) if self._group is not None else None
@@ -237,6 +243,7 @@ class Consumer:
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             self._paused.add(self._require(tp))
+        self._current = None
 
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -316,24 +323,19 @@ class Consumer:
         for k in range(n):
             tp = tps[(start + k) % n]
             buf = self._buffers.get(tp)
-            if not buf:
-                buf = self._fetch(tp)
-                if not buf:
+            if buf is None or buf.i >= len(buf.recs):
+                recs = self._fetch(tp)
+                if not recs:
+                    self._buffers.pop(tp, None)
                     continue
-            take, rest = buf[:remaining], buf[remaining:]
-            if rest:
-                self._buffers[tp] = rest
-            else:
-                self._buffers.pop(tp, None)
-            out[tp] = take
+                buf = self._buffers[tp] = _Buffer(recs)
+            take = buf.recs[buf.i : buf.i + remaining]
             if update:
-                pass
+                buf.i += len(take)
+            out[tp] = take
             remaining -= len(take)
             if remaining <= 0:
                 break
-        if not update:
-            for tp, recs in out.items():
-                self._buffers[tp] = recs + self._buffers.get(tp, [])
         return out
 
     def _read(self, tp: TopicPartition, pos: int, max_bytes: int) -> list[DecodedBatch]:
@@ -444,7 +446,7 @@ class Consumer:
                 if tp in self._paused:
                     continue
                 self._positions[tp] = self.position(tp)
-                self._buffers.pop(tp, None)
+                self._drop_buffer(tp)
                 batches = self._read(tp, self._positions[tp] or 0, limit)
                 if not batches:
                     continue
@@ -470,10 +472,18 @@ class Consumer:
         return self
 
     def __next__(self) -> ConsumerRecord:
+        # Fast path: the next record of the partition the last call took from, as long as nothing (a seek,
+        # a pause, a rebalance the group has pending) asks for a full poll.
+        buf = self._current
+        if buf is not None and buf.i < len(buf.recs) and (self._group is None or not self._group.wants_poll):
+            rec = buf.recs[buf.i]
+            buf.i += 1
+            return rec
         got = self.poll(timeout_ms=self.consumer_timeout_ms, max_records=1)
         if not got:
             raise StopIteration
-        ((_, recs),) = got.items()
+        ((tp, recs),) = got.items()
+        self._current = self._buffers.get(tp)
         return recs[0]
 
     def iterate(self, timeout_ms: float | None = None) -> Iterator[ConsumerRecord]:
@@ -513,6 +523,7 @@ class Consumer:
                 self._group.close(autocommit)
         finally:
             self._closed = True
+            self._current = None
 
     def __enter__(self) -> Consumer:
         return self
@@ -524,3 +535,13 @@ class Consumer:
         t = self.log.topic(tp.topic)
         if not 0 <= tp.partition < t.num_partitions:
             raise UnknownPartitionError(f"{tp} does not exist")
+
+
+class _Buffer:
+    """Records fetched for one partition; ``recs[i:]`` are not returned yet."""
+
+    __slots__ = ("i", "recs")
+
+    def __init__(self, recs: list[ConsumerRecord]) -> None:
+        self.recs = recs
+        self.i = 0
