@@ -17,6 +17,7 @@ from pylog import errors
 from pylog.clock import Clock, ManualClock, SystemClock
 from pylog.config import TopicConfig
 from pylog.consumer import Consumer
+from pylog.groups.listener import ConsumerRebalanceListener
 from pylog.log import Log, open_log, repair
 from pylog.producer import BatchResult, FutureRecordMetadata, Producer
 from pylog.structs import (
@@ -36,6 +37,7 @@ __all__ = [
     "BatchResult",
     "Clock",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "FutureRecordMetadata",
     "Log",

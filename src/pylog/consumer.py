@@ -100,7 +100,7 @@ class Consumer:
         self._closed = False
         self._group: Any = None
         if group_id is not None:
-            from pylog.groups.member import GroupMember  # type: ignore[import-not-found,unused-ignore]
+            from pylog.groups.member import GroupMember
 
             self._group = GroupMember(self, group_id, **group_config)
         elif group_config:
@@ -301,8 +301,6 @@ class Consumer:
                 self._update_subscription_assignment()
             out = self._collect(limit, update_offsets)
             if out or self._closed:
-                if self._group is not None:
-                    self._group.returned(out)
                 return out
             now = clock.monotonic_ms()
             if now >= deadline:
@@ -509,11 +507,18 @@ class Consumer:
             raise IllegalStateError("commit_async() needs a group_id")
         self._group.commit_async(offsets, callback)
 
-    def committed(self, partition: TopicPartition) -> int | None:
+    def committed(self, partition: TopicPartition, metadata: bool = False) -> Any:
+        """The group's committed offset for ``partition`` (the next offset to read), or None; with
+        ``metadata=True`` an :class:`OffsetAndMetadata`."""
         if self._group is None:
             raise IllegalStateError("committed() needs a group_id")
-        result: int | None = self._group.committed(TopicPartition(*partition))
-        return result
+        tp = TopicPartition(*partition)
+        return self._group.committed_metadata(tp) if metadata else self._group.committed(tp)
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Records between this consumer's position and the log end, per assigned partition."""
+        self._check()
+        return {tp: max(self._plog(tp).log_end_offset - self.position(tp), 0) for tp in self._assignment}
 
     def close(self, autocommit: bool = True) -> None:
         if self._closed:

@@ -33,7 +33,8 @@ if simply tried again.
     ├── NoOffsetForPartitionError                auto_offset_reset="none" and no position is known
     ├── CommitFailedError                        the member was fenced by a newer group generation
     ├── RebalanceInProgressError                 the group is rebalancing; retry after the next poll
-    └── GroupNotEmptyError                       an admin action that needs the group to have no members
+    ├── GroupNotEmptyError                       an admin action that needs the group to have no members
+    └── UnknownGroupError                        no consumer group of that id exists in this log
 
 The same tree is mirrored in ``docs/errors.md``.
 """
@@ -65,6 +66,7 @@ __all__ = [
     "SerializationError",
     "StorageError",
     "TopicExistsError",
+    "UnknownGroupError",
     "UnknownPartitionError",
     "UnknownTopicError",
     "UnsupportedFormatError",
@@ -206,3 +208,10 @@ class RebalanceInProgressError(PylogError):
 
 class GroupNotEmptyError(PylogError):
     """The admin action needs a group with no live members (stop its consumers first)."""
+
+
+class UnknownGroupError(PylogError, KeyError):
+    """No consumer group with this id exists in the log directory (``list_groups()`` names the ones that do)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -386,6 +386,50 @@ class Log:
         self._check()
         return Consumer(self, *topics, **config)
 
+    # -- consumer groups --------------------------------------------------------------------------------
+
+    def list_groups(self) -> list[str]:
+        """Ids of the consumer groups of this log, sorted."""
+        from pylog.groups import admin
+
+        self._check()
+        return admin.list_groups(self)
+
+    def describe_group(self, group_id: str) -> Any:
+        """A :class:`~pylog.groups.admin.GroupDescription`: state, generation, members and assignments."""
+        from pylog.groups import admin
+
+        self._check()
+        return admin.describe_group(self, group_id)
+
+    def group_offsets(self, group_id: str) -> dict[Any, Any]:
+        """Committed offsets of a group: ``{TopicPartition: OffsetAndMetadata}``."""
+        from pylog.groups import admin
+
+        self._check()
+        return admin.group_offsets(self, group_id)
+
+    def group_lag(self, group_id: str) -> dict[Any, int]:
+        """Per partition with a committed offset: log end offset minus committed offset."""
+        from pylog.groups import admin
+
+        self._check()
+        return admin.group_lag(self, group_id)
+
+    def reset_group_offsets(self, group_id: str, offsets: dict[Any, int]) -> None:
+        """Set a group's committed offsets; the group must have no live members."""
+        from pylog.groups import admin
+
+        self._check()
+        admin.reset_group_offsets(self, group_id, offsets)
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete a group and its committed offsets; the group must have no live members."""
+        from pylog.groups import admin
+
+        self._check()
+        admin.delete_group(self, group_id)
+
     # -- maintenance ------------------------------------------------------------------------------------
 
     def apply_retention(self) -> dict[str, int]:

@@ -1,1 +1,13 @@
-"""Consumer groups: membership, generations, committed offsets and partition assignment."""
+"""Consumer groups: membership, generations, committed offsets and partition assignment.
+
+* :mod:`pylog.groups.store`: the group's files (state, committed offsets, liveness locks) and their format;
+* :mod:`pylog.groups.coordinator`: the group protocol, as functions over the shared state;
+* :mod:`pylog.groups.member`: a consumer's membership (heartbeats, rebalances, commits);
+* :mod:`pylog.groups.assignors`: ``range``, ``roundrobin``, ``sticky``, ``cooperative-sticky``;
+* :mod:`pylog.groups.admin`: list, describe, lag, reset, delete;
+* :mod:`pylog.groups.listener`: :class:`ConsumerRebalanceListener`.
+"""
+
+from pylog.groups.listener import ConsumerRebalanceListener
+
+__all__ = ["ConsumerRebalanceListener"]

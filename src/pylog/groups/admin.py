@@ -1,0 +1,156 @@
+"""Group administration on a log directory: list, describe, committed offsets and lag, reset, delete.
+
+These back :meth:`pylog.Log.list_groups` and its siblings, and the ``pylog groups`` command. Reading is
+allowed at any time; changing committed offsets and deleting a group need a group with no live members
+(:class:`~pylog.errors.GroupNotEmptyError` otherwise), as with ``kafka-consumer-groups``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pylog.errors import GroupNotEmptyError, InvalidOffsetError, UnknownGroupError
+from pylog.groups import coordinator
+from pylog.groups.store import GroupStore, group_ids, validate_group_id
+from pylog.structs import OffsetAndMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from pylog.log import Log
+
+__all__ = ["GroupDescription", "MemberDescription", "describe_group", "list_groups"]
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """One member of a group, as ``describe_group`` reports it."""
+
+    member_id: str
+    client_id: str
+    host: str
+    pid: int
+    group_instance_id: str | None
+    assignment: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A group's state: Kafka's ``state`` names (``Empty``, ``PreparingRebalance``, ``Stable``)."""
+
+    group_id: str
+    state: str
+    generation: int
+    protocol: str | None
+    assignor: str | None
+    members: list[MemberDescription] = field(default_factory=list)
+
+
+def list_groups(log: Log) -> list[str]:
+    return group_ids(log.path)
+
+
+def _store(log: Log, group_id: str) -> GroupStore:
+    validate_group_id(group_id)
+    if group_id not in group_ids(log.path):
+        raise UnknownGroupError(f"unknown consumer group {group_id!r}")
+    return GroupStore(log.path, group_id, create=False)
+
+
+def _live_state(log: Log, store: GroupStore) -> dict[str, Any]:
+    """The state after expelling members that died or whose session expired (under the lock)."""
+    with store.lock():
+        state = store.read_state()
+        gone = coordinator.expire_members(state, log.clock.time_ms(), store.member_is_dead, None, 0)
+        if gone:
+            store.write_state(state)
+            for member_id in gone:
+                store.remove_member_lock(member_id)
+    return state
+
+
+def describe_group(log: Log, group_id: str) -> GroupDescription:
+    store = _store(log, group_id)
+    try:
+        state = _live_state(log, store)
+    finally:
+        store.close()
+    members = [
+        MemberDescription(
+            member_id=mid,
+            client_id=m["client_id"],
+            host=m["host"],
+            pid=m["pid"],
+            group_instance_id=m.get("instance_id"),
+            assignment=[TopicPartition(t, p) for t, p in m["assignment"]],
+        )
+        for mid, m in sorted(state["members"].items())
+    ]
+    return GroupDescription(
+        group_id=group_id,
+        state=state["state"],
+        generation=state["generation"],
+        protocol=state["protocol"],
+        assignor=state["assignor"],
+        members=members,
+    )
+
+
+def group_offsets(log: Log, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+    store = _store(log, group_id)
+    try:
+        return dict(sorted(store.offsets().items()))
+    finally:
+        store.close()
+
+
+def group_lag(log: Log, group_id: str) -> dict[TopicPartition, int]:
+    """Per partition with a committed offset: log end offset minus committed offset."""
+    out = {}
+    for tp, om in group_offsets(log, group_id).items():
+        end = log.topic(tp.topic).partition(tp.partition).log_end_offset
+        out[tp] = max(end - om.offset, 0)
+    return out
+
+
+def reset_group_offsets(log: Log, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+    """Set committed offsets (clamped to nothing: each must lie within its partition's offsets)."""
+    validate_group_id(group_id)
+    entries = []
+    for tp, value in offsets.items():
+        tp = TopicPartition(*tp)
+        offset = value.offset if isinstance(value, OffsetAndMetadata) else value
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise InvalidOffsetError(f"offset for {tp} must be an int, got {offset!r}")
+        plog = log.topic(tp.topic).partition(tp.partition)
+        if not plog.log_start_offset <= offset <= plog.log_end_offset:
+            raise InvalidOffsetError(
+                f"offset {offset} for {tp} is outside [{plog.log_start_offset}, {plog.log_end_offset}]"
+            )
+        entries.append((tp.topic, tp.partition, offset, ""))
+    store = GroupStore(log.path, group_id)
+    try:
+        with store.lock():
+            state = _live_state(log, store)
+            if state["members"]:
+                raise GroupNotEmptyError(
+                    f"group {group_id!r} has {len(state['members'])} live members; stop them before resetting offsets"
+                )
+            store.append_offsets(
+                entries, generation=state["generation"], member_id="", now_ms=log.clock.time_ms()
+            )
+    finally:
+        store.close()
+
+
+def delete_group(log: Log, group_id: str) -> None:
+    store = _store(log, group_id)
+    try:
+        with store.lock():
+            state = _live_state(log, store)
+            if state["members"]:
+                raise GroupNotEmptyError(
+                    f"group {group_id!r} has {len(state['members'])} live members; stop them before deleting it"
+                )
+            store.delete_files()
+    finally:
+        store.close()

@@ -1,0 +1,637 @@
+"""A consumer's membership in its group: joining, heartbeats, rebalances, and committed offsets.
+
+A :class:`GroupMember` belongs to one :class:`~pylog.consumer.Consumer` (created for it when the consumer has
+a ``group_id``). Members in the same process and members in other processes that opened the same log
+directory are the same thing to the group: they meet in the group's files (:mod:`pylog.groups.store`) and
+move the group forward with the functions of :mod:`pylog.groups.coordinator`.
+
+Two threads touch a member:
+
+* a **heartbeat thread** (a daemon) refreshes the member's heartbeat every ``heartbeat_interval_ms``, expels
+  members whose session expired or whose process died, notices new partitions and topics, completes
+  rebalances, and leaves the group when the user has not polled for ``max_poll_interval_ms`` (like Kafka's
+  client). It never calls user code; it raises ``wants_poll`` when the user's thread has something to do.
+* the **user's thread**, inside ``Consumer.poll()``, joins rebalances, adopts new assignments and runs the
+  :class:`~pylog.groups.listener.ConsumerRebalanceListener` callbacks, commits (auto-commit included), and
+  delivers ``commit_async`` callbacks.
+
+Thread-safety: the public methods are meant for the consumer's (user's) thread; the heartbeat thread only
+shares the store (which has its own lock) and the flags. Crash contract: a member that dies holds nothing
+that survives it: its liveness lock is released by the kernel, and the others expel it on their next
+heartbeat; commits it acknowledged are durable (:mod:`pylog.groups.store`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import queue
+import re
+import socket
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pylog.errors import (
+    CommitFailedError,
+    ConfigError,
+    InvalidOffsetError,
+    LogClosedError,
+    PylogError,
+    RebalanceInProgressError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from pylog.groups import coordinator
+from pylog.groups.assignors import DEFAULT_ASSIGNOR, Assignor, get_assignor
+from pylog.groups.store import GroupStore
+from pylog.structs import OffsetAndMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from pylog.consumer import Consumer
+
+__all__ = ["GroupMember"]
+
+_CHECK_S = 0.05  # how often the heartbeat thread looks at the group's state file (one stat)
+_COUNTER = itertools.count(1)
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
+class GroupMember:
+    """See the module docstring. Config names and defaults are kafka-python's / Kafka's, except
+    ``group_initial_rebalance_delay_ms`` (a broker setting in Kafka, default 3000), which is 0 here: an
+    embedded group has no broker start-up to wait for. It is also the debounce window: each join during a
+    rebalance extends the wait for more members by this much, up to the rebalance deadline."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        group_id: str,
+        *,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        partition_assignment_strategy: str | Assignor | Iterable[str | Assignor] = DEFAULT_ASSIGNOR,
+        group_instance_id: str | None = None,
+        client_id: str = "pylog",
+        group_initial_rebalance_delay_ms: int = 0,
+    ) -> None:
+        self.session_timeout_ms = _positive_int("session_timeout_ms", session_timeout_ms)
+        self.heartbeat_interval_ms = _positive_int("heartbeat_interval_ms", heartbeat_interval_ms)
+        self.max_poll_interval_ms = _positive_int("max_poll_interval_ms", max_poll_interval_ms)
+        self.auto_commit_interval_ms = _positive_int("auto_commit_interval_ms", auto_commit_interval_ms)
+        self.rebalance_delay_ms = _positive_int(
+            "group_initial_rebalance_delay_ms", group_initial_rebalance_delay_ms
+        )
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        if not isinstance(enable_auto_commit, bool):
+            raise ConfigError(f"enable_auto_commit must be a bool, got {enable_auto_commit!r}")
+        if group_instance_id is not None and (
+            not isinstance(group_instance_id, str) or not group_instance_id
+        ):
+            raise ConfigError(f"group_instance_id must be a non-empty str, got {group_instance_id!r}")
+        if not isinstance(client_id, str):
+            raise ConfigError(f"client_id must be a str, got {client_id!r}")
+        strategy = partition_assignment_strategy
+        if not isinstance(strategy, str | Assignor):
+            strategies = list(strategy)
+            if not strategies:
+                raise ConfigError("partition_assignment_strategy is empty")
+            strategy = strategies[0]
+        self.assignor: Assignor = get_assignor(strategy) if isinstance(strategy, str) else strategy
+        get_assignor(self.assignor.name)  # only named assignors: every member must be able to run it
+        self.enable_auto_commit = enable_auto_commit
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.consumer = consumer
+        self.log = consumer.log
+        self.clock = consumer.log.clock
+        self.store = GroupStore(self.log.path, group_id)
+        self.group_id = group_id
+        self.member_id: str | None = None
+        self.generation = -1
+        self.assignment: set[TopicPartition] = set()
+        #: Set when the user's thread has group work to do in its next poll.
+        self.wants_poll = False
+        self._topics: set[str] = set()
+        self._pattern: str | None = None
+        self._subscribed = False
+        self._listener: Any = None
+        self._lock_fd: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._last_poll_ms = self.clock.monotonic_ms()
+        self._next_heartbeat_ms = 0.0
+        self._next_autocommit_ms = self.clock.monotonic_ms() + self.auto_commit_interval_ms
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._seen_stamp: tuple[int, int, int] | None = None
+        self._stable = False
+        self._left_for_poll_interval = False
+        self._async: queue.Queue[tuple[dict[TopicPartition, OffsetAndMetadata], Any] | None] | None = None
+        self._async_thread: threading.Thread | None = None
+        self._callbacks: deque[tuple[Callable[..., Any], dict[TopicPartition, OffsetAndMetadata], Any]] = (
+            deque()
+        )
+        self._closed = False
+
+    # -- subscription -----------------------------------------------------------------------------------
+
+    def subscribe(self, topics: set[str], pattern: re.Pattern[str] | None, listener: Any) -> None:
+        for name in ("on_partitions_revoked", "on_partitions_assigned"):
+            if listener is not None and not callable(getattr(listener, name, None)):
+                raise ConfigError(f"listener must have an {name}() method (see ConsumerRebalanceListener)")
+        self._topics = set(topics)
+        self._pattern = pattern.pattern if pattern is not None else None
+        self._listener = listener
+        self._subscribed = True
+        with self.store.lock():
+            state = self.store.read_state()
+            me = state["members"].get(self.member_id) if self.member_id else None
+            if me is None:
+                self._join(state)
+            elif sorted(me["topics"]) != sorted(self._topics) or me.get("pattern") != self._pattern:
+                me["topics"], me["pattern"] = sorted(self._topics), self._pattern
+                coordinator.start_rebalance(
+                    state, self.clock.time_ms(), "subscription changed", self.rebalance_delay_ms
+                )
+                self.store.write_state(state)
+        self.wants_poll = True
+        self._start_heartbeats()
+
+    def unsubscribe(self) -> None:
+        if not self._subscribed:
+            return
+        self._revoke_all(commit=self.enable_auto_commit)
+        self._leave("unsubscribed")
+        self._subscribed = False
+        self._topics, self._pattern = set(), None
+
+    def _join(self, state: dict[str, Any]) -> None:
+        """Enter the group (under the lock): a static member takes its old entry back, others start a rebalance."""
+        now = self.clock.time_ms()
+        others = [m for mid, m in state["members"].items() if mid != self.member_id]
+        if others and any(m["assignor"] != self.assignor.name for m in others):
+            theirs = sorted({m["assignor"] for m in others})
+            raise ConfigError(
+                f"group {self.group_id!r} uses partition_assignment_strategy {theirs[0]!r}; "
+                f"this consumer asks for {self.assignor.name!r} (every member must use the same)"
+            )
+        member_id = f"{self.client_id}-{next(_COUNTER)}-{uuid.uuid4().hex[:12]}"
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            if self.member_id is not None:
+                self.store.remove_member_lock(self.member_id)
+        self._lock_fd = self.store.hold_member_lock(member_id)
+        record = {
+            "instance_id": self.group_instance_id,
+            "client_id": self.client_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "topics": sorted(self._topics),
+            "pattern": self._pattern,
+            "assignor": self.assignor.name,
+            "session_timeout_ms": self.session_timeout_ms,
+            "rebalance_timeout_ms": self.max_poll_interval_ms,
+            "heartbeat_ms": now,
+            "joined": -1,
+            "owned": [],
+            "assignment": [],
+            "generation": -1,
+        }
+        previous = state["static"].get(self.group_instance_id) if self.group_instance_id else None
+        if previous is not None and previous in state["members"]:
+            # a static member back within its session: same assignment, no rebalance (KIP-345)
+            old = state["members"].pop(previous)
+            same = old["topics"] == record["topics"] and old.get("pattern") == record["pattern"]
+            record.update(
+                joined=old["joined"],
+                owned=old["owned"],
+                assignment=old["assignment"],
+                generation=old["generation"],
+            )
+            state["members"][member_id] = record
+            if state.get("leader") == previous:
+                state["leader"] = member_id
+            if not same:
+                coordinator.start_rebalance(
+                    state, now, f"{member_id}: subscription changed", self.rebalance_delay_ms
+                )
+        else:
+            state["members"][member_id] = record
+            coordinator.start_rebalance(state, now, f"{member_id} joined", self.rebalance_delay_ms)
+        if self.group_instance_id is not None:
+            state["static"][self.group_instance_id] = member_id
+        self.member_id = member_id
+        self.generation = -1
+        self._stable = False
+        self.store.write_state(state)
+
+    def _leave(self, reason: str) -> None:
+        if self.member_id is None:
+            return
+        with self.store.lock():
+            state = self.store.read_state()
+            if self.member_id in state["members"] and (self.group_instance_id is None or reason != "closed"):
+                coordinator.remove_member(
+                    state,
+                    self.member_id,
+                    self.clock.time_ms(),
+                    f"{self.member_id} {reason}",
+                    self.rebalance_delay_ms,
+                )
+                self.store.write_state(state)
+        self._release_member_lock(remove=self.group_instance_id is None or reason != "closed")
+        self.generation = -1
+
+    def _release_member_lock(self, *, remove: bool) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
+            if remove and self.member_id is not None:
+                self.store.remove_member_lock(self.member_id)
+
+    # -- the heartbeat thread ---------------------------------------------------------------------------
+
+    def _start_heartbeats(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._heartbeat_loop, name=f"pylog-heartbeat-{self.group_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(_CHECK_S):
+            try:
+                now = self.clock.monotonic_ms()
+                stamp = self.store.state_stamp()
+                if stamp != self._seen_stamp or now >= self._next_heartbeat_ms or not self._stable:
+                    self.heartbeat()
+            except LogClosedError:
+                return
+            except Exception as exc:  # reported to the user's thread at its next poll
+                self._error = exc
+                self.wants_poll = True
+                self._stop.wait(min(self.heartbeat_interval_ms / 1000, 1.0))
+
+    def heartbeat(self) -> None:
+        """One heartbeat (normally run by the heartbeat thread; callable directly, for tests with a
+        ManualClock): refresh this member, expel dead ones, notice topic changes, complete a rebalance."""
+        if self.member_id is None or self._closed:
+            return
+        mono = self.clock.monotonic_ms()
+        with self.store.lock():
+            state = self.store.read_state()
+            now = self.clock.time_ms()
+            me = state["members"].get(self.member_id)
+            if me is None:
+                self.wants_poll = True
+                self._stable = True  # nothing to do until the user's thread rejoins
+                self._seen_stamp = self.store.state_stamp()
+                return
+            changed = False
+            if mono - self._last_poll_ms > self.max_poll_interval_ms:
+                coordinator.remove_member(
+                    state,
+                    self.member_id,
+                    now,
+                    f"{self.member_id} left: no poll() within max_poll_interval_ms",
+                    self.rebalance_delay_ms,
+                )
+                self.store.write_state(state)
+                self._left_for_poll_interval = True
+                self.wants_poll = True
+                return
+            if mono >= self._next_heartbeat_ms:
+                me["heartbeat_ms"] = now
+                self._next_heartbeat_ms = mono + self.heartbeat_interval_ms
+                changed = True
+            gone = coordinator.expire_members(
+                state, now, self.store.member_is_dead, self.member_id, self.rebalance_delay_ms
+            )
+            changed = changed or bool(gone)
+            partitions = self._partitions(state)
+            if state["state"] == "Stable" and partitions != state["topics"]:
+                coordinator.start_rebalance(state, now, "topic metadata changed", self.rebalance_delay_ms)
+                changed = True
+            changed = coordinator.maybe_complete(state, now, partitions, self.rebalance_delay_ms) or changed
+            if changed:
+                self.store.write_state(state)
+            self._seen_stamp = self.store.state_stamp()
+            me = state["members"].get(self.member_id)
+            self._stable = state["state"] != "PreparingRebalance"
+            if (
+                me is None
+                or me["generation"] != self.generation
+                or (state["state"] == "PreparingRebalance" and me["joined"] != state["rebalance"]["id"])
+            ):
+                self.wants_poll = True
+        for member_id in gone:
+            self.store.remove_member_lock(member_id)
+
+    def _partitions(self, state: Mapping[str, Any]) -> dict[str, int]:
+        names = self.log.topics()
+        wanted = coordinator.wanted_topics(dict(state), names)
+        out = {}
+        for name in sorted(wanted):
+            with contextlib.suppress(UnknownTopicError):
+                out[name] = self.log.topic(name).num_partitions
+        return out
+
+    # -- the user's thread ------------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        """Called by ``Consumer.poll()`` on every turn: group work, auto-commit, async commit callbacks."""
+        self._last_poll_ms = now = self.clock.monotonic_ms()
+        if self._callbacks:
+            self._deliver_callbacks()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self.wants_poll:
+            self._sync()
+        if self.enable_auto_commit and now >= self._next_autocommit_ms:
+            self._next_autocommit_ms = now + self.auto_commit_interval_ms
+            self._auto_commit()
+
+    def _sync(self) -> None:
+        self.wants_poll = False
+        if not self._subscribed:
+            return
+        for _ in range(8):
+            with self.store.lock():
+                state = self.store.read_state()
+            me = state["members"].get(self.member_id) if self.member_id else None
+            if me is None:
+                lost, self.assignment = self.assignment, set()
+                self.consumer._set_assignment([])
+                if lost:
+                    self._call("on_partitions_lost", lost)
+                if self._left_for_poll_interval:
+                    self._left_for_poll_interval = False
+                with self.store.lock():
+                    self._join(self.store.read_state())
+                continue
+            if me["generation"] > self.generation:
+                self._adopt(me, state)
+                continue
+            rebalance = state["rebalance"]
+            if state["state"] == "PreparingRebalance" and me["joined"] != rebalance["id"]:
+                if state_protocol(state, self.assignor) == "eager" and self.assignment:
+                    self._revoke_all(commit=self.enable_auto_commit)
+                self._join_rebalance()
+                continue
+            break
+        self._start_heartbeats()
+
+    def _join_rebalance(self) -> None:
+        with self.store.lock():
+            state = self.store.read_state()
+            me = state["members"].get(self.member_id)
+            if me is None or state["state"] != "PreparingRebalance":
+                return
+            now = self.clock.time_ms()
+            me["joined"] = state["rebalance"]["id"]
+            me["owned"] = [[tp.topic, tp.partition] for tp in sorted(self.assignment)]
+            me["heartbeat_ms"] = now
+            coordinator.maybe_complete(state, now, self._partitions(state), self.rebalance_delay_ms)
+            self.store.write_state(state)
+            self._stable = False
+
+    def _adopt(self, me: dict[str, Any], state: dict[str, Any]) -> None:
+        new = {TopicPartition(t, p) for t, p in me["assignment"]}
+        old = self.assignment
+        revoked, added = old - new, new - old
+        cooperative = state_protocol(state, self.assignor) == "cooperative"
+        if revoked:
+            if self.enable_auto_commit:
+                self._commit_quietly({tp: p for tp, p in self._positions().items() if tp in revoked})
+            self._call("on_partitions_revoked", revoked)
+        self.assignment = new
+        self.generation = me["generation"]
+        self.consumer._set_assignment(sorted(new))
+        self._call("on_partitions_assigned", added if cooperative else new)
+        if cooperative and revoked:
+            # KIP-429: partitions given up in this round go to their new owners in a follow-up rebalance
+            with self.store.lock():
+                state = self.store.read_state()
+                if self.member_id in state["members"]:
+                    coordinator.start_rebalance(
+                        state, self.clock.time_ms(), f"{self.member_id} revoked partitions", 0
+                    )
+                    self.store.write_state(state)
+
+    def _revoke_all(self, *, commit: bool) -> None:
+        if not self.assignment:
+            return
+        if commit:
+            self._commit_quietly(self._positions())
+        revoked, self.assignment = self.assignment, set()
+        self.consumer._set_assignment([])
+        self._call("on_partitions_revoked", revoked)
+
+    def _call(self, name: str, partitions: set[TopicPartition]) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        method = getattr(listener, name, None)
+        if method is None and name == "on_partitions_lost":
+            method = getattr(listener, "on_partitions_revoked", None)
+        if method is not None:
+            method(sorted(partitions))
+
+    # -- commits ----------------------------------------------------------------------------------------
+
+    def _positions(self) -> dict[TopicPartition, int]:
+        out = {}
+        for tp in self.consumer._assignment:
+            if self.consumer._positions.get(tp) is not None or tp in self.consumer._buffers:
+                out[tp] = self.consumer.position(tp)
+        return out
+
+    def _auto_commit(self) -> None:
+        if self._subscribed and self.member_id is None:
+            return
+        positions = {tp: p for tp, p in self._positions().items() if self._last_committed.get(tp) != p}
+        if positions:
+            self._commit_quietly(positions)
+
+    def _commit_quietly(self, offsets: Mapping[TopicPartition, int]) -> None:
+        with contextlib.suppress(CommitFailedError, RebalanceInProgressError):
+            self.commit(dict(offsets))
+
+    def _normalize(self, offsets: Mapping[Any, Any] | None) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            return {tp: OffsetAndMetadata(p) for tp, p in self._positions().items()}
+        if not isinstance(offsets, Mapping):
+            raise InvalidOffsetError(f"offsets must be a dict of TopicPartition -> offset, got {offsets!r}")
+        out = {}
+        for tp, value in offsets.items():
+            try:
+                tp = TopicPartition(*tp)
+            except TypeError:
+                raise InvalidOffsetError(f"not a TopicPartition: {tp!r}") from None
+            if isinstance(value, OffsetAndMetadata):
+                offset, metadata = value.offset, value.metadata
+            else:
+                offset, metadata = value, ""
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise InvalidOffsetError(f"offset for {tp} must be an int >= 0, got {offset!r}")
+            if not isinstance(metadata, str):
+                raise InvalidOffsetError(f"metadata for {tp} must be a str, got {metadata!r}")
+            try:
+                end = self.log.topic(tp.topic).partition(tp.partition).log_end_offset
+            except (UnknownTopicError, UnknownPartitionError):
+                raise
+            if offset > end:
+                raise InvalidOffsetError(f"cannot commit offset {offset} for {tp}: the log ends at {end}")
+            out[tp] = OffsetAndMetadata(offset, metadata)
+        return out
+
+    def commit(self, offsets: Mapping[Any, Any] | None = None) -> None:
+        """Durably commit ``offsets`` (default: the position of every assigned partition); returns after the
+        fsync. A member fenced by a newer generation gets :class:`CommitFailedError`."""
+        self._check_open()
+        normalized = self._normalize(offsets)
+        if not normalized:
+            return
+        with self.store.lock():
+            state = self.store.read_state()
+            if self._subscribed:
+                me = state["members"].get(self.member_id) if self.member_id else None
+                if me is None:
+                    raise CommitFailedError(
+                        f"commit failed: this consumer is no longer a member of group {self.group_id!r} "
+                        "(its session expired, or it did not poll() within max_poll_interval_ms, and its "
+                        "partitions were given to other members). Call poll() to rejoin; records processed "
+                        "since the last commit may be delivered again."
+                    )
+                if me["generation"] < 0:
+                    raise RebalanceInProgressError(
+                        f"group {self.group_id!r} is rebalancing and this member has no assignment yet; "
+                        "call poll() to complete the rebalance, then commit again"
+                    )
+                allowed = {TopicPartition(t, p) for t, p in me["assignment"]} | self.assignment
+                foreign = sorted(tp for tp in normalized if tp not in allowed)
+                if foreign:
+                    raise CommitFailedError(
+                        f"commit failed: {', '.join(f'{tp.topic}-{tp.partition}' for tp in foreign)} not "
+                        f"assigned to this member in generation {state['generation']} of group "
+                        f"{self.group_id!r}; call poll() to get the current assignment"
+                    )
+            elif state["members"]:
+                raise CommitFailedError(
+                    f"group {self.group_id!r} has active members; a consumer using assign() may only "
+                    "commit to a group that has none"
+                )
+            entries = [
+                (tp.topic, tp.partition, om.offset, om.metadata) for tp, om in sorted(normalized.items())
+            ]
+            self.store.append_offsets(
+                entries,
+                generation=state["generation"],
+                member_id=self.member_id or "",
+                now_ms=self.clock.time_ms(),
+            )
+        for tp, om in normalized.items():
+            self._last_committed[tp] = om.offset
+
+    def commit_async(self, offsets: Mapping[Any, Any] | None = None, callback: Any = None) -> None:
+        """Commit in the background; ``callback(offsets, exception_or_None)`` runs on the user's thread in a
+        later ``poll()``, ``commit()`` or ``close()``."""
+        self._check_open()
+        if callback is not None and not callable(callback):
+            raise ConfigError("callback must be callable")
+        normalized = self._normalize(offsets)
+        if self._async is None:
+            self._async = queue.Queue()
+            self._async_thread = threading.Thread(
+                target=self._async_loop, name=f"pylog-commit-{self.group_id}", daemon=True
+            )
+            self._async_thread.start()
+        self._async.put((normalized, callback))
+
+    def _async_loop(self) -> None:
+        assert self._async is not None
+        while True:
+            item = self._async.get()
+            if item is None:
+                return
+            offsets, callback = item
+            result: Any = None
+            try:
+                self.commit(offsets)
+            except Exception as exc:
+                result = exc
+            if callback is not None:
+                self._callbacks.append((callback, offsets, result))
+            self.wants_poll = True
+
+    def _deliver_callbacks(self) -> None:
+        while self._callbacks:
+            callback, offsets, result = self._callbacks.popleft()
+            callback(offsets, result)
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        found = self.store.offsets().get(tp)
+        return None if found is None else found.offset
+
+    def committed_metadata(self, tp: TopicPartition) -> OffsetAndMetadata | None:
+        return self.store.offsets().get(tp)
+
+    def committed_position(self, tp: TopicPartition) -> int | None:
+        return self.committed(tp)
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError("the consumer is closed")
+
+    def close(self, autocommit: bool = True) -> None:
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        try:
+            if self._async is not None:
+                self._async.put(None)
+                if self._async_thread is not None:
+                    self._async_thread.join()
+                self._deliver_callbacks()
+            if self._subscribed and self.member_id is not None:
+                try:
+                    if self.assignment:
+                        if autocommit and self.enable_auto_commit:
+                            self._commit_quietly(self._positions())
+                        revoked, self.assignment = self.assignment, set()
+                        self._call("on_partitions_revoked", revoked)
+                finally:
+                    self._leave("closed")
+        except PylogError:
+            self._release_member_lock(remove=self.group_instance_id is None)
+            raise
+        finally:
+            self._closed = True
+            self.store.close()
+
+
+def state_protocol(state: Mapping[str, Any], assignor: Assignor) -> str:
+    protocol = state.get("protocol")
+    return protocol if isinstance(protocol, str) else assignor.protocol
