@@ -1,19 +1,24 @@
 """``make demo``: a clickstream through pylog, end to end, on the default log directory (``./pylog-data``).
 
 1. produce a clickstream keyed by user into a partitioned topic (one record at a time, then vectorized);
-2. consume it back, counting clicks per page, and check the count against what was produced;
-3. look records up by offset and by timestamp;
-4. simulate a crash: a child process appends and is killed with SIGKILL; reopening recovers every acknowledged
+2. a consumer group of worker processes counts clicks per page, committing after every batch with the
+   running counts of each partition in the commit's metadata (so a partition's state moves with it); one
+   worker is killed with SIGKILL midway, the group rebalances and the others carry on from the last commit;
+3. a Spark job reads the topic with ``spark.read.format("pylog")`` and its aggregate is compared with the
+   workers' counts and with what was produced;
+4. look records up by offset and by timestamp;
+5. simulate a crash: a child process appends and is killed with SIGKILL; reopening recovers every acknowledged
    record and reports what recovery did;
-5. apply retention with an injected clock.
+6. apply retention with an injected clock.
 
-Run ``python -m pylog.demo [--dir PATH] [--records N]``.
+Run ``python -m pylog.demo [--dir PATH] [--records N] [--workers N] [--no-spark]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import shutil
 import signal
@@ -49,14 +54,175 @@ def _child(path: str) -> None:
             i += 1
 
 
+GROUP = "page-counters"
+
+
+def _worker(path: str, name: str) -> None:
+    """A member of the ``page-counters`` group: counts clicks per page for the partitions it owns.
+
+    The counts of a partition travel in the metadata of its committed offset, written together with the
+    offset after every batch. A new owner starts from that commit, so records processed after the last
+    commit by a worker that died are counted again by exactly one member, and nothing twice."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    with pylog.open(path) as log:
+        counts: dict[TopicPartition, collections.Counter[str]] = {}
+        consumer = log.consumer(
+            group_id=GROUP,
+            client_id=name,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            max_poll_records=250,
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=300,
+        )
+
+        class Listener(pylog.ConsumerRebalanceListener):
+            def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+                for tp in assigned:
+                    committed = consumer.committed(tp, metadata=True)
+                    counts[tp] = collections.Counter(json.loads(committed.metadata) if committed else {})
+
+            def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+                for tp in revoked:
+                    counts.pop(tp, None)  # every processed batch is committed already
+
+        consumer.subscribe(["clicks"], listener=Listener())
+        while not stop:
+            batch = consumer.poll(timeout_ms=200)
+            if not batch:
+                continue
+            commit = {}
+            for tp, records in batch.items():
+                c = counts.setdefault(tp, collections.Counter())
+                for rec in records:
+                    c[rec.value["page"]] += 1
+                commit[tp] = pylog.OffsetAndMetadata(records[-1].offset + 1, json.dumps(c, sort_keys=True))
+            time.sleep(0.01)  # the work a real worker would do per batch
+            consumer.commit(commit)
+        consumer.close()
+
+
+def _group_step(path: str, n_workers: int, total: int, expected: collections.Counter[str]) -> bool:
+    """Run the worker group, kill one worker midway, and check the committed counts."""
+    workers = {
+        f"worker-{i}": subprocess.Popen(
+            [sys.executable, "-m", "pylog.demo", "--worker", f"worker-{i}", "--dir", path]
+        )
+        for i in range(n_workers)
+    }
+    killed = None
+    t_start = time.perf_counter()
+    try:
+        with pylog.open(path) as log:
+            ends = {
+                tp: log.topic("clicks").partition(tp.partition).log_end_offset
+                for tp in log.topic("clicks").partitions()
+            }
+            shown_generation = -1
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                done = (
+                    sum(om.offset for om in log.group_offsets(GROUP).values())
+                    if GROUP in log.list_groups()
+                    else 0
+                )
+                desc = log.describe_group(GROUP) if GROUP in log.list_groups() else None
+                if desc is not None and desc.state == "Stable" and desc.generation != shown_generation:
+                    shown_generation = desc.generation
+                    owners = ", ".join(
+                        f"{m.client_id}(pid {m.pid}): {','.join(str(tp.partition) for tp in m.assignment) or '-'}"
+                        for m in desc.members
+                    )
+                    print(
+                        f"   [{time.perf_counter() - t_start:5.2f} s] generation {desc.generation}: {owners}"
+                    )
+                if killed is None and done >= total * 0.4:
+                    killed = "worker-1"
+                    workers[killed].send_signal(signal.SIGKILL)
+                    workers[killed].wait()
+                    print(
+                        f"   [{time.perf_counter() - t_start:5.2f} s] SIGKILL {killed} after {done:,}/{total:,} "
+                        "records were committed"
+                    )
+                offsets = log.group_offsets(GROUP) if GROUP in log.list_groups() else {}
+                if all(offsets.get(tp) is not None and offsets[tp].offset == end for tp, end in ends.items()):
+                    break
+                time.sleep(0.05)
+            offsets = log.group_offsets(GROUP)
+    finally:
+        for proc in workers.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in workers.values():
+            proc.wait(timeout=30)
+    counted: collections.Counter[str] = collections.Counter()
+    for om in offsets.values():
+        counted.update(json.loads(om.metadata))
+    lag = sum(end - (offsets[tp].offset if tp in offsets else 0) for tp, end in ends.items())
+    print(f"   committed offsets reach the log end on every partition: {lag == 0}")
+    print(
+        f"   the workers counted {sum(counted.values()):,} clicks; per page: {dict(sorted(counted.items()))}"
+    )
+    print(f"   matches what was produced: {counted == expected}")
+    return lag == 0 and counted == expected and killed is not None
+
+
+def _spark_step(path: str, expected: collections.Counter[str]) -> bool:
+    import warnings
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("pylog-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        t0 = time.perf_counter()
+        df = (
+            spark.read.format("pylog")
+            .option("subscribe", "clicks")
+            .option("valueFormat", "msgpack")
+            .option("valueSchema", "user long, page string")
+            .load(os.path.abspath(path))
+        )
+        rows = df.groupBy("page").count().orderBy("page").collect()
+        print(
+            f'   spark.read.format("pylog") ... groupBy("page").count() in {time.perf_counter() - t0:.2f} s:'
+        )
+        for row in rows:
+            print(f"     {row['page']:<10} {row['count']:>8,}")
+        got = collections.Counter({row["page"]: row["count"] for row in rows})
+    finally:
+        spark.stop()
+    print(f"   matches the workers' counts and what was produced: {got == expected}")
+    return got == expected
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="pylog-data")
     ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--workers", type=int, default=3, help="worker processes in the consumer group")
+    ap.add_argument("--no-spark", action="store_true", help="skip the Spark step")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         _child(args.dir)
+        return 0
+    if args.worker:
+        _worker(args.dir, args.worker)
         return 0
     if os.path.exists(args.dir):
         shutil.rmtree(args.dir)
@@ -94,20 +260,22 @@ def main(argv: list[str] | None = None) -> int:
             )
         _done(t0, "produced")
 
-        t0 = _step("consume everything and count clicks per page")
-        consumer = log.consumer("clicks", auto_offset_reset="earliest", consumer_timeout_ms=0)
-        counts: collections.Counter[str] = collections.Counter()
-        seen = 0
-        for rec in consumer.iterate():
-            counts[rec.value["page"]] += 1
-            seen += 1
         expected = collections.Counter(PAGES[p] for p in pages.tolist())
-        print(f"   read {seen:,} records; per page: {dict(sorted(counts.items()))}")
-        print(f"   matches what was produced: {counts == expected}")
-        _done(t0, "consumed")
-        if counts != expected:
-            return 1
 
+    t0 = _step(
+        f"a consumer group of {args.workers} worker processes counts clicks per page; one is killed midway"
+    )
+    if not _group_step(args.dir, args.workers, n, expected):
+        return 1
+    _done(t0, "counted by the group")
+
+    if not args.no_spark:
+        t0 = _step("a Spark job reads the topic straight from the segment files")
+        if not _spark_step(args.dir, expected):
+            return 1
+        _done(t0, "aggregated with Spark")
+
+    with pylog.open(args.dir) as log:
         t0 = _step("random access: by offset and by timestamp")
         tp = TopicPartition("clicks", 3)
         c2 = log.consumer(consumer_timeout_ms=0)
