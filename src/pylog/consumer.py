@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from pylog.deadletter import DeadLetters
 from pylog.errors import (
     ConfigError,
     DeserializationError,
@@ -64,6 +65,8 @@ class Consumer:
         max_partition_fetch_bytes: int = 1 << 20,
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[bytes], Any] | None = _DEFAULT,
+        on_deserialization_error: str = "raise",
+        dead_letter_topic: str | None = None,
         **group_config: Any,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none", "smallest", "largest"):
@@ -93,6 +96,8 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         self._buffers: dict[TopicPartition, _Buffer] = {}
         self._current: _Buffer | None = None  # where next() takes records from without a poll
+        self._poison: dict[TopicPartition, DeserializationError] = {}
+        self._dead_letters = DeadLetters(log, dead_letter_topic, on_deserialization_error)
         self._subscription: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self._next_meta_check = 0.0
@@ -225,6 +230,7 @@ class Consumer:
     def _drop_buffer(self, tp: TopicPartition) -> None:
         """Forget records fetched but not returned for ``tp`` (after a seek, a pause or a revocation)."""
         self._buffers.pop(tp, None)
+        self._poison.pop(tp, None)
         self._current = None
 
     def _reset_position(self, tp: TopicPartition) -> int:
@@ -322,9 +328,16 @@ class Consumer:
             tp = tps[(start + k) % n]
             buf = self._buffers.get(tp)
             if buf is None or buf.i >= len(buf.recs):
+                poison = self._poison.get(tp)
+                if poison is not None:
+                    if out:
+                        continue  # return what is ready; the next poll raises
+                    raise poison
                 recs = self._fetch(tp)
                 if not recs:
                     self._buffers.pop(tp, None)
+                    if tp in self._poison and not out:
+                        raise self._poison[tp]
                     continue
                 buf = self._buffers[tp] = _Buffer(recs)
             take = buf.recs[buf.i : buf.i + remaining]
@@ -367,23 +380,31 @@ class Consumer:
         pos = self._positions[tp] or 0
         if not raw:
             return []
-        batches = [decode_lists(buf, at) for buf, at in raw]
         records: list[ConsumerRecord] = []
-        for b in batches:
-            records.extend(self._records(tp, b, pos))
-        self._positions[tp] = batches[-1].header.next_offset
+        for buf, at in raw:
+            b = decode_lists(buf, at)
+            stop = self._records(tp, b, pos, records)
+            if stop is not None:  # a record that cannot be deserialized, under the "raise" policy
+                self._positions[tp] = stop
+                return records
+            self._positions[tp] = b.header.next_offset
         return records
 
-    def _records(self, tp: TopicPartition, b: RecordLists, start: int) -> list[ConsumerRecord]:
+    def _records(
+        self, tp: TopicPartition, b: RecordLists, start: int, out: list[ConsumerRecord]
+    ) -> int | None:
+        """Append the batch's records from offset ``start`` on to ``out``. Returns the offset of a record the
+        deserializers cannot decode when the policy is to raise (the error is kept for the next poll)."""
         offsets = b.offsets
         keys = b.keys
         values = b.values
         ksizes = [-1 if k is None else len(k) for k in keys]
         vsizes = [-1 if v is None else len(v) for v in values]
+        bad: dict[int, BaseException] = {}
         if self._key_deser is not None:
-            keys = self._deserialize(self._key_deser, keys, tp, offsets, "key")
+            keys = self._deserialize(self._key_deser, keys, bad, "key")
         if self._value_deser is not None:
-            values = self._deserialize(self._value_deser, values, tp, offsets, "value")
+            values = self._deserialize(self._value_deser, values, bad, "value")
         recs = list(
             map(
                 ConsumerRecord,
@@ -399,26 +420,93 @@ class Consumer:
                 vsizes,
             )
         )
+        if bad:
+            return self._poison_pills(tp, b, recs, bad, start, out)
         if offsets[0] < start:
             recs = [r for r in recs if r.offset >= start]
-        return recs
+        out.extend(recs)
+        return None
+
+    def _poison_pills(
+        self,
+        tp: TopicPartition,
+        b: RecordLists,
+        recs: list[ConsumerRecord],
+        bad: dict[int, BaseException],
+        start: int,
+        out: list[ConsumerRecord],
+    ) -> int | None:
+        for i, rec in enumerate(recs):
+            if rec.offset < start:
+                continue
+            exc = bad.get(i)
+            if exc is None:
+                out.append(rec)
+                continue
+            policy = self._dead_letters.policy
+            if policy == "raise":
+                err = DeserializationError(
+                    f"cannot deserialize record {tp.topic}-{tp.partition} offset {rec.offset}: {exc}; "
+                    f"seek to offset {rec.offset + 1} to skip it"
+                )
+                err.topic_partition, err.offset = tp, rec.offset
+                err.__cause__ = exc
+                self._poison[tp] = err
+                return rec.offset
+            if policy == "dead_letter":
+                raw = (b.keys[i], b.values[i], list(b.headers[i] or ()))
+                self._dead_letters.send(
+                    tp.topic, tp.partition, rec.offset, rec.timestamp, raw, exc, "deserialization"
+                )
+            else:
+                self._dead_letters.skipped += 1
+        return None
 
     @staticmethod
     def _deserialize(
-        fn: Callable[[bytes], Any], items: list[Any], tp: TopicPartition, offsets: list[int], what: str
+        fn: Callable[[bytes], Any], items: list[Any], bad: dict[int, BaseException], what: str
     ) -> list[Any]:
         try:
             return [None if x is None else fn(x) for x in items]
         except Exception:
+            out = []
             for i, x in enumerate(items):
                 try:
-                    if x is not None:
-                        fn(x)
+                    out.append(None if x is None else fn(x))
                 except Exception as exc:
-                    raise DeserializationError(
-                        f"cannot deserialize the {what} of {tp.topic}-{tp.partition} offset {offsets[i]}: {exc}"
-                    ) from exc
-            raise
+                    bad.setdefault(i, exc)
+                    out.append(x)
+            return out
+
+    def dead_letter(self, record: ConsumerRecord, error: BaseException) -> None:
+        """Send ``record`` (one this consumer returned) to ``dead_letter_topic`` with ``error`` in its headers:
+        its stored key, value and headers, byte for byte (see :mod:`pylog.deadletter`)."""
+        self._check()
+        if not isinstance(record, ConsumerRecord):
+            raise ConfigError(f"dead_letter() takes a ConsumerRecord, got {type(record).__name__}")
+        tp = TopicPartition(record.topic, record.partition)
+        raw = self._raw_record(tp, record.offset)
+        self._dead_letters.send(
+            tp.topic, tp.partition, record.offset, record.timestamp, raw, error, "processing"
+        )
+
+    def _raw_record(
+        self, tp: TopicPartition, offset: int
+    ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+        for buf, at in self._plog(tp).read_raw(offset, 1):
+            b = decode_lists(buf, at)
+            for i, off in enumerate(b.offsets):
+                if off == offset:
+                    return (b.keys[i], b.values[i], list(b.headers[i] or ()))
+        raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition} offset {offset} is no longer in the log")
+
+    def metrics(self) -> dict[str, int]:
+        """Counters: ``records_skipped`` and ``records_dead_lettered`` by the deserialization error policy
+        (and ``dead_letter()``)."""
+        return {
+            "records_skipped": self._dead_letters.skipped,
+            "records_dead_lettered": self._dead_letters.sent,
+        }
 
     def poll_arrow(
         self, timeout_ms: float = 0, max_bytes: int | None = None, include_headers: bool = False
@@ -529,6 +617,7 @@ class Consumer:
         finally:
             self._closed = True
             self._current = None
+            self._dead_letters.close()
 
     def __enter__(self) -> Consumer:
         return self

@@ -41,6 +41,8 @@ The same tree is mirrored in ``docs/errors.md``.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "CommitFailedError",
     "ConfigError",
@@ -122,7 +124,13 @@ class InvalidTimestampError(InvalidRecordError):
 
 
 class DeserializationError(PylogError):
-    """A stored key or value could not be decoded by the consumer's deserializer. The stored data is intact."""
+    """A stored key or value could not be decoded by the consumer's deserializer. The stored data is intact.
+    ``topic_partition`` and ``offset`` name the record: records before it were returned, and the consumer
+    raises again until it is skipped with ``consumer.seek(err.topic_partition, err.offset + 1)``, or set
+    ``on_deserialization_error="skip"`` or ``"dead_letter"``."""
+
+    topic_partition: Any = None
+    offset: int | None = None
 
 
 class OffsetOutOfRangeError(PylogError):
