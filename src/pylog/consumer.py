@@ -35,7 +35,7 @@ from pylog.errors import (
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
-from pylog.record import DecodedBatch, RecordLists, decode_lists
+from pylog.record import ATTR_TRANSACTIONAL, BatchHeader, DecodedBatch, RecordLists, decode_lists
 from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class Consumer:
         value_deserializer: Callable[[bytes], Any] | None = _DEFAULT,
         on_deserialization_error: str = "raise",
         dead_letter_topic: str | None = None,
+        isolation_level: str = "read_uncommitted",
         **group_config: Any,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none", "smallest", "largest"):
@@ -98,6 +99,13 @@ class Consumer:
         self._current: _Buffer | None = None  # where next() takes records from without a poll
         self._poison: dict[TopicPartition, DeserializationError] = {}
         self._dead_letters = DeadLetters(log, dead_letter_topic, on_deserialization_error)
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ConfigError(
+                f"isolation_level must be read_uncommitted or read_committed, got {isolation_level!r}"
+            )
+        self.isolation_level = isolation_level
+        self._txns: Any = log.transactions() if isolation_level == "read_committed" else None
+        self._next_expiry_check = 0.0
         self._subscription: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self._next_meta_check = 0.0
@@ -383,6 +391,13 @@ class Consumer:
         records: list[ConsumerRecord] = []
         for buf, at in raw:
             b = decode_lists(buf, at)
+            if self._txns is not None and b.header.attributes & ATTR_TRANSACTIONAL:
+                visible = self._visible(b.header)
+                if visible is None:
+                    return records  # an open transaction: the last stable offset
+                if not visible:
+                    self._positions[tp] = b.header.next_offset
+                    continue
             stop = self._records(tp, b, pos, records)
             if stop is not None:  # a record that cannot be deserialized, under the "raise" policy
                 self._positions[tp] = stop
@@ -478,6 +493,37 @@ class Consumer:
                     out.append(x)
             return out
 
+    def _visible(self, h: BatchHeader) -> bool | None:
+        """read_committed: True for a committed transactional batch, False for an aborted one, None while
+        its transaction is open (reading stops there). Also aborts transactions past their timeout."""
+        status = self._txns.status(h.producer_id, h.producer_epoch, h.base_sequence)
+        if status == "committed":
+            return True
+        if status == "aborted":
+            return False
+        now = self.log.clock.monotonic_ms()
+        if now >= self._next_expiry_check:
+            self._next_expiry_check = now + 1000
+            if self._txns.abort_expired(self.log.clock.time_ms()):
+                return self._visible(h)
+        return None
+
+    def _committed_only(self, batches: list[DecodedBatch]) -> tuple[list[DecodedBatch], int | None]:
+        """The batches a read_committed reader may return, up to the first open transaction; and the offset
+        after the last batch looked at when every one was aborted."""
+        out = []
+        skip_to = None
+        for b in batches:
+            if b.header.attributes & ATTR_TRANSACTIONAL:
+                visible = self._visible(b.header)
+                if visible is None:
+                    break
+                if not visible:
+                    skip_to = b.header.next_offset
+                    continue
+            out.append(b)
+        return out, (skip_to if not out else None)
+
     def dead_letter(self, record: ConsumerRecord, error: BaseException) -> None:
         """Send ``record`` (one this consumer returned) to ``dead_letter_topic`` with ``error`` in its headers:
         its stored key, value and headers, byte for byte (see :mod:`pylog.deadletter`)."""
@@ -534,6 +580,12 @@ class Consumer:
                 self._positions[tp] = self.position(tp)
                 self._drop_buffer(tp)
                 batches = self._read(tp, self._positions[tp] or 0, limit)
+                if self._txns is not None:
+                    batches, skip_to = self._committed_only(batches)
+                    if not batches:
+                        if skip_to is not None:
+                            self._positions[tp] = skip_to
+                        continue
                 if not batches:
                     continue
                 start = self._positions[tp] or 0

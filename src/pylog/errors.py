@@ -34,6 +34,8 @@ if simply tried again.
     ├── CommitFailedError                        the member was fenced by a newer group generation
     ├── RebalanceInProgressError                 the group is rebalancing; retry after the next poll
     ├── GroupNotEmptyError                       an admin action that needs the group to have no members
+    ├── ProducerFencedError                      a newer producer with the same transactional_id took over
+    ├── OutOfOrderSequenceError                  a producer id's batches are not in sequence order
     └── UnknownGroupError                        no consumer group of that id exists in this log
 
 The same tree is mirrored in ``docs/errors.md``.
@@ -62,6 +64,8 @@ __all__ = [
     "LogClosedError",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "ProducerFencedError",
     "PylogError",
     "RebalanceInProgressError",
     "RecordTooLargeError",
@@ -223,3 +227,14 @@ class UnknownGroupError(PylogError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class ProducerFencedError(PylogError):
+    """Another producer with the same ``transactional_id`` called ``init_transactions()`` (or this producer's
+    transaction outlived ``transaction_timeout_ms`` and was aborted). This producer can no longer commit: close
+    it. Its open transaction is aborted and its records never become visible to ``read_committed`` readers."""
+
+
+class OutOfOrderSequenceError(PylogError):
+    """A partition holds a batch of this producer id with a sequence number the producer has not sent yet:
+    another writer uses the same producer id. Nothing was written by the failing call."""

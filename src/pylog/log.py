@@ -102,6 +102,7 @@ class Log:
         self._closed = False
         self._fork_generation = _FORK_GENERATION[0]
         self.recovery: dict[str, RecoveryReport] = {}
+        self._txn_log: Any = None
         fs.makedirs(self.path)
         self._open_lock_fd = fs.FS.open(os.path.join(self.path, ".open.lock"), os.O_RDWR | os.O_CREAT)
         self._shared_fd = fs.FS.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT)
@@ -168,6 +169,8 @@ class Log:
                         self._last_close()
                     fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
             finally:
+                if self._txn_log is not None:
+                    self._txn_log.close()
                 fs.FS.close(self._shared_fd)
                 fs.FS.close(self._open_lock_fd)
 
@@ -373,11 +376,27 @@ class Log:
     # -- clients ----------------------------------------------------------------------------------------
 
     def producer(self, **config: Any) -> Any:
-        """A :class:`~pylog.producer.Producer` writing to this log."""
+        """A :class:`~pylog.producer.Producer` writing to this log; with ``enable_idempotence=True`` or a
+        ``transactional_id``, an :class:`~pylog.idempotent.IdempotentProducer`."""
+        self._check()
+        if config.get("enable_idempotence") or config.get("transactional_id") is not None:
+            from pylog.idempotent import IdempotentProducer
+
+            return IdempotentProducer(self, **config)
+        config.pop("enable_idempotence", None)
         from pylog.producer import Producer
 
-        self._check()
         return Producer(self, **config)
+
+    def transactions(self) -> Any:
+        """The :class:`~pylog.transactions.TxnLog` of this directory (producer ids, transaction decisions)."""
+        self._check()
+        with self._lock:
+            if self._txn_log is None:
+                from pylog.transactions import TxnLog
+
+                self._txn_log = TxnLog(self.path)
+            return self._txn_log
 
     def consumer(self, *topics: str, **config: Any) -> Any:
         """A :class:`~pylog.consumer.Consumer` reading from this log."""

@@ -23,7 +23,8 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -43,10 +44,11 @@ from pylog.errors import (
 )
 from pylog.partitioner import StickyPartitioner, partitions_for_keys
 from pylog.record import HEADER_SIZE, LAYOUT_SIZE, encode_batch, encode_columns, encode_headers
-from pylog.structs import RecordMetadata
+from pylog.structs import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from pylog.log import Log
+    from pylog.partition.log import AppendInfo, PartitionLog
     from pylog.topic import Topic
 
 __all__ = ["BatchResult", "FutureRecordMetadata", "Producer"]
@@ -54,6 +56,7 @@ __all__ = ["BatchResult", "FutureRecordMetadata", "Producer"]
 _log = logging.getLogger("pylog.producer")
 _MSGPACK = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _DEFAULT: Any = object()
+_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _I64_MAX = 2**63 - 1
 _PER_RECORD = 8
 _SENDER_GRACE_S = 0.0005  # bytes of column overhead budgeted per record when cutting batches
@@ -292,6 +295,16 @@ class Producer:
             self._wakeup.set()
         return FutureRecordMetadata(self, topic, p, i)
 
+    def _batch_fields(self, tp: TopicPartition) -> Mapping[str, Any]:
+        """Producer id, epoch, sequence and transactional flag of the next batch to ``tp`` (none here: set by
+        :class:`~pylog.idempotent.IdempotentProducer`)."""
+        return _NO_FIELDS
+
+    def _append_batch(
+        self, plog: PartitionLog, tp: TopicPartition, batch: bytes, fields: Mapping[str, Any]
+    ) -> AppendInfo:
+        return plog.append(batch)
+
     def _serialize_key(self, key: Any) -> bytes:
         if self._key_ser is None:
             return _default_key(key)
@@ -406,8 +419,9 @@ class Producer:
                     pick = operator.itemgetter(*chunk.tolist())
                     keys, values = _as_list(pick(p.keys), len(chunk)), _as_list(pick(p.values), len(chunk))
                     hdrs = _as_list(pick(p.headers), len(chunk)) if has_headers else None
-                batch = encode_batch(0, keys, values, ts[chunk], hdrs, compression=compression)
-                info = plog.append(batch)
+                fields = self._batch_fields(TopicPartition(plog.topic, plog.partition))
+                batch = encode_batch(0, keys, values, ts[chunk], hdrs, compression=compression, **fields)
+                info = self._append_batch(plog, TopicPartition(plog.topic, plog.partition), batch, fields)
                 offsets[chunk] = np.arange(info.base_offset, info.last_offset + 1)
                 if info.log_append_time >= 0:
                     for i in chunk.tolist():
@@ -468,8 +482,9 @@ class Producer:
                 for chunk in _cut(idx, sizes, limit):
                     kl, kd = kcol.take(chunk)
                     vl, vd = vcol.take(chunk)
-                    batch = encode_columns(0, kl, kd, vl, vd, ts[chunk], compression=compression)
-                    info = plog.append(batch)
+                    fields = self._batch_fields(TopicPartition(plog.topic, plog.partition))
+                    batch = encode_columns(0, kl, kd, vl, vd, ts[chunk], compression=compression, **fields)
+                    info = self._append_batch(plog, TopicPartition(plog.topic, plog.partition), batch, fields)
                     offsets[chunk] = np.arange(info.base_offset, info.last_offset + 1)
                 if self.acks == "all":
                     plog.flush(int(offsets[idx[-1]]) + 1)

@@ -154,3 +154,30 @@ def delete_group(log: Log, group_id: str) -> None:
             store.delete_files()
     finally:
         store.close()
+
+
+def stage_transactional_offsets(
+    log: Log, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata], txn: tuple[int, int, int]
+) -> None:
+    """Write a transaction's offsets for ``group_id``, durably, tagged with the transaction: they count once
+    its commit decision is written (see :mod:`pylog.groups.store`). Each offset must lie within its partition."""
+    validate_group_id(group_id)
+    entries = []
+    for tp, om in sorted(offsets.items()):
+        plog = log.topic(tp.topic).partition(tp.partition)
+        if (
+            isinstance(om.offset, bool)
+            or not isinstance(om.offset, int)
+            or not 0 <= om.offset <= plog.log_end_offset
+        ):
+            raise InvalidOffsetError(f"offset {om.offset!r} for {tp} is outside [0, {plog.log_end_offset}]")
+        entries.append((tp.topic, tp.partition, om.offset, om.metadata))
+    store = GroupStore(log.path, group_id)
+    try:
+        with store.lock():
+            state = store.read_state()
+            store.append_offsets(
+                entries, generation=state["generation"], member_id="", now_ms=log.clock.time_ms(), txn=txn
+            )
+    finally:
+        store.close()

@@ -22,7 +22,11 @@ Layout, one directory per group under the log root::
     0       4     u32   length      of the payload
     4       4     u32   crc         CRC-32C of the payload
     8       n     -     payload     msgpack [timestamp_ms, generation, member_id, [[topic, partition, offset,
-                                    metadata], ...]]; offset -1 deletes the entry
+                                    metadata], ...]] and, for offsets committed by a transaction, a fifth
+                                    element [producer_id, producer_epoch, txn]; offset -1 deletes the entry
+
+A transactional record counts once its transaction is committed (:mod:`pylog.transactions`), at its own
+place in the file; it is ignored if the transaction was aborted, and waits while it is open.
 
 The last record for a partition wins. A record is acknowledged only after its fsync. A torn record at the
 end of the file (a crash during an append that was never acknowledged) is ignored and cut off by the next
@@ -118,6 +122,9 @@ class GroupStore:
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        self._set_at: dict[TopicPartition, int] = {}  # file position of the record that set each offset
+        self._pending: list[tuple[int, tuple[int, int, int], list[Any]]] = []  # open transactions' records
+        self._txn_log: Any = None
         self._offsets_stamp: tuple[int, int] = (-1, -1)  # (inode, bytes read)
         self._state_cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
         self._closed = False
@@ -127,6 +134,8 @@ class GroupStore:
             if not self._closed:
                 self._closed = True
                 fs.FS.close(self._lock_fd)
+                if self._txn_log is not None:
+                    self._txn_log.close()
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -215,7 +224,7 @@ class GroupStore:
             st = os.fstat(fd)
             ino, done = self._offsets_stamp
             if ino != st.st_ino or done > st.st_size:
-                self._offsets, done = {}, 0
+                self._offsets, self._set_at, self._pending, done = {}, {}, [], 0
             if st.st_size > done:
                 raw = os.pread(fd, st.st_size - done, done)
                 used = self._apply(raw, done, st.st_size)
@@ -224,7 +233,38 @@ class GroupStore:
                 self._offsets_stamp = (st.st_ino, done)
         finally:
             os.close(fd)
+        if self._pending:
+            self._resolve_pending()
         return dict(self._offsets)
+
+    def _txn_status(self, txn: tuple[int, int, int]) -> str:
+        if self._txn_log is None:
+            from pylog.transactions import TxnLog
+
+            self._txn_log = TxnLog(self.root)
+        status: str = self._txn_log.status(*txn)
+        return status
+
+    def _resolve_pending(self) -> None:
+        still = []
+        for position, txn, entries in self._pending:
+            status = self._txn_status(txn)
+            if status == "committed":
+                self._set_entries(entries, position)
+            elif status == "open":
+                still.append((position, txn, entries))
+        self._pending = still
+
+    def _set_entries(self, entries: list[Any], position: int) -> None:
+        for topic, partition, offset, metadata in entries:
+            tp = TopicPartition(topic, partition)
+            if position < self._set_at.get(tp, -1):
+                continue  # a later record already set it
+            self._set_at[tp] = position
+            if offset < 0:
+                self._offsets.pop(tp, None)
+            else:
+                self._offsets[tp] = OffsetAndMetadata(offset, metadata)
 
     def _apply(self, raw: bytes, base: int, size: int) -> int:
         """Apply whole records of ``raw`` (file bytes from ``base``); returns the bytes used. A torn record at
@@ -245,13 +285,17 @@ class GroupStore:
                     position=base + pos,
                 )
             try:
-                _ts, _gen, _member, entries = msgpack.unpackb(payload)
-                for topic, partition, offset, metadata in entries:
-                    tp = TopicPartition(topic, partition)
-                    if offset < 0:
-                        self._offsets.pop(tp, None)
-                    else:
-                        self._offsets[tp] = OffsetAndMetadata(offset, metadata)
+                fields = msgpack.unpackb(payload)
+                entries = fields[3]
+                if len(fields) > 4:
+                    txn = (int(fields[4][0]), int(fields[4][1]), int(fields[4][2]))
+                    status = self._txn_status(txn)
+                    if status == "open":
+                        self._pending.append((base + pos, txn, entries))
+                    elif status == "committed":
+                        self._set_entries(entries, base + pos)
+                else:
+                    self._set_entries(entries, base + pos)
             except (ValueError, TypeError, msgpack.UnpackException) as exc:
                 raise CorruptRecordError(
                     f"{self.offsets_path}: bad committed-offset record at position {base + pos}: {exc}",
@@ -262,12 +306,21 @@ class GroupStore:
         return pos
 
     def append_offsets(
-        self, entries: list[tuple[str, int, int, str]], *, generation: int, member_id: str, now_ms: int
+        self,
+        entries: list[tuple[str, int, int, str]],
+        *,
+        generation: int,
+        member_id: str,
+        now_ms: int,
+        txn: tuple[int, int, int] | None = None,
     ) -> None:
         """Durably record ``entries`` ``(topic, partition, offset, metadata)``; call while holding :meth:`lock`.
         Returns after the fsync: the commit is acknowledged."""
         current = self.offsets()  # brings the in-memory view up to date and finds the valid end
-        payload = msgpack.packb([now_ms, generation, member_id, [list(e) for e in entries]])
+        fields: list[Any] = [now_ms, generation, member_id, [list(e) for e in entries]]
+        if txn is not None:
+            fields.append(list(txn))
+        payload = msgpack.packb(fields)
         record = _REC.pack(len(payload), crc32c(payload)) + payload
         fd = fs.FS.open(self.offsets_path, os.O_RDWR | os.O_CREAT)
         try:
@@ -287,7 +340,7 @@ class GroupStore:
         self._offsets_stamp = (ino, new_size)
         del current
         live = len(self._offsets) * 64 + 64
-        if new_size > _COMPACT_MIN_BYTES and new_size > 8 * live:
+        if new_size > _COMPACT_MIN_BYTES and new_size > 8 * live and not self._pending:
             self._rewrite_offsets(now_ms)
 
     def _rewrite_offsets(self, now_ms: int) -> None:

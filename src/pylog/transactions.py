@@ -1,0 +1,262 @@
+"""Transactions: producer ids and epochs, the commit decisions, and what ``read_committed`` readers see.
+
+Files, under the log root::
+
+    __transactions/
+        lock            flock: serializes producer-id allocation, epoch bumps and decisions
+        producers       JSON, replaced atomically: {"next_pid": int, "ids": {transactional_id: {"pid", "epoch",
+                        "txn", "open": null | {"txn", "started_ms", "timeout_ms"}}}}
+        decisions.log   append-only, fsynced records (format below): the commit point of every transaction
+
+``decisions.log`` records (little-endian)::
+
+    offset  size  type  field
+    0       4     u32   length      of the payload
+    4       4     u32   crc         CRC-32C of the payload
+    8       n     -     payload     msgpack [kind, producer_id, producer_epoch, txn]; kind "C" commit,
+                                    "A" abort, "E" epoch (this epoch is now the producer id's current one)
+
+A transaction's records are written to their partitions as they are sent, in batches with the transactional
+attribute bit and ``(producer_id, producer_epoch, base_sequence = txn)`` in the header; its committed group
+offsets go to the group's offset log tagged with the same triple. Nothing of it counts until its decision:
+a "C" record, appended and fsynced after every batch and offset of the transaction is durable, makes all of
+it visible at once, to ``read_committed`` consumers and to the group; an "A" record (an explicit abort, a
+producer restarting with the same ``transactional_id``, or ``transaction_timeout_ms`` passing) hides all of
+it. A batch of an epoch older than its producer id's current one without a "C" is aborted: a fenced
+("zombie") producer can still write bytes, but never make them visible.
+
+A ``read_committed`` reader stops at the first transactional batch that has no decision yet (Kafka's last
+stable offset) and skips aborted ones; ``read_uncommitted`` (the default, as in Kafka) returns everything.
+
+Thread-safety: a :class:`TxnLog` may be shared by threads; changes take the flock, so processes share it too.
+Crash contract: a transaction is committed iff its "C" record is in ``decisions.log``; a torn last record was
+never acknowledged and is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+
+from pylog import fs
+from pylog.errors import CorruptRecordError, ProducerFencedError
+from pylog.record import crc32c
+
+__all__ = ["COMMITTED", "OPEN", "TXN_DIR", "ABORTED", "TxnLog"]
+
+TXN_DIR = "__transactions"
+COMMITTED, ABORTED, OPEN = "committed", "aborted", "open"
+_REC = struct.Struct("<II")
+
+
+class TxnLog:
+    """The transaction state of one log directory (see the module docstring)."""
+
+    def __init__(self, root: str) -> None:
+        self.directory = os.path.join(root, TXN_DIR)
+        fs.makedirs(self.directory)
+        self._lock_fd = fs.FS.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT)
+        self._producers_path = os.path.join(self.directory, "producers")
+        self._decisions_path = os.path.join(self.directory, "decisions.log")
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+        self._decisions: dict[tuple[int, int, int], str] = {}
+        self._epochs: dict[int, int] = {}
+        self._read = (-1, 0)  # (inode, bytes applied)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            fs.FS.close(self._lock_fd)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        with self._thread_lock:
+            if self._depth == 0:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    # -- producers --------------------------------------------------------------------------------------
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            with open(self._producers_path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return {"next_pid": 0, "ids": {}}
+        head, _, body = raw.partition(b"\n")
+        if head != b"pylog-producers 1 %08x" % crc32c(body):
+            raise CorruptRecordError(f"{self._producers_path}: bad header or CRC", path=self._producers_path)
+        state: dict[str, Any] = json.loads(body)
+        return state
+
+    def _store(self, state: dict[str, Any]) -> None:
+        body = json.dumps(state, sort_keys=True).encode()
+        fs.atomic_write(self._producers_path, b"pylog-producers 1 %08x\n" % crc32c(body) + body)
+
+    def allocate_pid(self) -> int:
+        """A producer id for an idempotent producer without a transactional id."""
+        with self.lock():
+            state = self._load()
+            pid = int(state["next_pid"])
+            state["next_pid"] = pid + 1
+            self._store(state)
+            return pid
+
+    def init(self, transactional_id: str) -> tuple[int, int]:
+        """Register (or re-register) ``transactional_id``: abort its open transaction, bump its epoch (fencing
+        any older instance) and return ``(producer_id, epoch)``."""
+        with self.lock():
+            state = self._load()
+            entry = state["ids"].get(transactional_id)
+            if entry is None:
+                entry = {"pid": int(state["next_pid"]), "epoch": -1, "txn": 0, "open": None}
+                state["next_pid"] = entry["pid"] + 1
+                state["ids"][transactional_id] = entry
+            if entry["open"] is not None:
+                self._append("A", entry["pid"], entry["epoch"], entry["open"]["txn"])
+                entry["open"] = None
+            entry["epoch"] += 1
+            self._append("E", entry["pid"], entry["epoch"], 0)
+            self._store(state)
+            return entry["pid"], entry["epoch"]
+
+    def _entry(self, state: dict[str, Any], transactional_id: str, pid: int, epoch: int) -> dict[str, Any]:
+        entry: dict[str, Any] | None = state["ids"].get(transactional_id)
+        if entry is None or entry["pid"] != pid or entry["epoch"] != epoch:
+            raise ProducerFencedError(
+                f"producer for transactional_id {transactional_id!r} (epoch {epoch}) was fenced by a newer "
+                "instance or its transaction timed out; close it (a new producer with the same id takes over)"
+            )
+        return entry
+
+    def begin(self, transactional_id: str, pid: int, epoch: int, now_ms: int, timeout_ms: int) -> int:
+        """Open the next transaction; returns its number."""
+        with self.lock():
+            state = self._load()
+            entry = self._entry(state, transactional_id, pid, epoch)
+            txn = int(entry["txn"]) + 1
+            entry["txn"] = txn
+            entry["open"] = {"txn": txn, "started_ms": now_ms, "timeout_ms": timeout_ms}
+            self._store(state)
+            return txn
+
+    def end(self, transactional_id: str, pid: int, epoch: int, txn: int, *, commit: bool) -> None:
+        """Decide the open transaction ``txn``: the "C"/"A" record is the commit point."""
+        with self.lock():
+            state = self._load()
+            entry = self._entry(state, transactional_id, pid, epoch)
+            if entry["open"] is None or entry["open"]["txn"] != txn:
+                raise ProducerFencedError(
+                    f"transaction {txn} of {transactional_id!r} is no longer open (it timed out and was aborted)"
+                )
+            self._append("C" if commit else "A", pid, epoch, txn)
+            entry["open"] = None
+            self._store(state)
+
+    def abort_expired(self, now_ms: int) -> int:
+        """Abort transactions open longer than their timeout, fencing their producers; returns how many."""
+        with self.lock():
+            state = self._load()
+            n = 0
+            for entry in state["ids"].values():
+                opened = entry["open"]
+                if opened is not None and now_ms - opened["started_ms"] > opened["timeout_ms"]:
+                    self._append("A", entry["pid"], entry["epoch"], opened["txn"])
+                    entry["open"] = None
+                    entry["epoch"] += 1
+                    self._append("E", entry["pid"], entry["epoch"], 0)
+                    n += 1
+            if n:
+                self._store(state)
+            return n
+
+    # -- decisions --------------------------------------------------------------------------------------
+
+    def _append(self, kind: str, pid: int, epoch: int, txn: int) -> None:
+        self._refresh()
+        payload = msgpack.packb([kind, pid, epoch, txn])
+        record = _REC.pack(len(payload), crc32c(payload)) + payload
+        fd = fs.FS.open(self._decisions_path, os.O_RDWR | os.O_CREAT)
+        try:
+            ino = os.fstat(fd).st_ino
+            valid = self._read[1] if self._read[0] == ino else 0
+            if fs.FS.size(fd) > valid:
+                fs.FS.ftruncate(fd, valid)  # a torn record of a crashed append: never acknowledged
+            fs.FS.pwrite(fd, record, valid)
+            fs.FS.fsync(fd)
+        finally:
+            fs.FS.close(fd)
+        if valid == 0:
+            fs.FS.fsync_dir(self.directory)
+        self._note(kind, pid, epoch, txn)
+        self._read = (ino, valid + len(record))
+
+    def _note(self, kind: str, pid: int, epoch: int, txn: int) -> None:
+        if kind == "E":
+            self._epochs[pid] = max(self._epochs.get(pid, -1), epoch)
+        else:
+            self._decisions[(pid, epoch, txn)] = COMMITTED if kind == "C" else ABORTED
+
+    def _refresh(self) -> None:
+        try:
+            fd = os.open(self._decisions_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            st = os.fstat(fd)
+            ino, done = self._read
+            if ino != st.st_ino:
+                self._decisions, self._epochs, done = {}, {}, 0
+            if st.st_size <= done:
+                self._read = (st.st_ino, done)
+                return
+            raw = os.pread(fd, st.st_size - done, done)
+        finally:
+            os.close(fd)
+        pos = 0
+        while pos + _REC.size <= len(raw):
+            length, crc = _REC.unpack_from(raw, pos)
+            end = pos + _REC.size + length
+            if end > len(raw):
+                break
+            payload = raw[pos + _REC.size : end]
+            if crc32c(payload) != crc:
+                if end >= len(raw):
+                    break  # torn last record
+                raise CorruptRecordError(
+                    f"{self._decisions_path}: record at position {done + pos} fails its CRC",
+                    path=self._decisions_path,
+                    position=done + pos,
+                )
+            kind, pid, epoch, txn = msgpack.unpackb(payload)
+            self._note(kind, pid, epoch, txn)
+            pos = end
+        self._read = (st.st_ino, done + pos)
+
+    def status(self, pid: int, epoch: int, txn: int) -> str:
+        """``COMMITTED``, ``ABORTED`` or ``OPEN`` for the transaction a batch belongs to."""
+        key = (pid, epoch, txn)
+        found = self._decisions.get(key)
+        if found is None:
+            with self._thread_lock:
+                self._refresh()
+            found = self._decisions.get(key)
+        if found is not None:
+            return found
+        if self._epochs.get(pid, -1) > epoch:
+            return ABORTED  # written by a fenced producer: can never commit
+        return OPEN

@@ -1,0 +1,192 @@
+"""Idempotent and transactional producers, read_committed visibility, fencing, timeouts, group offsets."""
+
+from __future__ import annotations
+
+import errno
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pylog
+from pylog import fs
+from pylog.errors import ConfigError, IllegalStateError, ProducerFencedError, StorageError
+from pylog.structs import OffsetAndMetadata, TopicPartition
+from pylog.testing import FaultyFileSystem
+
+TP0 = TopicPartition("out", 0)
+
+
+def _values(log: pylog.Log, topic: str, isolation: str) -> list[int]:
+    c = log.consumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=0, isolation_level=isolation)
+    out = [r.value for r in c]
+    c.close()
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(st.sampled_from(["commit", "abort", "plain"]), st.integers(1, 30), st.booleans()),
+        min_size=1,
+        max_size=10,
+    ),
+    leave_open=st.booleans(),
+)
+def test_read_committed_sees_exactly_the_committed_and_plain_records(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, int, bool]], leave_open: bool
+) -> None:
+    """Model: committed transactions and plain records are visible, in log order, up to the first open
+    transaction; aborted ones never are; read_uncommitted sees everything."""
+    with pylog.open(tmp_path_factory.mktemp("txn")) as log:
+        log.create_topic("out")
+        tx = log.producer(transactional_id="tx")
+        tx.init_transactions()
+        plain = log.producer()
+        counter = 0
+        visible: list[int] = []
+        everything: list[int] = []
+        for kind, n, flush_midway in plan:
+            values = list(range(counter, counter + n))
+            counter += n
+            everything += values
+            if kind == "plain":
+                for v in values:
+                    plain.send("out", v, partition=0)
+                plain.flush()
+                visible += values
+                continue
+            tx.begin_transaction()
+            for i, v in enumerate(values):
+                tx.send("out", v, partition=0)
+                if flush_midway and i == n // 2:
+                    tx.flush()
+            if kind == "commit":
+                tx.commit_transaction()
+                visible += values
+            else:
+                tx.abort_transaction()
+        if leave_open:
+            tx.begin_transaction()
+            tx.send("out", -1, partition=0)
+            tx.flush()
+            plain.send("out", -2, partition=0)  # after the open transaction: held back until it ends
+            plain.flush()
+            everything += [-1, -2]
+        assert _values(log, "out", "read_committed") == visible
+        assert _values(log, "out", "read_uncommitted") == everything
+        if leave_open:
+            tx.abort_transaction()
+            assert _values(log, "out", "read_committed") == [*visible, -2]
+        plain.close()
+        tx.close()
+
+
+def _offsets(log: pylog.Log, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
+    return log.group_offsets(group) if group in log.list_groups() else {}
+
+
+def test_offsets_commit_with_the_transaction_and_not_without(log: pylog.Log) -> None:
+    log.create_topic("in", partitions=2)
+    log.create_topic("out")
+    tx = log.producer(transactional_id="tx")
+    tx.init_transactions()
+    tx.begin_transaction()
+    tx.send("out", 1)
+    tx.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(0, "m")}, "g")
+    tx.abort_transaction()
+    assert _offsets(log, "g") == {}
+    tx.begin_transaction()
+    tx.send("out", 2)
+    tx.send_offsets_to_transaction({TopicPartition("in", 1): 0}, "g")
+    assert _offsets(log, "g") == {}  # not visible while the transaction is open
+    tx.commit_transaction()
+    assert log.group_offsets("g") == {TopicPartition("in", 1): OffsetAndMetadata(0, "")}
+
+
+def test_a_new_instance_fences_the_old_and_aborts_its_open_transaction(log: pylog.Log) -> None:
+    log.create_topic("out")
+    old = log.producer(transactional_id="tx")
+    old.init_transactions()
+    old.begin_transaction()
+    old.send("out", "zombie")
+    old.flush()
+    new = log.producer(transactional_id="tx")
+    new.init_transactions()
+    assert new.producer_id == old.producer_id and new.producer_epoch == old.producer_epoch + 1
+    old.send("out", "zombie-late")  # a fenced producer can still write bytes ...
+    old.flush()
+    with pytest.raises(ProducerFencedError, match="fenced"):
+        old.commit_transaction()
+    new.begin_transaction()
+    new.send("out", "fresh")
+    new.commit_transaction()
+    assert _values(log, "out", "read_committed") == ["fresh"]  # ... but never makes them visible
+    assert _values(log, "out", "read_uncommitted") == ["zombie", "zombie-late", "fresh"]
+
+
+def test_an_open_transaction_times_out_and_is_aborted(log: pylog.Log, clock: pylog.ManualClock) -> None:
+    log.create_topic("out")
+    tx = log.producer(transactional_id="tx", transaction_timeout_ms=5_000)
+    tx.init_transactions()
+    tx.begin_transaction()
+    tx.send("out", "stuck")
+    tx.flush()
+    plain = log.producer()
+    plain.send("out", "after").get()
+    assert _values(log, "out", "read_committed") == []  # held back by the open transaction
+    clock.advance(6_000)
+    assert _values(log, "out", "read_committed") == ["after"]  # the reader aborted it
+    with pytest.raises(ProducerFencedError):
+        tx.commit_transaction()
+
+
+def test_misuse_is_a_typed_error(log: pylog.Log) -> None:
+    log.create_topic("out")
+    with pytest.raises(ConfigError):
+        log.producer(transactional_id="")
+    with pytest.raises(ConfigError):
+        log.producer(transactional_id="t", acks=1)
+    with pytest.raises(ConfigError):
+        log.consumer("out", isolation_level="serializable")
+    tx = log.producer(transactional_id="t")
+    with pytest.raises(IllegalStateError):
+        tx.begin_transaction()  # before init_transactions
+    tx.init_transactions()
+    with pytest.raises(IllegalStateError):
+        tx.commit_transaction()
+    with pytest.raises(IllegalStateError):
+        tx.send("out", 1).get()  # outside a transaction
+    plain = log.producer(enable_idempotence=True)
+    with pytest.raises(IllegalStateError):
+        plain.begin_transaction()
+    assert _values(log, "out", "read_uncommitted") == []
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_idempotent_retries_after_storage_errors_write_each_batch_once(tmp_path: object, seed: int) -> None:
+    """EIO on a random write-path call: the producer retries, and every acknowledged record is in the log
+    exactly once, in send order."""
+    rng = random.Random(seed)
+    root = str(tmp_path) + "/log"
+    with pylog.open(root) as log:
+        log.create_topic("t", partitions=2)
+    layer = FaultyFileSystem(root)
+    acked: list[int] = []
+    with fs.install(layer), pylog.open(root) as log:
+        producer = log.producer(enable_idempotence=True, retries=3, retry_backoff_ms=0)
+        layer.inject_error(rng.randrange(0, 40), errno.EIO, ops={"pwrite", "ftruncate"})
+        for i in range(200):
+            try:
+                producer.send("t", i, key=str(i % 7)).get()
+                acked.append(i)
+            except StorageError:
+                pass
+        producer.close()
+    with pylog.open(root) as log:
+        stored = _values(log, "t", "read_uncommitted")
+    assert layer.errors_injected == 1
+    assert sorted(stored) == sorted(set(stored)), "a record was written twice"
+    assert set(acked) <= set(stored)
+    assert len(acked) >= 199
