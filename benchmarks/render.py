@@ -30,6 +30,8 @@ GROUPS = {
     "read": "Read",
     "durable": "Durable writes (fsync before the write is acknowledged)",
     "paper": "Kafka paper anchors",
+    "latency": "End-to-end latency (producer process to consumer process)",
+    "scale": "Scale: many partitions, reopen after an unclean shutdown",
     "spark": "Spark scans",
 }
 COLORS = {"floor": "#9e9e9e", "peer": "#4c72b0", "pylog": "#dd8452"}
@@ -107,6 +109,9 @@ def case_row(s: dict[str, Any]) -> str:
         if shown is not None and metric.get("metric") != "rec_per_s"
         else ""
     )
+    for key in ("p99_us", "open_fds", "batches_validated", "log_bytes"):
+        if key in extra and key != metric.get("metric"):
+            note += f"<br>{key}: {extra[key]:,}"
     return (
         f"| {name} | {s['kind']} | {s['records']:,} | {fmt_int(s['rec_per_s']['median'])}{note} | "
         f"{fmt_spread(s)} | {s['mb_per_s']['median']:,.1f} | {ratio_cell(s)} | {goal} | {met} |"
