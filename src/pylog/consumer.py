@@ -17,6 +17,7 @@ Thread-safety: not thread-safe (like Kafka's consumer): use one consumer per thr
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
@@ -233,11 +234,16 @@ class Consumer:
         if pos is None:
             pos = self._reset_position(tp)
         buf = self._buffers.get(tp)
-        return buf.recs[buf.i].offset if buf is not None and buf.i < len(buf.recs) else pos
+        if buf is None:
+            return pos
+        buf.settle()
+        return buf.recs[buf.i].offset if buf.i < len(buf.recs) else pos
 
     def _drop_buffer(self, tp: TopicPartition) -> None:
         """Forget records fetched but not returned for ``tp`` (after a seek, a pause or a revocation)."""
-        self._buffers.pop(tp, None)
+        buf = self._buffers.pop(tp, None)
+        if buf is not None:
+            buf.halt()
         self._poison.pop(tp, None)
         self._current = None
 
@@ -257,6 +263,8 @@ class Consumer:
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             self._paused.add(self._require(tp))
+        if self._current is not None:
+            self._current.halt()
         self._current = None
 
     def resume(self, *partitions: TopicPartition) -> None:
@@ -335,6 +343,8 @@ class Consumer:
         for k in range(n):
             tp = tps[(start + k) % n]
             buf = self._buffers.get(tp)
+            if buf is not None:
+                buf.halt()
             if buf is None or buf.i >= len(buf.recs):
                 poison = self._poison.get(tp)
                 if poison is not None:
@@ -413,34 +423,58 @@ class Consumer:
         offsets = b.offsets
         keys = b.keys
         values = b.values
-        ksizes = [-1 if k is None else len(k) for k in keys]
-        vsizes = [-1 if v is None else len(v) for v in values]
+        ksizes = _sizes(keys)
+        vsizes = _sizes(values)
         bad: dict[int, BaseException] = {}
         if self._key_deser is not None:
             keys = self._deserialize(self._key_deser, keys, bad, "key")
         if self._value_deser is not None:
             values = self._deserialize(self._value_deser, values, bad, "value")
-        recs = list(
-            map(
-                ConsumerRecord,
-                repeat(tp.topic),
-                repeat(tp.partition),
-                offsets,
-                b.timestamps,
-                repeat(b.header.timestamp_type),
-                keys,
-                values,
-                b.headers,
-                ksizes,
-                vsizes,
-            )
-        )
+        # tuple.__new__ straight from zip's tuples: no Python-level __new__ call per record. The cyclic GC is
+        # paused while they are built: otherwise every 700 allocations it re-scans the young records of this
+        # batch (which cannot form cycles), and that costs more than building them.
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            recs: list[ConsumerRecord] = self._build(tp, b, keys, values, ksizes, vsizes)
+        finally:
+            if paused:
+                gc.enable()
         if bad:
             return self._poison_pills(tp, b, recs, bad, start, out)
         if offsets[0] < start:
             recs = [r for r in recs if r.offset >= start]
         out.extend(recs)
         return None
+
+    @staticmethod
+    def _build(
+        tp: TopicPartition,
+        b: RecordLists,
+        keys: list[Any],
+        values: list[Any],
+        ksizes: list[int],
+        vsizes: list[int],
+    ) -> list[ConsumerRecord]:
+        return list(
+            map(
+                _new_tuple,
+                repeat(ConsumerRecord),
+                zip(
+                    repeat(tp.topic),
+                    repeat(tp.partition),
+                    b.offsets,
+                    b.timestamps,
+                    repeat(b.header.timestamp_type),
+                    keys,
+                    values,
+                    b.headers,
+                    ksizes,
+                    vsizes,
+                ),
+            )
+        )
 
     def _poison_pills(
         self,
@@ -607,16 +641,32 @@ class Consumer:
     # -- iteration --------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        return self
+        return self._iterate_records()
+
+    def _iterate_records(self) -> Iterator[ConsumerRecord]:
+        """What ``for record in consumer`` runs: ``next()`` semantics (one record at a time, ending after
+        ``consumer_timeout_ms`` without one), walking each fetched buffer with a C iterator."""
+        while True:
+            buf = self._current
+            if buf is not None and (self._group is None or not self._group.wants_poll):
+                yield from buf.walk()
+                buf.settle()
+            try:
+                rec = self.__next__()
+            except StopIteration:
+                return
+            yield rec
 
     def __next__(self) -> ConsumerRecord:
         # Fast path: the next record of the partition the last call took from, as long as nothing (a seek,
         # a pause, a rebalance the group has pending) asks for a full poll.
         buf = self._current
-        if buf is not None and buf.i < len(buf.recs) and (self._group is None or not self._group.wants_poll):
-            rec = buf.recs[buf.i]
-            buf.i += 1
-            return rec
+        if buf is not None and (self._group is None or not self._group.wants_poll):
+            buf.halt()
+            if buf.i < len(buf.recs):
+                rec = buf.recs[buf.i]
+                buf.i += 1
+                return rec
         got = self.poll(timeout_ms=self.consumer_timeout_ms, max_records=1)
         if not got:
             raise StopIteration
@@ -668,6 +718,8 @@ class Consumer:
                 self._group.close(autocommit)
         finally:
             self._closed = True
+            if self._current is not None:
+                self._current.halt()
             self._current = None
             self._dead_letters.close()
 
@@ -684,10 +736,45 @@ class Consumer:
 
 
 class _Buffer:
-    """Records fetched for one partition; ``recs[i:]`` are not returned yet."""
+    """Records fetched for one partition; ``recs[i:]`` are not returned yet.
 
-    __slots__ = ("i", "recs")
+    ``for record in consumer`` walks a copy of ``recs[i:]`` with a C list iterator (no Python code per record);
+    its progress is folded back into ``i`` by :meth:`settle`, which every reader of ``i`` calls first, and
+    :meth:`halt` ends such a walk early (a seek, a pause, a revocation, close)."""
+
+    __slots__ = ("_base", "_it", "_view", "i", "recs")
 
     def __init__(self, recs: list[ConsumerRecord]) -> None:
         self.recs = recs
         self.i = 0
+        self._it: Iterator[ConsumerRecord] | None = None
+        self._view: list[ConsumerRecord] = []
+        self._base = 0
+
+    def settle(self) -> None:
+        it = self._it
+        if it is not None:
+            self.i = self._base + len(self._view) - it.__length_hint__()  # type: ignore[attr-defined]
+
+    def walk(self) -> Iterator[ConsumerRecord]:
+        self.settle()
+        self._base = self.i
+        self._view = self.recs[self.i :]
+        self._it = iter(self._view)
+        return self._it
+
+    def halt(self) -> None:
+        self.settle()
+        self._it = None
+        self._view.clear()  # a walk in progress ends at its next step
+
+
+_new_tuple = tuple.__new__
+
+
+def _sizes(items: list[bytes | None]) -> list[int]:
+    """Byte sizes, -1 for None (Kafka's serialized_*_size)."""
+    try:
+        return list(map(len, items))  # type: ignore[arg-type]
+    except TypeError:  # some None among them
+        return [-1 if x is None else len(x) for x in items]
