@@ -85,7 +85,10 @@ class GroupMember:
         group_instance_id: str | None = None,
         client_id: str = "pylog",
         group_initial_rebalance_delay_ms: int = 0,
+        **unknown: Any,
     ) -> None:
+        if unknown:
+            raise ConfigError(f"unknown consumer config {', '.join(sorted(unknown))}")
         self.session_timeout_ms = _positive_int("session_timeout_ms", session_timeout_ms)
         self.heartbeat_interval_ms = _positive_int("heartbeat_interval_ms", heartbeat_interval_ms)
         self.max_poll_interval_ms = _positive_int("max_poll_interval_ms", max_poll_interval_ms)
@@ -363,6 +366,9 @@ class GroupMember:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+        thread = self._thread
+        if self._subscribed and (thread is None or not thread.is_alive()):
+            self.wants_poll = True  # heartbeats stopped (after fork, or an error): check the group, restart them
         if self.wants_poll:
             self._sync()
         if self.enable_auto_commit and now >= self._next_autocommit_ms:
