@@ -6,7 +6,7 @@ problem with the file and position. If the log cannot even be opened because dur
 is reported the same way. Note that opening a log that was not shut down cleanly runs recovery first, which
 truncates a torn tail past the recovery point; what recovery did is reported too.
 
-``repair`` runs ``Log.repair()`` (the only operation that drops corrupt durable data) when this pylog has it.
+``repair`` runs ``pylog.repair(path)``, the only operation that drops corrupt durable data; it needs the\ndirectory to itself.
 
 ``bench`` is a quick throughput check of this machine: it produces records with ``send()`` (one call per
 record) and with ``send_batch()`` (vectorized), then consumes them all, in a temporary directory.
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pylog.cli._common import Output, Parents, Unavailable, UsageError, json_default, open_log
+from pylog.cli._common import CliError, Output, Parents, UsageError, log_dir, open_log
 from pylog.errors import CorruptRecordError
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ def register(sub: Subparsers, parents: Parents) -> None:
     p = sub.add_parser("verify", parents=parents.base, help="check every batch and index; exit 1 on problems")
     p.set_defaults(func=verify)
 
-    p = sub.add_parser("repair", parents=parents.base, help="drop corrupt data found by verify (Log.repair)")
+    p = sub.add_parser(
+        "repair", parents=parents.base, help="drop corrupt data found by verify (pylog.repair)"
+    )
     p.set_defaults(func=repair)
 
     p = sub.add_parser(
@@ -107,22 +109,20 @@ def _recovery_lines(report: dict[str, Any]) -> list[str]:
 
 
 def repair(args: argparse.Namespace) -> int:
-    from pylog.log import Log
+    import pylog
 
-    if not hasattr(Log, "repair"):
-        raise Unavailable("repair is not available in this version of pylog (Log.repair is missing)")
     out = Output(args)
-    with open_log(args) as log:
-        result = log.repair()  # type: ignore[attr-defined,unused-ignore]
+    path = log_dir(args)
+    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "manifest")):
+        raise CliError(f"{path} is not a pylog log directory (no manifest)")
+    result = pylog.repair(path)  # needs the directory to itself: LockError while a process has it open
     if out.json:
         out.document(result)
-    elif isinstance(result, dict):
+    else:
         for name, what in sorted(result.items()):
-            out.line(f"{name}: {what}")
+            out.line(f"{name}: {'; '.join(what)}")
         if not result:
             out.line("Nothing to repair.")
-    else:
-        out.line(str(json_default(result) if result is not None else "Repair finished."))
     return 0
 
 
