@@ -5,12 +5,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck unit bench torture clean
+.PHONY: install demo test lint typecheck docs unit bench torture clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev,spark,bench]"
+	$(PY) -m pip install --quiet -e ".[dev,spark,bench,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,10 +25,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict src/pylog
 
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
+
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
-test: lint typecheck unit
+test: lint typecheck docs unit
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[peers]" || echo "Kafka peers not installable here: their cases are skipped"
