@@ -368,7 +368,8 @@ class GroupMember:
             raise error
         thread = self._thread
         if self._subscribed and (thread is None or not thread.is_alive()):
-            self.wants_poll = True  # heartbeats stopped (after fork, or an error): check the group, restart them
+            # heartbeats stopped (after fork, or an error): check the group and restart them
+            self.wants_poll = True
         if self.wants_poll:
             self._sync()
         if self.enable_auto_commit and now >= self._next_autocommit_ms:
