@@ -240,6 +240,8 @@ class Producer:
             vb = value if self._raw_values and type(value) is bytes else self._serialize_value(value)
             size = len(vb) + _PER_RECORD
         if key is None:
+            if t.config.compacted:
+                raise InvalidRecordError(f"topic {topic!r} is compacted: every record needs a key")
             kb = None
         else:
             kb = key if type(key) is bytes and self._key_ser is None else self._serialize_key(key)
@@ -461,6 +463,8 @@ class Producer:
             raise InvalidRecordError(f"keys ({len(kcol)}) and values ({len(vcol)}) differ in length")
         if ((kcol.lens < 0) & (vcol.lens < 0)).any():
             raise InvalidRecordError("a record has both key and value None")
+        if t.config.compacted and (kcol.lens < 0).any():
+            raise InvalidRecordError(f"topic {topic!r} is compacted: every record needs a key")
         now = self.log.clock.time_ms()
         ts = np.full(n, now, dtype=np.int64) if timestamps is None else np.asarray(timestamps, dtype=np.int64)
         if ts.shape != (n,) or (ts < 0).any():

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import msgpack
+import numpy as np
 
 from pylog.config import TopicConfig
 from pylog.errors import UnknownPartitionError
@@ -19,6 +23,12 @@ if TYPE_CHECKING:
     from pylog.log import Log
 
 __all__ = ["Topic"]
+
+_DEFAULT: Any = object()
+
+
+def msgpack_value(raw: bytes) -> Any:
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
 
 
 class Topic:
@@ -79,7 +89,62 @@ class Topic:
         return {p: self.partition(p).log_end_offset for p in range(self.num_partitions)}
 
     def apply_retention(self) -> int:
-        return sum(self.partition(p).apply_retention() for p in range(self.num_partitions))
+        """Retention (``delete`` policy) and, for compacted topics, a cleaning pass when the dirty ratio asks
+        for one. Returns segments deleted by retention."""
+        deleted = sum(self.partition(p).apply_retention() for p in range(self.num_partitions))
+        if self.config.compacted:
+            self.compact(force=False)
+        return deleted
+
+    def compact(self, *, force: bool = True) -> list[Any]:
+        """Run the log cleaner on every partition now (see :mod:`pylog.partition.cleaner`); returns one
+        :class:`~pylog.partition.cleaner.CleanResult` per partition. ``force`` ignores
+        ``min_cleanable_dirty_ratio``. Only for topics whose ``cleanup_policy`` includes ``compact``."""
+        from pylog.errors import ConfigError
+        from pylog.partition.cleaner import clean_partition
+
+        if not self.config.compacted:
+            raise ConfigError(
+                f"topic {self.name!r} has cleanup_policy={self.config.cleanup_policy!r}, not compact"
+            )
+        now = self.log.clock.time_ms()
+        return [clean_partition(self.partition(p), now, force=force) for p in range(self.num_partitions)]
+
+    def table(
+        self,
+        *,
+        key_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = _DEFAULT,
+    ) -> dict[Any, Any]:
+        """The stream-table view: the latest value of every key, read from the beginning of every partition
+        (a tombstone removes its key). Values are msgpack-decoded unless ``value_deserializer`` says otherwise
+        (``None``: raw bytes); keys are bytes unless ``key_deserializer`` is given."""
+        from pylog.record import decode_batch
+
+        latest: dict[bytes, bytes | None] = {}
+        for p in range(self.num_partitions):
+            plog = self.partition(p)
+            offset, end = plog.log_start_offset, plog.log_end_offset
+            while offset < end:
+                chunk = plog.read_raw(offset, 8 << 20)
+                if not chunk:
+                    break
+                for buf, at in chunk:
+                    b = decode_batch(buf, at)
+                    first = int(np.searchsorted(b.offsets, offset))
+                    latest.update(
+                        (k, v)
+                        for k, v in zip(b.keys()[first:], b.values()[first:], strict=True)
+                        if k is not None
+                    )
+                    offset = b.header.next_offset
+        decode_value = msgpack_value if value_deserializer is _DEFAULT else value_deserializer
+        out: dict[Any, Any] = {}
+        for k, v in latest.items():
+            if v is None:
+                continue
+            out[key_deserializer(k) if key_deserializer else k] = decode_value(v) if decode_value else v
+        return out
 
     def flush(self) -> None:
         for plog in list(self._partitions.values()):

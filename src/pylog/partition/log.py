@@ -40,7 +40,7 @@ from pylog.errors import (
 )
 from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
-from pylog.partition.segment import MapCache, Segment
+from pylog.partition.segment import MapCache, Segment, inode_of
 from pylog.partition.state import PartitionState, Snapshot
 from pylog.record import (
     _CRC_START,
@@ -266,6 +266,8 @@ class PartitionLog:
             last = i == len(bases) - 1
             size = snap.active_size if last else None
             seg = known.get(base)
+            if seg is not None and seg.ino is not None and seg.ino != inode_of(seg.path):
+                seg = None  # rewritten by compaction (a new file under the same name): open it afresh
             if seg is None and not last and _empty_file(files.segment_path(self.directory, base, files.LOG)):
                 continue  # left by a roll that failed before publishing it: holds nothing
             if seg is not None and seg.unflushed is False and seg.fd is not None and not last:
@@ -399,6 +401,7 @@ class PartitionLog:
         seg = Segment(self.directory, old.next_offset, self._cache, dense=not self.config.compacted)
         fd = fs.FS.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         seg.fd = fd
+        seg.ino = os.fstat(fd).st_ino
         try:
             for path in (seg.index_path, seg.timeindex_path):
                 if os.path.exists(path):
@@ -490,7 +493,8 @@ class PartitionLog:
                     i += 1
                     continue
                 first = 0
-                expect: tuple[int, bool] | None = (seg.base_offset, True)  # the segment's first batch
+                # the segment's first batch (in a compacted segment it may start after the base offset)
+                expect: tuple[int, bool] | None = (seg.base_offset, seg.dense)
                 if not out:
                     hint = self._hint
                     if (

@@ -129,6 +129,8 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
             seg.add_final_time_entry()  # a rolled segment: as its roll left it
         seg.rewrite_indexes()
         segments.append(seg)
+    if plog.config.compacted:
+        segments = _drop_covered(segments, report)
     segments = _drop_strays(segments, report)
     _check_contiguous(segments, plog.config.compacted)
     plog._segments = segments
@@ -143,6 +145,25 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
     if active.next_offset < point:
         plog.checkpoint.reset(active.next_offset)
     return report
+
+
+def _drop_covered(segments: list[Segment], report: RecoveryReport) -> list[Segment]:
+    """In a compacted partition, delete segments whose offsets the segment before them covers.
+
+    Compaction merges consecutive segments into one (a ``.swap`` named by the first one's base offset) and
+    deletes the others only after the merged one is durable; a crash in between (or during the recovery that
+    completes the swap) leaves them beside it. The merged segment holds every record of theirs that survives
+    compaction, so they go. Nothing else makes segments overlap."""
+    kept: list[Segment] = []
+    for seg in segments:
+        prev = kept[-1] if kept else None
+        if prev is not None and prev.size and seg.base_offset < prev.next_offset:
+            report.problems.append(f"{seg.path}: merged into {prev.path} by compaction")
+            seg.delete_files()
+            report.segments_removed += 1
+            continue
+        kept.append(seg)
+    return kept
 
 
 def _drop_strays(segments: list[Segment], report: RecoveryReport) -> list[Segment]:

@@ -33,7 +33,7 @@ from pylog.partition import files
 from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex, check_offset_index, check_time_index
 from pylog.record import HEADER_SIZE, BatchHeader, check_crc, crc32c, decode_header
 
-__all__ = ["MapCache", "ScanResult", "Segment"]
+__all__ = ["MapCache", "ScanResult", "Segment", "inode_of"]
 
 _EMPTY = b""
 
@@ -88,6 +88,7 @@ class Segment:
         self.base_offset = base_offset
         self.dense = dense  # offsets follow each other without gaps (not compacted): checked exactly
         self.path = files.segment_path(directory, base_offset, files.LOG)
+        self.ino = inode_of(self.path)  # which file this object describes: compaction may replace it
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -201,7 +202,8 @@ class Segment:
         its predecessor (exactly in a dense segment). A damaged offset is a CorruptRecordError, never a wrong
         batch."""
         rel, start = self.offset_index.floor_entry(rel_offset)
-        expected, exact = self.base_offset + rel, True
+        # a compacted segment's first batch may start after its base offset (its first records were cleaned)
+        expected, exact = self.base_offset + rel, self.dense or start > 0
         for pos, h in self.headers(start):
             if h.base_offset != expected and (exact or self.dense or h.base_offset < expected):
                 raise CorruptRecordError(
@@ -484,3 +486,10 @@ def _read_or_empty(path: str) -> bytes:
 
 
 __all__ += ["HEADER_SIZE"]
+
+
+def inode_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
