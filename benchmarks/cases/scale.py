@@ -230,3 +230,43 @@ def pylog_reopen_large(records: int, seed: int, workdir: Path) -> dict[str, Any]
     size = sum(p.stat().st_size for p in (workdir / "log").rglob("*.log"))
     # rec/s here is "records of log per second of reopen": the larger log must not be slower per tail
     return result(n, seconds, log_bytes=size, batches_validated=validated)
+
+
+@case(
+    "pylog_compact",
+    group="scale",
+    kind="pylog",
+    fsync="cleaned segments fsynced and swapped in two phases",
+    description=(
+        "log compaction: 8-byte keys (100,000 distinct), 100-byte values, one pass of `Topic.compact()` over "
+        "the rolled segments; rec/s = records read by the cleaner per second"
+    ),
+    goal=Goal("rec_per_s", ">=", 1_000_000, "rec/s"),
+)
+def pylog_compact(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    import numpy as np
+
+    import pylog
+
+    rng = np.random.default_rng(seed)
+    keys = np.frombuffer(rng.integers(0, 100_000, records).astype(">u8").tobytes(), dtype=np.uint8)
+    keys = keys.reshape(records, 8)
+    values = rng.integers(0, 256, (records, 100), dtype=np.uint8)
+    clock = pylog.ManualClock(1_700_000_000_000)
+    with _open(workdir / "log", clock=clock) as log:
+        topic = log.create_topic("kv", cleanup_policy="compact", segment_bytes=16 << 20)
+        producer = log.producer(value_serializer=None)
+        producer.send_batch("kv", keys=keys, values=values, partition=0)
+        topic.partition(0).roll()
+        producer.close()
+        clock.advance(1)
+        t0 = time.perf_counter()
+        (cleaned,) = topic.compact()
+        seconds = time.perf_counter() - t0
+    return result(
+        cleaned.records_read,
+        seconds,
+        records_removed=cleaned.records_removed,
+        bytes_before=cleaned.bytes_before,
+        bytes_after=cleaned.bytes_after,
+    )

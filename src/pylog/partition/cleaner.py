@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from pylog import fs
 from pylog.errors import CorruptRecordError
@@ -112,11 +113,19 @@ def clean_partition(plog: PartitionLog, now_ms: int, *, force: bool = False) -> 
         result.skipped = f"dirty ratio {dirty / total:.2f} below min_cleanable_dirty_ratio"
         return result
 
-    latest = _offset_map(cleanable)
+    batches = [(seg, pos, b) for seg in cleanable for pos, b in _batches(seg)]
+    survivors = _latest_mask(batches)
     horizon = now_ms - config.delete_retention_ms
     cleaned: list[tuple[Segment, bytes, int, int]] = []
+    at = 0
+    per_segment: dict[int, list[tuple[int, DecodedBatch]]] = {}
+    for seg, pos, b in batches:
+        per_segment.setdefault(id(seg), []).append((pos, b))
     for seg in cleanable:
-        data, kept, read = _clean_segment(seg, latest, horizon)
+        mine = per_segment.get(id(seg), [])
+        n = sum(len(b.offsets) for _, b in mine)
+        data, kept, read = _clean_segment(seg, mine, survivors[at : at + n], horizon)
+        at += n
         cleaned.append((seg, data, kept, read))
         result.records_read += read
         result.records_removed += read - kept
@@ -151,57 +160,83 @@ def _groups(
         yield group
 
 
-def _offset_map(segments: list[Segment]) -> dict[bytes, int]:
-    """key -> offset of its latest record in ``segments``."""
-    latest: dict[bytes, int] = {}
-    for seg in segments:
-        for _, b in _batches(seg):
-            keys = b.keys()
-            latest.update((k, o) for k, o in zip(keys, b.offsets.tolist(), strict=True) if k is not None)
-    return latest
+def _latest_mask(batches: list[tuple[Segment, int, DecodedBatch]]) -> npt.NDArray[np.bool_]:
+    """For every record of ``batches`` (in order): is it the latest record of its key among them? Records
+    without a key count as latest.
+
+    Fixed-width keys (the common case: ids, UUIDs) are compared as numpy void scalars, sorted once: no Python
+    code per record. Other keys go through a dict (key -> latest offset), built and probed at C speed."""
+    if not batches:
+        return np.zeros(0, dtype=bool)
+    offsets = np.concatenate([b.offsets for _, _, b in batches])
+    valid = np.concatenate([b.key_valid for _, _, b in batches])
+    lengths = np.concatenate([np.diff(b.key_offsets) for _, _, b in batches])
+    widths = np.unique(lengths[valid])
+    if len(widths) == 1 and widths[0] > 0:
+        w = int(widths[0])
+        raw = np.concatenate([np.frombuffer(b.key_data, dtype=np.uint8) for _, _, b in batches])
+        keys = raw.reshape(-1, w).view(np.dtype((np.void, w))).ravel()
+        _, ids = np.unique(keys, return_inverse=True)
+        last = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+        np.maximum.at(last, ids, offsets[valid])
+        newest = np.full(len(offsets), -1, dtype=np.int64)
+        newest[valid] = last[ids]
+    else:
+        latest: dict[bytes | None, int] = {}
+        all_keys: list[bytes | None] = []
+        for _, _, b in batches:
+            keys_b = b.keys()
+            all_keys += keys_b
+            latest.update(zip(keys_b, b.offsets.tolist(), strict=True))
+        newest = np.fromiter(map(latest.__getitem__, all_keys), dtype=np.int64, count=len(all_keys))
+    result: npt.NDArray[np.bool_] = (newest == offsets) | ~valid
+    return result
 
 
-def _clean_segment(seg: Segment, latest: dict[bytes, int], horizon: int) -> tuple[bytes, int, int]:
+def _clean_segment(
+    seg: Segment, batches: list[tuple[int, DecodedBatch]], latest: npt.NDArray[np.bool_], horizon: int
+) -> tuple[bytes, int, int]:
     """The segment's bytes with only the surviving records; returns ``(bytes, kept, read)``."""
     out: list[bytes] = []
     kept = read = 0
-    for pos, b in _batches(seg):
-        keys = b.keys()
-        values = b.values()
-        offsets = b.offsets.tolist()
-        timestamps = b.timestamps.tolist()
-        read += len(offsets)
-        keep = [
-            k is None or (latest.get(k) == o and not (v is None and ts < horizon))
-            for k, v, o, ts in zip(keys, values, offsets, timestamps, strict=True)
-        ]
-        n = sum(keep)
-        kept += n
-        if n == len(offsets):
-            out.append(bytes(seg.view()[pos : pos + b.header.batch_length]))
-            continue
-        if n == 0:
-            continue
-        idx = [i for i, k in enumerate(keep) if k]
-        headers = b.headers()
-        kept_offsets = np.asarray([offsets[i] for i in idx], dtype=np.int64)
-        h = b.header
-        out.append(
-            encode_batch(
-                int(kept_offsets[0]),
-                [keys[i] for i in idx],
-                [values[i] for i in idx],
-                [timestamps[i] for i in idx],
-                [encode_headers(headers[i]) if headers[i] else b"" for i in idx],
-                offset_deltas=kept_offsets - kept_offsets[0],
-                compression=h.compression,
-                log_append_time=bool(h.timestamp_type),
-                producer_id=h.producer_id,
-                producer_epoch=h.producer_epoch,
-                base_sequence=h.base_sequence,
-            )
-        )
+    view = seg.view()
+    for pos, b in batches:
+        n = len(b.offsets)
+        expired = ~b.value_valid & (b.timestamps < horizon)
+        keep = latest[read : read + n] & ~expired
+        read += n
+        count = int(keep.sum())
+        kept += count
+        if count == n:
+            out.append(bytes(view[pos : pos + b.header.batch_length]))
+        elif count:
+            out.append(_rebuild(b, np.flatnonzero(keep)))
     return b"".join(out), kept, read
+
+
+def _rebuild(b: DecodedBatch, idx: npt.NDArray[np.intp]) -> bytes:
+    """A batch of the records ``idx`` of ``b``, with their offsets, timestamps and bytes unchanged."""
+    pick = idx.tolist()
+    ko, kd, kv = b.key_offsets.tolist(), b.key_data, b.key_valid
+    vo, vd, vv = b.value_offsets.tolist(), b.value_data, b.value_valid
+    keys = [bytes(kd[ko[i] : ko[i + 1]]) if kv[i] else None for i in pick]
+    values = [bytes(vd[vo[i] : vo[i + 1]]) if vv[i] else None for i in pick]
+    headers = b.headers()
+    offsets = b.offsets[idx]
+    h = b.header
+    return encode_batch(
+        int(offsets[0]),
+        keys,
+        values,
+        b.timestamps[idx],
+        [encode_headers(headers[i]) if headers[i] else b"" for i in pick],
+        offset_deltas=offsets - offsets[0],
+        compression=h.compression,
+        log_append_time=bool(h.timestamp_type),
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+    )
 
 
 def _swap(plog: PartitionLog, olds: list[Segment], data: bytes) -> bool:
