@@ -164,7 +164,7 @@ class LockError(PylogError):
 
 class CorruptRecordError(PylogError):
     """A stored batch failed its checks (CRC, length bounds, increasing offsets). ``path`` and ``position`` name
-    the place. Run ``Log.verify()`` for a full report; ``Log.repair()`` is the only call that drops such data."""
+    the place. Run ``Log.verify()`` for a full report; ``pylog.repair(path)`` is the only call that drops such data."""
 
     def __init__(self, message: str, *, path: str | None = None, position: int | None = None) -> None:
         super().__init__(message)

@@ -55,6 +55,7 @@ __all__ = ["Log", "open_log", "repair", "validate_topic_name"]
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _MANIFEST = "manifest"
+_MANIFEST_CHECK_MS = 1000  # how often Log.topic() looks for topic changes made by other processes
 _MAGIC = b"pylog-manifest 1 "
 _FORK_GENERATION = [0]
 
@@ -103,6 +104,7 @@ class Log:
         self._fork_generation = _FORK_GENERATION[0]
         self.recovery: dict[str, RecoveryReport] = {}
         self._txn_log: Any = None
+        self._next_manifest_check = 0.0
         fs.makedirs(self.path)
         self._open_lock_fd = fs.FS.open(os.path.join(self.path, ".open.lock"), os.O_RDWR | os.O_CREAT)
         self._shared_fd = fs.FS.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT)
@@ -331,8 +333,16 @@ class Log:
         with self._lock:
             topic = self._topics.get(name)
             if topic is not None:
-                return topic
+                now = self.clock.monotonic_ms()
+                if now < self._next_manifest_check:
+                    return topic
+                # another process may have added partitions or deleted the topic (Kafka's clients refresh
+                # their metadata periodically too)
+                self._next_manifest_check = now + _MANIFEST_CHECK_MS
             self._refresh_manifest()
+            topic = self._topics.get(name)
+            if topic is not None:
+                return topic
             meta = self._manifest["topics"].get(name)
             if meta is None:
                 validate_topic_name(name)

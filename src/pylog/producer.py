@@ -184,7 +184,15 @@ class Producer:
         value_serializer: Callable[[Any], bytes] | None = _DEFAULT,
         compression_type: str | None = None,
         max_queued_bytes: int = 1 << 20,
+        **unknown: Any,
     ) -> None:
+        if unknown:
+            extra = (
+                " (retries and retry_backoff_ms need enable_idempotence=True)"
+                if {"retries", "retry_backoff_ms"} & set(unknown)
+                else ""
+            )
+            raise ConfigError(f"unknown producer config {', '.join(sorted(unknown))}{extra}")
         if acks not in (0, 1, "all", -1):
             raise ConfigError(f"acks must be 0, 1 or 'all', got {acks!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

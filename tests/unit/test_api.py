@@ -363,3 +363,29 @@ def test_corruption_below_recovery_point_is_a_read_error_until_repair(log_dir: s
         assert [r.value["i"] for r in c.iterate()] == list(range(dropped_from))
         assert log.verify() == {}
     assert pylog.repair(log_dir) == {}
+
+
+def test_partitions_added_by_another_log_instance_are_seen_within_a_second(
+    log: pylog.Log, clock: pylog.ManualClock
+) -> None:
+    log.create_topic("t", partitions=2)
+    producer = log.producer()
+    consumer = log.consumer("t", auto_offset_reset="earliest")
+    assert len(consumer.assignment()) == 2
+    with pylog.open(log.path) as other:  # as another process would
+        other.create_partitions("t", 4)
+    clock.advance(1_500)
+    partitions = {producer.send("t", i, key=f"k{i}").get().partition for i in range(64)}
+    assert partitions == {0, 1, 2, 3}
+    clock.advance(1_500)
+    consumer.poll(timeout_ms=0)
+    assert len(consumer.assignment()) == 4
+    producer.close()
+    consumer.close()
+
+
+def test_unknown_producer_configs_are_config_errors(log: pylog.Log) -> None:
+    with pytest.raises(errors.ConfigError, match="bootstrap_servers"):
+        log.producer(bootstrap_servers="localhost:9092")
+    with pytest.raises(errors.ConfigError, match="enable_idempotence"):
+        log.producer(retries=3)

@@ -13,7 +13,7 @@ held. The steps, in order (Kafka's ``LogLoader`` is the model):
    by batch (bounds, CRC-32C, increasing offsets). At the first invalid batch the log is truncated (bytes
    dropped are reported) and later segments are deleted, unless the invalid batch lies below the recovery
    point: that is corruption of durable data, which is never truncated (the open fails with a typed error
-   that names the file and position; ``Log.repair()`` is the only thing that drops it).
+   that names the file and position; ``pylog.repair(path)`` is the only thing that drops it).
 5. The indexes of revalidated segments are rewritten, the tail fsynced, the recovery point advanced to the log
    end, and the shared state rebuilt.
 
@@ -108,7 +108,7 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
                 raise CorruptRecordError(
                     f"corrupt batch below the recovery point ({point}) in {seg.path} at position "
                     f"{result.end}: {result.error}. Durable data is never dropped automatically; run "
-                    f"Log.verify() for a report and Log.repair() to truncate it.",
+                    f"Log.verify() (or `pylog verify`) for a report and pylog.repair(path) (or `pylog repair`) to truncate it.",
                     path=seg.path,
                     position=result.end,
                 ) from result.error
