@@ -147,7 +147,9 @@ def pylog_consume_iterate(records: int, seed: int, workdir: Path) -> dict[str, A
     compare=(Compare("floor_frombuffer_read", at_least=0.5),),
 )
 def pylog_read_arrow(records: int, seed: int, workdir: Path) -> dict[str, Any]:
-    importlib.import_module("pyarrow")  # a one-time import, not part of reading (pylog.arrow imports it lazily)
+    importlib.import_module(
+        "pyarrow"
+    )  # a one-time import, not part of reading (pylog.arrow imports it lazily)
     _fill(workdir, records, seed)
     settle([workdir])
     n = 0
