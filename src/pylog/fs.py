@@ -29,6 +29,8 @@ def _translate(exc: OSError, what: str, path: str | int) -> OSError:
         return exc
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFullError(exc.errno, f"no space left on device during {what} of {path}")
+    if exc.errno == errno.EFBIG:  # a file-size limit (RLIMIT_FSIZE, or the file system's): out of space too
+        return DiskFullError(exc.errno, f"file size limit reached during {what} of {path}")
     return StorageError(exc.errno or 0, f"{what} failed on {path}: {exc.strerror or exc}")
 
 
