@@ -134,7 +134,7 @@ class Consumer:
         self._check()
         if self._subscription or self._pattern is not None:
             raise IllegalStateError("assign() cannot be mixed with subscribe(); call unsubscribe() first")
-        tps = [TopicPartition(*tp) for tp in partitions]
+        tps = [_topic_partition(tp) for tp in partitions]
         for tp in tps:
             self._plog(tp)
         self._set_assignment(tps)
@@ -202,7 +202,7 @@ class Consumer:
         return self.log.topic(tp.topic).partition(tp.partition)
 
     def _require(self, tp: TopicPartition) -> TopicPartition:
-        tp = TopicPartition(*tp)
+        tp = _topic_partition(tp)
         if tp not in self._positions:
             raise IllegalStateError(f"{tp} is not assigned to this consumer")
         return tp
@@ -269,7 +269,7 @@ class Consumer:
 
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
-            self._paused.discard(TopicPartition(*tp))
+            self._paused.discard(_topic_partition(tp))
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
@@ -283,10 +283,10 @@ class Consumer:
         return set(range(self.log.topic(topic).num_partitions))
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._plog(TopicPartition(*tp)).log_start_offset for tp in partitions}
+        return {tp: self._plog(tp).log_start_offset for tp in map(_topic_partition, partitions)}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._plog(TopicPartition(*tp)).log_end_offset for tp in partitions}
+        return {tp: self._plog(tp).log_end_offset for tp in map(_topic_partition, partitions)}
 
     def offsets_for_times(
         self, timestamps: dict[TopicPartition, int]
@@ -296,7 +296,7 @@ class Consumer:
         for tp, ts in timestamps.items():
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
                 raise InvalidOffsetError(f"timestamp must be an int >= 0, got {ts!r}")
-            tp = TopicPartition(*tp)
+            tp = _topic_partition(tp)
             hit = self._plog(tp).offset_for_time(ts)
             out[tp] = None if hit is None else OffsetAndTimestamp(*hit)
         return out
@@ -702,7 +702,7 @@ class Consumer:
         ``metadata=True`` an :class:`OffsetAndMetadata`."""
         if self._group is None:
             raise IllegalStateError("committed() needs a group_id")
-        tp = TopicPartition(*partition)
+        tp = _topic_partition(partition)
         return self._group.committed_metadata(tp) if metadata else self._group.committed(tp)
 
     def lag(self) -> dict[TopicPartition, int]:
@@ -778,3 +778,14 @@ def _sizes(items: list[bytes | None]) -> list[int]:
         return list(map(len, items))  # type: ignore[arg-type]
     except TypeError:  # some None among them
         return [-1 if x is None else len(x) for x in items]
+
+
+def _topic_partition(value: Any) -> TopicPartition:
+    """``value`` as a TopicPartition, or a typed error (not a TypeError from a tuple of the wrong shape)."""
+    try:
+        topic, partition = value
+    except (TypeError, ValueError):
+        raise UnknownPartitionError(f"not a TopicPartition(topic, partition): {value!r}") from None
+    if type(topic) is not str or type(partition) is not int:
+        raise UnknownPartitionError(f"not a TopicPartition(topic: str, partition: int): {value!r}")
+    return TopicPartition(topic, partition)

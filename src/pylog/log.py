@@ -330,6 +330,8 @@ class Log:
     def topic(self, name: str) -> Topic:
         """The open :class:`Topic` ``name``; raises :class:`UnknownTopicError` if it does not exist."""
         self._check()
+        if type(name) is not str:
+            validate_topic_name(name)  # raises InvalidTopicError
         with self._lock:
             topic = self._topics.get(name)
             if topic is not None:

@@ -238,7 +238,7 @@ class Producer:
         """Queue one record; returns a future. Raises at once (writing nothing) for bad input."""
         if self._closed:
             raise LogClosedError("the producer is closed")
-        t = self.log._topics.get(topic) or self.log.topic(topic)
+        t = (self.log._topics.get(topic) if type(topic) is str else None) or self.log.topic(topic)
         if value is None:
             if key is None:
                 raise InvalidRecordError("key and value cannot both be None")

@@ -50,10 +50,11 @@ class Topic:
 
     def partition(self, number: int) -> PartitionLog:
         """The :class:`PartitionLog` of partition ``number``."""
-        plog = self._partitions.get(number)
-        if plog is not None:
-            return plog
-        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < self.num_partitions:
+        if type(number) is int:  # not bool, not a float equal to an int
+            plog = self._partitions.get(number)
+            if plog is not None:
+                return plog
+        if type(number) is not int or not 0 <= number < self.num_partitions:
             raise UnknownPartitionError(
                 f"partition {number!r} does not exist in topic {self.name!r} "
                 f"(partitions 0..{self.num_partitions - 1})"
