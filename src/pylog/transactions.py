@@ -8,13 +8,9 @@ Files, under the log root::
                         "txn", "open": null | {"txn", "started_ms", "timeout_ms"}}}}
         decisions.log   append-only, fsynced records (format below): the commit point of every transaction
 
-``decisions.log`` records (little-endian)::
-
-    offset  size  type  field
-    0       4     u32   length      of the payload
-    4       4     u32   crc         CRC-32C of the payload
-    8       n     -     payload     msgpack [kind, producer_id, producer_epoch, txn]; kind "C" commit,
-                                    "A" abort, "E" epoch (this epoch is now the producer id's current one)
+``decisions.log`` is a sequence of :mod:`pylog.journal` records (each payload stored twice, each copy with
+its CRC-32C) whose payload is msgpack ``[kind, producer_id, producer_epoch, txn]``; kind "C" commit, "A"
+abort, "E" epoch (this epoch is now the producer id's current one).
 
 A transaction's records are written to their partitions as they are sent, in batches with the transactional
 attribute bit and ``(producer_id, producer_epoch, base_sequence = txn)`` in the header; its committed group
@@ -39,14 +35,13 @@ import contextlib
 import fcntl
 import json
 import os
-import struct
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import msgpack
 
-from pylog import fs
+from pylog import fs, journal
 from pylog.errors import CorruptRecordError, ProducerFencedError
 from pylog.record import crc32c
 
@@ -54,7 +49,6 @@ __all__ = ["COMMITTED", "OPEN", "TXN_DIR", "ABORTED", "TxnLog"]
 
 TXN_DIR = "__transactions"
 COMMITTED, ABORTED, OPEN = "committed", "aborted", "open"
-_REC = struct.Struct("<II")
 
 
 class TxnLog:
@@ -189,7 +183,7 @@ class TxnLog:
     def _append(self, kind: str, pid: int, epoch: int, txn: int) -> None:
         self._refresh()
         payload = msgpack.packb([kind, pid, epoch, txn])
-        record = _REC.pack(len(payload), crc32c(payload)) + payload
+        record = journal.encode(payload)
         fd = fs.FS.open(self._decisions_path, os.O_RDWR | os.O_CREAT)
         try:
             ino = os.fstat(fd).st_ino
@@ -227,25 +221,11 @@ class TxnLog:
             raw = os.pread(fd, st.st_size - done, done)
         finally:
             os.close(fd)
-        pos = 0
-        while pos + _REC.size <= len(raw):
-            length, crc = _REC.unpack_from(raw, pos)
-            end = pos + _REC.size + length
-            if end > len(raw):
-                break
-            payload = raw[pos + _REC.size : end]
-            if crc32c(payload) != crc:
-                if end >= len(raw):
-                    break  # torn last record
-                raise CorruptRecordError(
-                    f"{self._decisions_path}: record at position {done + pos} fails its CRC",
-                    path=self._decisions_path,
-                    position=done + pos,
-                )
+        records, used = journal.parse(raw, done, self._decisions_path)
+        for _, payload in records:
             kind, pid, epoch, txn = msgpack.unpackb(payload)
             self._note(kind, pid, epoch, txn)
-            pos = end
-        self._read = (st.st_ino, done + pos)
+        self._read = (st.st_ino, done + used)
 
     def status(self, pid: int, epoch: int, txn: int) -> str:
         """``COMMITTED``, ``ABORTED`` or ``OPEN`` for the transaction a batch belongs to."""

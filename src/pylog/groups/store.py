@@ -16,14 +16,10 @@ Layout, one directory per group under the log root::
     rest     {"group_id", "state", "generation", "assignor", "protocol", "leader", "rebalance",
               "topics", "members": {member_id: {...}}, "static": {group_instance_id: member_id}}
 
-``offsets.log``, a sequence of records (little-endian)::
-
-    offset  size  type  field
-    0       4     u32   length      of the payload
-    4       4     u32   crc         CRC-32C of the payload
-    8       n     -     payload     msgpack [timestamp_ms, generation, member_id, [[topic, partition, offset,
-                                    metadata], ...]] and, for offsets committed by a transaction, a fifth
-                                    element [producer_id, producer_epoch, txn]; offset -1 deletes the entry
+``offsets.log``, a sequence of :mod:`pylog.journal` records (each payload stored twice, each copy with its
+CRC-32C) whose payload is msgpack ``[timestamp_ms, generation, member_id, [[topic, partition, offset,
+metadata], ...]]`` and, for offsets committed by a transaction, a fifth element ``[producer_id,
+producer_epoch, txn]``; offset -1 deletes the entry.
 
 A transactional record counts once its transaction is committed (:mod:`pylog.transactions`), at its own
 place in the file; it is ignored if the transaction was aborted, and waits while it is open.
@@ -45,7 +41,6 @@ import contextlib
 import fcntl
 import json
 import os
-import struct
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -53,7 +48,7 @@ from urllib.parse import quote, unquote
 
 import msgpack
 
-from pylog import fs
+from pylog import fs, journal
 from pylog.errors import ConfigError, CorruptRecordError, UnsupportedFormatError
 from pylog.record import crc32c
 from pylog.structs import OffsetAndMetadata, TopicPartition
@@ -62,7 +57,6 @@ __all__ = ["GROUPS_DIR", "GroupStore", "group_ids", "validate_group_id"]
 
 GROUPS_DIR = "__groups"
 _STATE_MAGIC = b"pylog-group 1 "
-_REC = struct.Struct("<II")
 _COMPACT_MIN_BYTES = 256 << 10
 _MAX_GROUP_ID = 200
 
@@ -269,21 +263,8 @@ class GroupStore:
     def _apply(self, raw: bytes, base: int, size: int) -> int:
         """Apply whole records of ``raw`` (file bytes from ``base``); returns the bytes used. A torn record at
         the end is left for later (it may still be being written, or be cut off by the next append)."""
-        pos = 0
-        while pos + _REC.size <= len(raw):
-            length, crc = _REC.unpack_from(raw, pos)
-            end = pos + _REC.size + length
-            if end > len(raw):
-                break
-            payload = raw[pos + _REC.size : end]
-            if crc32c(payload) != crc:
-                if end >= len(raw):
-                    break  # a torn last record: never acknowledged
-                raise CorruptRecordError(
-                    f"{self.offsets_path}: committed-offset record at position {base + pos} fails its CRC",
-                    path=self.offsets_path,
-                    position=base + pos,
-                )
+        records, used = journal.parse(raw, base, self.offsets_path)
+        for position, payload in records:
             try:
                 fields = msgpack.unpackb(payload)
                 entries = fields[3]
@@ -291,19 +272,18 @@ class GroupStore:
                     txn = (int(fields[4][0]), int(fields[4][1]), int(fields[4][2]))
                     status = self._txn_status(txn)
                     if status == "open":
-                        self._pending.append((base + pos, txn, entries))
+                        self._pending.append((position, txn, entries))
                     elif status == "committed":
-                        self._set_entries(entries, base + pos)
+                        self._set_entries(entries, position)
                 else:
-                    self._set_entries(entries, base + pos)
-            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                    self._set_entries(entries, position)
+            except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
                 raise CorruptRecordError(
-                    f"{self.offsets_path}: bad committed-offset record at position {base + pos}: {exc}",
+                    f"{self.offsets_path}: bad committed-offset record at position {position}: {exc}",
                     path=self.offsets_path,
-                    position=base + pos,
+                    position=position,
                 ) from exc
-            pos = end
-        return pos
+        return used
 
     def append_offsets(
         self,
@@ -321,7 +301,7 @@ class GroupStore:
         if txn is not None:
             fields.append(list(txn))
         payload = msgpack.packb(fields)
-        record = _REC.pack(len(payload), crc32c(payload)) + payload
+        record = journal.encode(payload)
         fd = fs.FS.open(self.offsets_path, os.O_RDWR | os.O_CREAT)
         try:
             valid = self._offsets_stamp[1] if self._offsets_stamp[0] == os.fstat(fd).st_ino else 0
@@ -348,7 +328,7 @@ class GroupStore:
             (tp.topic, tp.partition, om.offset, om.metadata) for tp, om in sorted(self._offsets.items())
         ]
         payload = msgpack.packb([now_ms, -1, "", [list(e) for e in entries]])
-        fs.atomic_write(self.offsets_path, _REC.pack(len(payload), crc32c(payload)) + payload)
+        fs.atomic_write(self.offsets_path, journal.encode(payload))
         self._offsets_stamp = (-1, -1)
         self.offsets()
 
