@@ -357,7 +357,9 @@ def test_bad_commits_and_configs_are_typed_errors_and_change_nothing(produced: p
     c.close()
 
 
-def test_offset_store_torn_tail_is_ignored_and_a_flipped_bit_is_detected(produced: pylog.Log) -> None:
+def test_offset_store_torn_tail_is_ignored_a_flipped_bit_corrected_and_double_damage_detected(
+    produced: pylog.Log,
+) -> None:
     c = _member(produced, enable_auto_commit=False)
     _settle([c], lambda: c.assignment() == _tps("t", 6))
     for i in range(1, 4):
@@ -369,10 +371,18 @@ def test_offset_store_torn_tail_is_ignored_and_a_flipped_bit_is_detected(produce
     assert produced.group_offsets("g")[TopicPartition("t", 0)].offset == 3
     produced.reset_group_offsets("g", {TopicPartition("t", 0): 2})  # the next append cuts the torn tail
     assert produced.group_offsets("g")[TopicPartition("t", 0)].offset == 2
-    with open(path, "r+b") as f:
-        f.seek(12)
-        byte = f.read(1)
-        f.seek(12)
-        f.write(bytes([byte[0] ^ 0x04]))
+
+    def flip(at: int) -> None:
+        with open(path, "r+b") as f:
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 0x04]))
+
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(4), "little")  # payload length of the first record
+    flip(10)  # one copy of the first record: the other one is intact, so nothing is lost
+    assert produced.group_offsets("g")[TopicPartition("t", 0)].offset == 2
+    flip(12 + n + 2)  # both copies damaged, and records follow: corruption, named
     with pytest.raises(CorruptRecordError, match=r"offsets\.log"):
         produced.group_offsets("g")
