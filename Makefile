@@ -38,5 +38,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/render.py
 
+# The long modes of the reliability tests: thousands of SIGKILLs, minutes of multi-process chaos.
+torture: $(STAMP)
+	PYLOG_TORTURE=1 $(VENV)/bin/pytest -q -s tests/fault/test_sigkill_loop.py tests/fault/test_exactly_once.py tests/fault/test_chaos.py tests/fault/test_crash_points.py tests/fault/test_compaction_crash.py tests/fault/test_bit_flips.py
+
 clean:
 	rm -rf $(VENV) pylog-data .pytest_cache .mypy_cache .ruff_cache .hypothesis
