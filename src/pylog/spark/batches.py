@@ -172,16 +172,18 @@ class _Builder:
             elif name == "topic":
                 col = self._topic(n)
             elif name == "partition":
-                col = pa.array(np.full(n, self.partition, dtype=np.int32))
+                col = _fixed(pa, pa.int32(), np.full(n, self.partition, dtype=np.int32))
             elif name == "offset":
-                col = pa.array(offsets)
+                col = _fixed(pa, pa.int64(), np.ascontiguousarray(offsets, dtype=np.int64))
             elif name == "timestamp":
-                col = pa.array(ts_ms * 1000, type=pa.timestamp("us", tz="UTC"))
+                col = _fixed(pa, pa.timestamp("us", tz="UTC"), ts_ms * 1000)
             elif name == "timestampType":
-                col = pa.array(
+                col = _fixed(
+                    pa,
+                    pa.int32(),
                     np.concatenate(
                         [np.full(s.hi - s.lo, s.batch.header.timestamp_type, np.int32) for s in group]
-                    )
+                    ),
                 )
             elif name == "headers":
                 col = self._headers(group, f.type)
@@ -301,6 +303,12 @@ class _Builder:
             return arr
         idx = np.cumsum(valid, dtype=np.int64) - 1
         return arr.take(pa.array(idx, mask=~valid))
+
+
+def _fixed(pa: Any, arrow_type: Any, values: npt.NDArray[Any]) -> Any:
+    """A null-free fixed-width column over the numpy buffer: no copy, and unlike ``pa.array`` on numpy input
+    it does not import pandas in every fresh Python worker."""
+    return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)], null_count=0)
 
 
 def _cat(arrays: list[Any]) -> Any:
