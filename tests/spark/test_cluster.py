@@ -1,0 +1,168 @@
+"""A real Spark standalone cluster on loopback (a master and two workers as separate JVMs, started from the
+pyspark package): the batch read and the writer against a log directory on the shared local file system.
+
+The driver runs in a subprocess (one Python process can hold only one SparkContext, and the session fixture
+of the other Spark tests holds it here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import pylog
+
+pyspark = pytest.importorskip("pyspark")
+pytestmark = pytest.mark.spark
+
+SPARK_HOME = os.path.dirname(pyspark.__file__)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    env = {
+        **os.environ,
+        "SPARK_HOME": SPARK_HOME,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    spark_class = os.path.join(SPARK_HOME, "bin", "spark-class")
+    port = _free_port()
+    logs = tmp_path_factory.mktemp("cluster-logs")
+    procs: list[subprocess.Popen[bytes]] = []
+    files = contextlib.ExitStack()
+    try:
+        master = [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(_free_port()),
+        ]
+        procs.append(
+            subprocess.Popen(
+                master,
+                env=env,
+                stdout=files.enter_context(open(logs / "master.log", "wb")),  # noqa: SIM115 (the ExitStack closes it)
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        _wait_for_port(port)
+        url = f"spark://127.0.0.1:{port}"
+        for i in range(2):
+            work = tmp_path_factory.mktemp(f"worker{i}")
+            worker = [
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(_free_port()),
+                "--work-dir",
+                str(work),
+            ]
+            procs.append(
+                subprocess.Popen(
+                    worker,
+                    env=env,
+                    stdout=files.enter_context(open(logs / f"worker{i}.log", "wb")),  # noqa: SIM115
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        yield url
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        files.close()
+
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, sys
+    from pyspark.sql import SparkSession, functions as F
+    url, path = sys.argv[1], sys.argv[2]
+    spark = (SparkSession.builder.master(url).appName("pylog-cluster-test")
+             .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.executor.memory", "512m")
+             .config("spark.cores.max", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = spark.read.format("pylog").option("subscribe", "clicks").option("minPartitions", "4").load(path)
+    rows = df.groupBy("partition").agg(F.count("*").alias("n"), F.sum("offset").alias("s")).collect()
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    (df.selectExpr("key", "value").write.format("pylog").option("topic", "copy").mode("append").save(path))
+    print(json.dumps({"rows": {r["partition"]: [r["n"], r["s"]] for r in rows}, "executors": executors}))
+    spark.stop()
+    """
+)
+
+
+def test_batch_read_and_write_on_a_standalone_cluster(cluster: str, tmp_path: object) -> None:
+    path = os.path.join(str(tmp_path), "log")
+    with pylog.open(path) as log:
+        log.create_topic("clicks", partitions=3, segment_bytes=8_192)
+        log.create_topic("copy", partitions=2)
+        producer = log.producer(value_serializer=None)
+        for i in range(3_000):
+            producer.send("clicks", b"v%d" % i, key=b"k%d" % (i % 17))
+        producer.close()
+        want = {}
+        for tp in log.topic("clicks").partitions():
+            end = log.topic("clicks").partition(tp.partition).log_end_offset
+            want[str(tp.partition)] = [end, end * (end - 1) // 2]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER, cluster, path], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["rows"] == want
+    assert out["executors"] == 2  # the work ran on the two worker JVMs
+    with pylog.open(path) as log:
+        c = log.consumer("copy", value_deserializer=None, auto_offset_reset="earliest", consumer_timeout_ms=0)
+        copied = sorted(r.value for r in c)
+    assert copied == sorted(b"v%d" % i for i in range(3_000))  # the writer, from the executors
