@@ -15,7 +15,12 @@ import random
 import signal
 import time
 
+import pytest
+
 import pylog
+
+# the long mode (PYLOG_TORTURE=1) runs far past the default per-test limit
+pytestmark = pytest.mark.timeout(7200 if os.environ.get("PYLOG_TORTURE") else 600)
 
 SECONDS = 120 if os.environ.get("PYLOG_TORTURE") else 12
 

@@ -17,6 +17,9 @@ import pytest
 
 import pylog
 
+# the long mode (PYLOG_TORTURE=1) runs far past the default per-test limit
+pytestmark = pytest.mark.timeout(7200 if os.environ.get("PYLOG_TORTURE") else 600)
+
 KILLS = 2000 if os.environ.get("PYLOG_TORTURE") else 200
 INPUT = 3000
 

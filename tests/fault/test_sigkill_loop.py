@@ -16,7 +16,12 @@ import select
 import signal
 import time
 
+import pytest
+
 import pylog
+
+# the long mode (PYLOG_TORTURE=1) runs far past the default per-test limit
+pytestmark = pytest.mark.timeout(7200 if os.environ.get("PYLOG_TORTURE") else 600)
 
 KILLS = 3000 if os.environ.get("PYLOG_TORTURE") else 200
 TOPICS = {"events": 3, "audit": 2}
