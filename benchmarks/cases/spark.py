@@ -176,3 +176,43 @@ def spark_pylog_count_sum(records: int, seed: int, workdir: Path) -> dict[str, A
         return spark.read.format("pylog").option("subscribe", "bench").load(path)
 
     return _measure(records, workdir, load)
+
+
+@case(
+    "spark_pylog_plan_1000_partitions",
+    suite="spark",
+    group="spark",
+    kind="pylog",
+    fsync=_FSYNC,
+    description=(
+        '`spark.read.format("pylog").load(...).rdd.getNumPartitions()` on a topic of 1,000 partitions '
+        "(10 records each): the time to plan a query; rec/s = partitions planned per second"
+    ),
+    timeout_s=900,
+)
+def spark_pylog_plan_1000_partitions(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    if importlib.util.find_spec("pyspark") is None:
+        return skipped("pyspark is not installed (pip install 'pylog[spark]')")
+    import pylog
+
+    partitions = 1000
+    path = str(workdir / "log")
+    with pylog.open(path) as log:
+        log.create_topic("wide", partitions=partitions)
+        producer = log.producer(acks=1, value_serializer=None)
+        for p in range(partitions):
+            producer.send_batch("wide", values=[b"v%d" % i for i in range(10)], partition=p)
+        producer.close()
+    with _session(workdir) as spark:
+        from pylog.spark import register
+
+        register(spark)
+        spark.read.format("pylog").option("subscribe", "wide").load(path).rdd.getNumPartitions()  # warm-up
+        timings = []
+        for _ in range(_REPEATS):
+            t0 = time.perf_counter()
+            splits = spark.read.format("pylog").option("subscribe", "wide").load(path).rdd.getNumPartitions()
+            timings.append(time.perf_counter() - t0)
+    return result(
+        partitions, statistics.median(timings), 0, splits=splits, plan_seconds=[round(t, 3) for t in timings]
+    )
