@@ -13,14 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 import numpy as np
+import numpy.typing as npt
 
 from pylog.config import TopicConfig
-from pylog.errors import UnknownPartitionError
+from pylog.errors import ConfigError, UnknownPartitionError
+from pylog.partition.keymap import latest_mask
 from pylog.partition.log import PartitionLog
+from pylog.record import ATTR_TRANSACTIONAL, DecodedBatch, decode_batch
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
     from pylog.log import Log
+    from pylog.partition.cleaner import CleanResult, TxnStatus
 
 __all__ = ["Topic"]
 
@@ -29,6 +33,59 @@ _DEFAULT: Any = object()
 
 def msgpack_value(raw: bytes) -> Any:
     return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+def _table_of(plog: PartitionLog, status: TxnStatus | None, out: dict[bytes, bytes]) -> None:
+    """Apply the latest record of every key of ``plog`` to ``out`` (a tombstone deletes its key). With
+    ``status``, aborted transactions are skipped and reading stops at the first open one."""
+    batches: list[DecodedBatch] = []
+    aborted: list[bool] = []
+    offset, end = plog.log_start_offset, plog.log_end_offset
+    while offset < end:
+        chunk = plog.read_raw(offset, 8 << 20)
+        if not chunk:
+            break
+        for buf, at in chunk:
+            b = decode_batch(buf, at)
+            h = b.header
+            state = "committed"
+            if status is not None and h.attributes & ATTR_TRANSACTIONAL:
+                state = status(h.producer_id, h.producer_epoch, h.base_sequence)
+                if state == "open":
+                    offset = end  # the last stable offset: nothing after it is visible yet
+                    break
+            batches.append(b)
+            aborted.append(state == "aborted")
+            offset = h.next_offset
+    if not batches:
+        return
+    counts = [len(b.offsets) for b in batches]
+    mask = latest_mask(batches, ~np.repeat(np.array(aborted, dtype=np.bool_), counts))
+    at = 0
+    for b, n in zip(batches, counts, strict=True):
+        idx = np.flatnonzero(mask[at : at + n])
+        at += n
+        if not len(idx):
+            continue
+        alive = b.value_valid[idx]
+        for key in _pick(b.key_data, b.key_offsets, idx[~alive]):
+            out.pop(key, None)
+        live = idx[alive]
+        out.update(
+            zip(
+                _pick(b.key_data, b.key_offsets, live),
+                _pick(b.value_data, b.value_offsets, live),
+                strict=True,
+            )
+        )
+
+
+def _pick(data: memoryview, bounds: npt.NDArray[np.int64], idx: npt.NDArray[np.intp]) -> list[bytes]:
+    """Entries ``idx`` of an Arrow-style column, as bytes."""
+    if not len(idx):
+        return []
+    raw = bytes(data)
+    return [raw[a:z] for a, z in zip(bounds[idx].tolist(), bounds[idx + 1].tolist(), strict=True)]
 
 
 class Topic:
@@ -90,62 +147,61 @@ class Topic:
         return {p: self.partition(p).log_end_offset for p in range(self.num_partitions)}
 
     def apply_retention(self) -> int:
-        """Retention (``delete`` policy) and, for compacted topics, a cleaning pass when the dirty ratio asks
-        for one. Returns segments deleted by retention."""
+        """Retention (``delete`` policy) and, for compacted topics, a cleaning pass when the dirty ratio (or a
+        tombstone due to expire) asks for one. Returns segments deleted by retention."""
         deleted = sum(self.partition(p).apply_retention() for p in range(self.num_partitions))
         if self.config.compacted:
             self.compact(force=False)
         return deleted
 
-    def compact(self, *, force: bool = True) -> list[Any]:
+    def compact(self, *, force: bool = True) -> list[CleanResult]:
         """Run the log cleaner on every partition now (see :mod:`pylog.partition.cleaner`); returns one
         :class:`~pylog.partition.cleaner.CleanResult` per partition. ``force`` ignores
         ``min_cleanable_dirty_ratio``. Only for topics whose ``cleanup_policy`` includes ``compact``."""
-        from pylog.errors import ConfigError
-        from pylog.partition.cleaner import clean_partition
+        return [
+            self.partition(p).compact(force=force, txn_status=self._txn_status)
+            for p in range(self.num_partitions)
+        ]
 
-        if not self.config.compacted:
-            raise ConfigError(
-                f"topic {self.name!r} has cleanup_policy={self.config.cleanup_policy!r}, not compact"
-            )
-        now = self.log.clock.time_ms()
-        return [clean_partition(self.partition(p), now, force=force) for p in range(self.num_partitions)]
+    def _txn_status(self, producer_id: int, producer_epoch: int, txn: int) -> str:
+        """The state of a transaction, for the cleaner: an open one past its timeout is aborted first."""
+        txns = self.log.transactions()
+        status = str(txns.status(producer_id, producer_epoch, txn))
+        if status == "open" and txns.abort_expired(self.log.clock.time_ms()):
+            status = str(txns.status(producer_id, producer_epoch, txn))
+        return status
 
     def table(
         self,
         *,
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[bytes], Any] | None = _DEFAULT,
+        isolation_level: str = "read_uncommitted",
     ) -> dict[Any, Any]:
         """The stream-table view: the latest value of every key, read from the beginning of every partition
-        (a tombstone removes its key). Values are msgpack-decoded unless ``value_deserializer`` says otherwise
-        (``None``: raw bytes); keys are bytes unless ``key_deserializer`` is given."""
-        from pylog.record import decode_batch
+        (a tombstone removes its key; for a key in several partitions the highest partition wins). Values are
+        msgpack-decoded unless ``value_deserializer`` says otherwise (``None``: raw bytes); keys are bytes
+        unless ``key_deserializer`` is given.
 
-        latest: dict[bytes, bytes | None] = {}
+        ``isolation_level="read_committed"`` ignores records of aborted transactions and reads each partition
+        up to its first open transaction, as a read_committed consumer does; compaction never changes that
+        view. The latest record of each key is found with numpy over whole columns
+        (:mod:`pylog.partition.keymap`): only the surviving keys and values become Python objects."""
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ConfigError(
+                f"isolation_level must be read_uncommitted or read_committed, got {isolation_level!r}"
+            )
+        status = self._txn_status if isolation_level == "read_committed" else None
+        latest: dict[bytes, bytes] = {}
         for p in range(self.num_partitions):
-            plog = self.partition(p)
-            offset, end = plog.log_start_offset, plog.log_end_offset
-            while offset < end:
-                chunk = plog.read_raw(offset, 8 << 20)
-                if not chunk:
-                    break
-                for buf, at in chunk:
-                    b = decode_batch(buf, at)
-                    first = int(np.searchsorted(b.offsets, offset))
-                    latest.update(
-                        (k, v)
-                        for k, v in zip(b.keys()[first:], b.values()[first:], strict=True)
-                        if k is not None
-                    )
-                    offset = b.header.next_offset
+            _table_of(self.partition(p), status, latest)
         decode_value = msgpack_value if value_deserializer is _DEFAULT else value_deserializer
-        out: dict[Any, Any] = {}
-        for k, v in latest.items():
-            if v is None:
-                continue
-            out[key_deserializer(k) if key_deserializer else k] = decode_value(v) if decode_value else v
-        return out
+        if key_deserializer is None and decode_value is None:
+            return dict(latest)
+        return {
+            (key_deserializer(k) if key_deserializer else k): (decode_value(v) if decode_value else v)
+            for k, v in latest.items()
+        }
 
     def flush(self) -> None:
         for plog in list(self._partitions.values()):

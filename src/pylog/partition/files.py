@@ -8,6 +8,8 @@
         00000000000000000000.timeindex   sparse time index
         partition.state                  shared, memory-mapped publication state + the writer lock
         recovery.checkpoint              durable recovery point (two CRC'd slots)
+        cleaner.checkpoint               compacted topics: what compaction cleaned, and when
+        cleaner.lock                     compacted topics: flock held by the one cleaning pass running
 
 Temporary suffixes: ``.tmp`` (an atomic write in progress), ``.cleaned`` and ``.swap`` (compaction and
 truncation rewrite a segment under a new name, then rename it over the old one), ``.deleted`` (removed by
@@ -21,6 +23,8 @@ import re
 
 __all__ = [
     "CHECKPOINT",
+    "CLEANER_CHECKPOINT",
+    "CLEANER_LOCK",
     "INDEX",
     "LOG",
     "STATE",
@@ -35,6 +39,8 @@ INDEX = ".index"
 TIMEINDEX = ".timeindex"
 STATE = "partition.state"
 CHECKPOINT = "recovery.checkpoint"
+CLEANER_CHECKPOINT = "cleaner.checkpoint"
+CLEANER_LOCK = "cleaner.lock"
 TEMP_SUFFIXES = (".tmp", ".cleaned", ".deleted")
 SWAP = ".swap"
 _SEGMENT = re.compile(r"^(\d{20})\.(log|index|timeindex)(\.swap|\.cleaned|\.deleted|\.tmp)?$")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from pylog import fs
 from pylog.errors import CorruptRecordError
 from pylog.partition import files
+from pylog.partition.cleaner import truncate_checkpoint
 from pylog.partition.segment import Segment
 
 if TYPE_CHECKING:
@@ -231,6 +232,7 @@ def truncate_segments(plog: PartitionLog, offset: int) -> None:
     plog._bases = [s.base_offset for s in segments]
     point = min(plog.checkpoint.read(), seg.next_offset)
     plog.checkpoint.reset(point)
+    truncate_checkpoint(plog.directory, seg.next_offset)  # records written there again are dirty
 
 
 def repair_partition(directory: str, compacted: bool) -> list[str]:
@@ -282,5 +284,6 @@ def repair_partition(directory: str, compacted: bool) -> list[str]:
         from pylog.partition.checkpoint import RecoveryCheckpoint
 
         RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT)).reset(dropped_from if cut else base)
+        truncate_checkpoint(directory, dropped_from if cut else base)
         break
     return actions
