@@ -58,8 +58,11 @@ _MSGPACK = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _DEFAULT: Any = object()
 _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _I64_MAX = 2**63 - 1
-_PER_RECORD = 8
-_SENDER_GRACE_S = 0.0005  # bytes of column overhead budgeted per record when cutting batches
+_PER_RECORD = 8  # bytes of column overhead budgeted per record when cutting batches
+_SENDER_GRACE_S = 0.0005  # how long the sender thread leaves a waiting caller to drain its own record
+_FIELDS = 5  # items per queued record (see _Pending)
+_SMALL_BATCH = 32  # chunks up to this many records go through encode_batch (struct only, lower latency)
+_RECORD_OVERHEAD = HEADER_SIZE + LAYOUT_SIZE + 16  # a batch of one record: header, layout, widest lengths
 
 
 def _default_key(key: Any) -> bytes:
@@ -73,7 +76,12 @@ def _default_key(key: Any) -> bytes:
 
 
 class _Pending:
-    """Records queued for one topic, drained together."""
+    """Records queued for one topic, drained together.
+
+    ``send`` adds each record as five consecutive items of ``records`` (key, value, timestamp or -1, encoded
+    headers, partition or -1): extending one flat list is cheaper than appending to five, and the drain splits
+    it into columns with slices. ``plain`` stays True while no record has a partition, timestamp or headers
+    of its own."""
 
     __slots__ = (
         "done",
@@ -83,39 +91,54 @@ class _Pending:
         "nbytes",
         "offsets",
         "partitions",
-        "sizes",
+        "plain",
+        "producer",
+        "records",
+        "topic",
         "ts",
         "values",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.records: list[Any] = []
+        self.plain = True
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.ts: list[int] = []
         self.headers: list[bytes] = []
         self.partitions: list[int] = []
-        self.sizes: list[int] = []
         self.nbytes = 0
         self.done = threading.Event()
         self.error: BaseException | None = None
-        self.offsets: npt.NDArray[np.int64] | None = None
+        self.offsets: npt.NDArray[np.int64] | range | None = None
+
+    def split(self) -> None:
+        """Turn the queued records into the column lists (once, when drained)."""
+        r, self.records = self.records, []
+        self.keys, self.values, self.ts, self.headers, self.partitions = (
+            r[0::_FIELDS],
+            r[1::_FIELDS],
+            r[2::_FIELDS],
+            r[3::_FIELDS],
+            r[4::_FIELDS],
+        )
 
 
 class FutureRecordMetadata:
     """The result of :meth:`Producer.send`. ``get()`` waits for the write and returns RecordMetadata."""
 
-    __slots__ = ("_i", "_p", "_producer", "_topic")
+    __slots__ = ("_i", "_p")
 
-    def __init__(self, producer: Producer, topic: str, pending: _Pending, index: int) -> None:
-        self._producer = producer
-        self._topic = topic
+    def __init__(self, pending: _Pending, index: int) -> None:
         self._p = pending
         self._i = index
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         p = self._p
         if not p.done.is_set():
-            self._producer._drain_topic(self._topic, p)
+            p.producer._drain_topic(p.topic, p)
             if not p.done.wait(timeout):
                 raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
         if p.error is not None:
@@ -124,7 +147,7 @@ class FutureRecordMetadata:
         key, value = p.keys[i], p.values[i]
         offset = -1 if p.offsets is None else int(p.offsets[i])
         return RecordMetadata(
-            self._topic,
+            p.topic,
             p.partitions[i],
             offset,
             p.ts[i],
@@ -146,13 +169,13 @@ class FutureRecordMetadata:
 
     def add_callback(self, fn: Callable[[RecordMetadata], Any]) -> FutureRecordMetadata:
         """Call ``fn(metadata)`` once the record is acknowledged (at once if it already is)."""
-        self._producer._callbacks.append((self, fn, None))
-        self._producer._wake()
+        self._p.producer._callbacks.append((self, fn, None))
+        self._p.producer._wake()
         return self
 
     def add_errback(self, fn: Callable[[BaseException], Any]) -> FutureRecordMetadata:
-        self._producer._callbacks.append((self, None, fn))
-        self._producer._wake()
+        self._p.producer._callbacks.append((self, None, fn))
+        self._p.producer._wake()
         return self
 
 
@@ -215,6 +238,7 @@ class Producer:
         self._lock = threading.Lock()
         self._drain_lock = threading.RLock()
         self._pending: dict[str, _Pending] = {}
+        self._topics = log._topics  # the open topics (send's fast lookup; log.topic() opens the others)
         self._sticky = StickyPartitioner(batch_size)
         self._closed = False
         self._callbacks: list[tuple[FutureRecordMetadata, Any, Any]] = []
@@ -238,72 +262,56 @@ class Producer:
         """Queue one record; returns a future. Raises at once (writing nothing) for bad input."""
         if self._closed:
             raise LogClosedError("the producer is closed")
-        t = (self.log._topics.get(topic) if type(topic) is str else None) or self.log.topic(topic)
-        if value is None:
+        t = self._topics.get(topic) if type(topic) is str else None
+        if t is None:
+            t = self.log.topic(topic)
+        # the common case first: bytes given as they are stored, no partition, timestamp or headers
+        if type(value) is bytes and self._raw_values:
+            vb: bytes | None = value
+            size = len(value) + _PER_RECORD
+        elif value is None:
             if key is None:
                 raise InvalidRecordError("key and value cannot both be None")
             vb = None
             size = _PER_RECORD
         else:
-            vb = value if self._raw_values and type(value) is bytes else self._serialize_value(value)
+            vb = self._serialize_value(value)
             size = len(vb) + _PER_RECORD
-        if key is None:
+        if type(key) is bytes and self._key_ser is None:
+            kb: bytes | None = key
+            size += len(key)
+        elif key is None:
             if t.config.compacted:
                 raise InvalidRecordError(f"topic {topic!r} is compacted: every record needs a key")
             kb = None
         else:
-            kb = key if type(key) is bytes and self._key_ser is None else self._serialize_key(key)
+            kb = self._serialize_key(key)
             size += len(kb)
-        if partition is None:
-            part = -1
-        elif (
-            isinstance(partition, bool)
-            or not isinstance(partition, int)
-            or not 0 <= partition < t.num_partitions
-        ):
-            raise UnknownPartitionError(
-                f"partition {partition!r} does not exist in topic {topic!r} (0..{t.num_partitions - 1})"
-            )
+        plain = partition is None and timestamp_ms is None and not headers
+        if plain:
+            record: tuple[Any, ...] = (kb, vb, -1, b"", -1)
         else:
-            part = partition
-        if timestamp_ms is None:
-            ts = -1
-        elif (
-            isinstance(timestamp_ms, bool)
-            or not isinstance(timestamp_ms, int)
-            or not 0 <= timestamp_ms <= _I64_MAX
-        ):
-            raise InvalidTimestampError(f"timestamp_ms must be an int in [0, 2**63-1], got {timestamp_ms!r}")
-        else:
-            ts = timestamp_ms
-        if headers:
-            hb = encode_headers(headers)
+            part, ts, hb = _record_options(t, topic, partition, timestamp_ms, headers)
             size += len(hb)
-        else:
-            hb = b""
-        if size > t.config.max_message_bytes - HEADER_SIZE - LAYOUT_SIZE - 16:
+            record = (kb, vb, ts, hb, part)
+        if size > t.config.max_message_bytes - _RECORD_OVERHEAD:
             raise RecordTooLargeError(
                 f"record of {size} bytes exceeds max_message_bytes={t.config.max_message_bytes} of {topic!r}"
             )
         with self._lock:
             p = self._pending.get(topic)
-            wake = p is None
             if p is None:
-                p = self._pending[topic] = _Pending()
-            i = len(p.keys)
-            p.keys.append(kb)
-            p.values.append(vb)
-            p.ts.append(ts)
-            p.headers.append(hb)
-            p.partitions.append(part)
-            p.sizes.append(size)
-            p.nbytes += size
-            full = p.nbytes >= self._max_queued
-        if full:
+                p = self._pending[topic] = _Pending(self, topic)
+                self._wakeup.set()
+            records = p.records
+            i = len(records) // _FIELDS
+            records += record
+            nbytes = p.nbytes = p.nbytes + size
+            if not plain:
+                p.plain = False
+        if nbytes >= self._max_queued:
             self._drain_topic(topic, p)
-        elif wake:
-            self._wakeup.set()
-        return FutureRecordMetadata(self, topic, p, i)
+        return FutureRecordMetadata(p, i)
 
     def _batch_fields(self, tp: TopicPartition) -> Mapping[str, Any]:
         """Producer id, epoch, sequence and transactional flag of the next batch to ``tp`` (none here: set by
@@ -366,16 +374,22 @@ class Producer:
 
     def _write(self, topic: str, p: _Pending) -> None:
         try:
+            p.split()
             t = self.log.topic(topic)
+            n = len(p.keys)
             now = self.log.clock.time_ms()
-            ts = np.asarray(p.ts, dtype=np.int64)
-            ts[ts < 0] = now
-            if t.config.log_append_time:
-                ts[:] = now
-            p.ts = ts.tolist()
+            if n <= _SMALL_BATCH and t.num_partitions == 1:
+                self._write_small(t, p, now)
+                return
+            if p.plain or t.config.log_append_time:
+                ts = np.full(n, now, dtype=np.int64)
+                p.ts = [now] * n
+            else:
+                ts = np.asarray(p.ts, dtype=np.int64)
+                ts[ts < 0] = now
+                p.ts = ts.tolist()
             parts = self._assign_partitions(t, p)
-            offsets = np.full(len(p.keys), -1, dtype=np.int64)
-            p.partitions = parts.tolist()
+            offsets = np.full(n, -1, dtype=np.int64)
             self._append_groups(t, p, parts, ts, offsets)
             p.offsets = offsets
         except BaseException as exc:
@@ -384,12 +398,34 @@ class Producer:
         finally:
             p.done.set()
 
+    def _write_small(self, t: Topic, p: _Pending, now: int) -> None:
+        """:meth:`_write` for a few records to a one-partition topic (a caller waiting on each send): one
+        batch, built and acknowledged without numpy, whose per-call overhead would dominate."""
+        n = len(p.keys)
+        if p.plain or t.config.log_append_time:
+            p.ts = [now] * n
+        else:
+            p.ts = [now if x < 0 else x for x in p.ts]
+        p.partitions = [0] * n
+        plog = t.partition(0)
+        tp = TopicPartition(plog.topic, 0)
+        fields = self._batch_fields(tp)
+        headers = p.headers if not p.plain and any(p.headers) else None
+        compression = self.compression_type or t.config.compression_type
+        batch = encode_batch(0, p.keys, p.values, p.ts, headers, compression=compression, **fields)
+        info = self._append_batch(plog, tp, batch, fields)
+        if info.log_append_time >= 0:
+            p.ts = [info.log_append_time] * n
+        if self.acks == "all":
+            plog.flush(info.last_offset + 1)
+        p.offsets = range(info.base_offset, info.last_offset + 1)
+
     def _assign_partitions(self, t: Topic, p: _Pending) -> npt.NDArray[np.int32]:
-        parts = np.asarray(p.partitions, dtype=np.int32)
         n = t.num_partitions
         if n == 1:
-            parts[:] = 0
-            return parts
+            p.partitions = [0] * len(p.keys)
+            return np.zeros(len(p.keys), dtype=np.int32)
+        parts = np.asarray(p.partitions, dtype=np.int32)
         free = np.flatnonzero(parts < 0)
         if len(free):
             keys = p.keys
@@ -400,6 +436,7 @@ class Producer:
                 if keys[i] is None:
                     v = p.values[i]
                     parts[i] = self._sticky.next_partition(t.name, n, 0 if v is None else len(v))
+        p.partitions = parts.tolist()
         return parts
 
     def _append_groups(
@@ -414,24 +451,16 @@ class Producer:
         groups = [np.arange(n)] if t.num_partitions == 1 else _group(parts)
         compression = self.compression_type or t.config.compression_type
         limit = min(t.config.max_message_bytes, self.batch_size) - HEADER_SIZE - LAYOUT_SIZE
-        sizes = np.asarray(p.sizes, dtype=np.int64)
-        has_headers = any(p.headers)
+        columns = _Columns(p)
         flush_to: dict[int, int] = {}
         for idx in groups:
             part = int(parts[idx[0]])
             plog = t.partition(part)
-            for chunk in _cut(idx, sizes, limit):
-                a, b = int(chunk[0]), int(chunk[-1]) + 1
-                if b - a == len(chunk):  # contiguous: slice the lists instead of gathering
-                    keys, values = p.keys[a:b], p.values[a:b]
-                    hdrs = p.headers[a:b] if has_headers else None
-                else:
-                    pick = operator.itemgetter(*chunk.tolist())
-                    keys, values = _as_list(pick(p.keys), len(chunk)), _as_list(pick(p.values), len(chunk))
-                    hdrs = _as_list(pick(p.headers), len(chunk)) if has_headers else None
-                fields = self._batch_fields(TopicPartition(plog.topic, plog.partition))
-                batch = encode_batch(0, keys, values, ts[chunk], hdrs, compression=compression, **fields)
-                info = self._append_batch(plog, TopicPartition(plog.topic, plog.partition), batch, fields)
+            tp = TopicPartition(plog.topic, plog.partition)
+            for chunk in _cut(idx, columns.sizes, limit):
+                fields = self._batch_fields(tp)
+                batch = columns.encode(chunk, ts, compression, fields)
+                info = self._append_batch(plog, tp, batch, fields)
                 offsets[chunk] = np.arange(info.base_offset, info.last_offset + 1)
                 if info.log_append_time >= 0:
                     for i in chunk.tolist():
@@ -469,38 +498,64 @@ class Producer:
             vcol = _Column.nulls(n)
         if len(kcol) != n or len(vcol) != n:
             raise InvalidRecordError(f"keys ({len(kcol)}) and values ({len(vcol)}) differ in length")
-        if ((kcol.lens < 0) & (vcol.lens < 0)).any():
-            raise InvalidRecordError("a record has both key and value None")
-        if t.config.compacted and (kcol.lens < 0).any():
-            raise InvalidRecordError(f"topic {topic!r} is compacted: every record needs a key")
+        sizes, largest = self._batch_sizes(t, kcol, vcol)
         now = self.log.clock.time_ms()
-        ts = np.full(n, now, dtype=np.int64) if timestamps is None else np.asarray(timestamps, dtype=np.int64)
-        if ts.shape != (n,) or (ts < 0).any():
-            raise InvalidTimestampError("timestamps must be n integers >= 0")
-        if t.config.log_append_time:
-            ts[:] = now
-        sizes = np.maximum(kcol.lens, 0) + np.maximum(vcol.lens, 0) + _PER_RECORD
-        if int(sizes.max()) + HEADER_SIZE + LAYOUT_SIZE > t.config.max_message_bytes:
+        ts: npt.NDArray[np.int64] | None = None  # None: every record gets ``now``
+        if timestamps is not None:
+            ts = np.asarray(timestamps, dtype=np.int64)
+            if ts.shape != (n,) or (ts < 0).any():
+                raise InvalidTimestampError("timestamps must be n integers >= 0")
+            if t.config.log_append_time:
+                ts = None
+        if largest + HEADER_SIZE + LAYOUT_SIZE > t.config.max_message_bytes:
             raise RecordTooLargeError(f"a record exceeds max_message_bytes={t.config.max_message_bytes}")
         parts = self._batch_partitions(t, kcol, vcol, partition, n)
-        offsets = np.full(n, -1, dtype=np.int64)
+        offsets = np.empty(n, dtype=np.int64)
         compression = self.compression_type or t.config.compression_type
         limit = t.config.max_message_bytes - HEADER_SIZE - LAYOUT_SIZE
         with self._drain_lock:
             self._drain_topic(topic)
-            groups = [np.arange(n)] if t.num_partitions == 1 or partition is not None else _group(parts)
-            for idx in groups:
-                plog = t.partition(int(parts[idx[0]]))
-                for chunk in _cut(idx, sizes, limit):
-                    kl, kd = kcol.take(chunk)
-                    vl, vd = vcol.take(chunk)
-                    fields = self._batch_fields(TopicPartition(plog.topic, plog.partition))
-                    batch = encode_columns(0, kl, kd, vl, vd, ts[chunk], compression=compression, **fields)
-                    info = self._append_batch(plog, TopicPartition(plog.topic, plog.partition), batch, fields)
-                    offsets[chunk] = np.arange(info.base_offset, info.last_offset + 1)
+            if t.num_partitions == 1 or partition is not None:
+                groups: list[tuple[int, list[Any]]] = [(int(parts[0]), _runs(n, sizes, limit))]
+            else:
+                groups = [
+                    (int(parts[idx[0]]), _cut(idx, _sizes_of(sizes, n), limit)) for idx in _group(parts)
+                ]
+            for part, chunks in groups:
+                plog = t.partition(part)
+                tp = TopicPartition(plog.topic, plog.partition)
+                for sel in chunks:
+                    kl, kd = kcol.take(sel)
+                    vl, vd = vcol.take(sel)
+                    chunk_ts = np.full(len(kl), now, dtype=np.int64) if ts is None else ts[sel]
+                    fields = self._batch_fields(tp)
+                    batch = encode_columns(0, kl, kd, vl, vd, chunk_ts, compression=compression, **fields)
+                    info = self._append_batch(plog, tp, batch, fields)
+                    offsets[sel] = np.arange(info.base_offset, info.last_offset + 1)
                 if self.acks == "all":
-                    plog.flush(int(offsets[idx[-1]]) + 1)
+                    last = chunks[-1]
+                    plog.flush(int(offsets[last.stop - 1 if isinstance(last, slice) else last[-1]]) + 1)
         return BatchResult(topic, parts, offsets)
+
+    def _batch_sizes(self, t: Topic, kcol: _Column, vcol: _Column) -> tuple[int | npt.NDArray[np.int64], int]:
+        """Check :meth:`send_batch`'s records for nulls; returns their sizes (one int when all have the same)
+        and the largest."""
+        if kcol.width is not None and vcol.width is not None:
+            if kcol.width < 0 and vcol.width < 0:
+                raise InvalidRecordError("a record has both key and value None")
+            if t.config.compacted and kcol.width < 0:
+                raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
+            sizes: int | npt.NDArray[np.int64] = max(kcol.width, 0) + max(vcol.width, 0) + _PER_RECORD
+            largest = int(sizes)
+        else:
+            klens, vlens = kcol.lens, vcol.lens
+            if ((klens < 0) & (vlens < 0)).any():
+                raise InvalidRecordError("a record has both key and value None")
+            if t.config.compacted and (klens < 0).any():
+                raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
+            sizes = np.maximum(klens, 0) + np.maximum(vlens, 0) + _PER_RECORD
+            largest = int(sizes.max())
+        return sizes, largest
 
     def _batch_partitions(
         self, t: Topic, kcol: _Column, vcol: _Column, partition: int | None, n: int
@@ -544,6 +599,8 @@ class Producer:
                 # A caller that waits on its future drains the queue itself at once; give it that chance
                 # instead of contending for the drain lock (and the GIL) at the same moment.
                 time.sleep(_SENDER_GRACE_S)
+                if not self._pending and not self._callbacks:
+                    continue  # drained by its callers meanwhile
             try:
                 self._drain_all()
                 self._run_callbacks()
@@ -594,6 +651,97 @@ class Producer:
         self.close()
 
 
+class _Columns:
+    """The drained records of a :class:`_Pending` as columns, encoded into batches chunk by chunk.
+
+    The lengths are computed once for the whole drain; a chunk of contiguous records is encoded from list
+    slices (no gather), a large one with :func:`~pylog.record.encode_columns` directly."""
+
+    def __init__(self, p: _Pending) -> None:
+        self.keys, self.values = p.keys, p.values
+        self.headers = p.headers if not p.plain and any(p.headers) else None
+        self.key_lens, self.key_nulls = _lengths(self.keys)
+        self.value_lens, self.value_nulls = _lengths(self.values)
+        self.header_lens = None if self.headers is None else _lengths(self.headers)[0]
+        sizes = np.maximum(self.key_lens, 0)
+        sizes += np.maximum(self.value_lens, 0)
+        sizes += _PER_RECORD
+        if self.header_lens is not None:
+            sizes += self.header_lens
+        self.sizes = sizes
+
+    def encode(
+        self,
+        chunk: npt.NDArray[np.intp],
+        ts: npt.NDArray[np.int64],
+        compression: str,
+        fields: Mapping[str, Any],
+    ) -> bytes:
+        a, b = int(chunk[0]), int(chunk[-1]) + 1
+        if b - a == len(chunk):  # contiguous: slice the lists instead of gathering
+            keys, values = self.keys[a:b], self.values[a:b]
+            hdrs = None if self.headers is None else self.headers[a:b]
+            sel: slice | npt.NDArray[np.intp] = slice(a, b)
+        else:
+            pick = operator.itemgetter(*chunk.tolist())
+            keys, values = _as_list(pick(self.keys), len(chunk)), _as_list(pick(self.values), len(chunk))
+            hdrs = None if self.headers is None else _as_list(pick(self.headers), len(chunk))
+            sel = chunk
+        if hdrs is not None and not any(hdrs):
+            hdrs = None  # no record of this chunk has headers: no headers column
+        if len(keys) <= _SMALL_BATCH and compression == "none":
+            return encode_batch(0, keys, values, ts[sel], hdrs, **fields)
+        return encode_columns(
+            0,
+            self.key_lens[sel],
+            b"".join([k for k in keys if k] if self.key_nulls else keys),  # type: ignore[arg-type]
+            self.value_lens[sel],
+            b"".join([v for v in values if v] if self.value_nulls else values),  # type: ignore[arg-type]
+            ts[sel],
+            None if self.header_lens is None or hdrs is None else self.header_lens[sel],
+            b"" if hdrs is None else b"".join(hdrs),
+            compression=compression,
+            **fields,
+        )
+
+
+def _lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int64], bool]:
+    """Lengths (-1 for None) and whether any item is None."""
+    try:
+        return np.fromiter(map(len, items), dtype=np.int64, count=len(items)), False  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    return np.fromiter((-1 if x is None else len(x) for x in items), dtype=np.int64, count=len(items)), True
+
+
+def _record_options(
+    t: Topic, topic: str, partition: Any, timestamp_ms: Any, headers: Any
+) -> tuple[int, int, bytes]:
+    """Check and encode :meth:`Producer.send`'s optional arguments: (partition or -1, timestamp or -1,
+    encoded headers)."""
+    if partition is None:
+        part = -1
+    elif (
+        isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < t.num_partitions
+    ):
+        raise UnknownPartitionError(
+            f"partition {partition!r} does not exist in topic {topic!r} (0..{t.num_partitions - 1})"
+        )
+    else:
+        part = partition
+    if timestamp_ms is None:
+        ts = -1
+    elif (
+        isinstance(timestamp_ms, bool)
+        or not isinstance(timestamp_ms, int)
+        or not 0 <= timestamp_ms <= _I64_MAX
+    ):
+        raise InvalidTimestampError(f"timestamp_ms must be an int in [0, 2**63-1], got {timestamp_ms!r}")
+    else:
+        ts = timestamp_ms
+    return part, ts, encode_headers(headers) if headers else b""
+
+
 def _fork_now() -> int:
     from pylog.log import _FORK_GENERATION
 
@@ -609,6 +757,18 @@ def _group(parts: npt.NDArray[np.int32]) -> list[npt.NDArray[np.intp]]:
 
 def _as_list(picked: Any, n: int) -> list[Any]:
     return [picked] if n == 1 else list(picked)
+
+
+def _sizes_of(sizes: int | npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
+    return np.full(n, sizes, dtype=np.int64) if isinstance(sizes, int) else sizes
+
+
+def _runs(n: int, sizes: int | npt.NDArray[np.int64], limit: int) -> list[slice]:
+    """:func:`_cut` for the records ``0..n-1`` in order, as slices (arithmetic when all sizes are equal)."""
+    if isinstance(sizes, int):
+        per = max(limit // sizes, 1)
+        return [slice(a, min(a + per, n)) for a in range(0, n, per)]
+    return [slice(int(c[0]), int(c[-1]) + 1) for c in _cut(np.arange(n), sizes, limit)]
 
 
 def _cut(idx: npt.NDArray[np.intp], sizes: npt.NDArray[np.int64], limit: int) -> list[npt.NDArray[np.intp]]:
@@ -630,35 +790,47 @@ def _cut(idx: npt.NDArray[np.intp], sizes: npt.NDArray[np.int64], limit: int) ->
 
 
 class _Column:
-    """A column of byte strings given as a list, a 2-D uint8 array or a pyarrow binary array."""
+    """A column of byte strings given as a list, a 2-D uint8 array or a pyarrow binary array.
 
-    def __init__(self, lens: npt.NDArray[np.int64], data: Any, kind: str, raw: Any) -> None:
-        self.lens = lens
+    ``width`` is the length every record has (fixed-width arrays; -1 for a column of nulls), or None; the
+    per-record ``lens`` of such a column are only built when asked for."""
+
+    def __init__(
+        self, lens: npt.NDArray[np.int64] | None, data: Any, kind: str, raw: Any, *, n: int, width: int | None
+    ) -> None:
+        self._lens = lens
         self.data = data
         self.kind = kind
         self.raw = raw
+        self.n = n
+        self.width = width
+
+    @property
+    def lens(self) -> npt.NDArray[np.int64]:
+        if self._lens is None:
+            self._lens = np.full(self.n, -1 if self.width is None else self.width, dtype=np.int64)
+        return self._lens
 
     @property
     def is_none(self) -> bool:
         return self.kind == "none"
 
     def __len__(self) -> int:
-        return len(self.lens)
+        return self.n
 
     @classmethod
     def nulls(cls, n: int) -> _Column:
-        return cls(np.full(n, -1, dtype=np.int64), None, "nulls", None)
+        return cls(None, None, "nulls", None, n=n, width=-1)
 
     @classmethod
     def of(cls, col: Any, what: str) -> _Column:
         if col is None:
-            return cls(np.zeros(0, dtype=np.int64), None, "none", None)
+            return cls(np.zeros(0, dtype=np.int64), None, "none", None, n=0, width=None)
         if isinstance(col, np.ndarray):
             if col.dtype != np.uint8 or col.ndim != 2:
                 raise InvalidRecordError(f"{what} as a numpy array must be 2-D uint8 (one row per record)")
-            return cls(
-                np.full(col.shape[0], col.shape[1], dtype=np.int64), np.ascontiguousarray(col), "fixed", col
-            )
+            raw = np.ascontiguousarray(col)
+            return cls(None, raw, "fixed", raw, n=col.shape[0], width=col.shape[1])
         if type(col).__module__.startswith("pyarrow"):
             import pyarrow as pa
 
@@ -677,38 +849,40 @@ class _Column:
                 if arr.buffers()[2] is not None
                 else np.zeros(0, np.uint8)
             )
-            return cls(lens, (offs, data), "arrow", arr)
+            return cls(lens, (offs, data), "arrow", arr, n=len(lens), width=None)
         if isinstance(col, list | tuple):
             for x in col:
                 if x is not None and not isinstance(x, bytes):
                     raise SerializationError(
                         f"{what} must be bytes or None in send_batch, got {type(x).__name__}"
                     )
-            return cls(
-                np.fromiter((-1 if x is None else len(x) for x in col), dtype=np.int64, count=len(col)),
-                None,
-                "list",
-                list(col),
-            )
+            return cls(_lengths(col)[0], None, "list", list(col), n=len(col), width=None)
         raise InvalidRecordError(
             f"{what} must be a list of bytes, a 2-D uint8 array or a pyarrow binary array"
         )
 
-    def take(self, idx: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.int64], bytes | memoryview]:
-        lens = self.lens[idx]
-        if self.kind == "nulls":
-            return lens, b""
-        if self.kind == "fixed":
-            if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1:
-                return lens, memoryview(self.raw[int(idx[0]) : int(idx[-1]) + 1]).cast("B")
-            return lens, self.raw[idx].tobytes()
+    def take(self, sel: slice | npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.int64], bytes | memoryview]:
+        """Lengths and concatenated bytes of the records ``sel`` (a slice, or indexes)."""
+        if self.width is not None:
+            count = len(range(self.n)[sel]) if isinstance(sel, slice) else len(sel)
+            lens = np.full(count, self.width, dtype=np.int64)
+            if self.kind == "nulls":
+                return lens, b""
+            if isinstance(sel, slice):
+                return lens, memoryview(self.raw[sel]).cast("B")
+            return lens, self.raw[sel].tobytes()
+        lens = self.lens[sel]
+        if isinstance(sel, slice):
+            a, b, _ = sel.indices(self.n)
+            if self.kind == "arrow":
+                offs, data = self.data
+                return lens, data[int(offs[a]) : int(offs[b])].data
+            return lens, b"".join([x for x in self.raw[a:b] if x])
         if self.kind == "arrow":
             offs, data = self.data
-            if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1:
-                return lens, data[int(offs[idx[0]]) : int(offs[idx[-1] + 1])].data
-            return lens, b"".join(data[int(offs[i]) : int(offs[i + 1])].tobytes() for i in idx.tolist())
+            return lens, b"".join(data[int(offs[i]) : int(offs[i + 1])].tobytes() for i in sel.tolist())
         raw = self.raw
-        return lens, b"".join([raw[i] for i in idx.tolist() if raw[i]])
+        return lens, b"".join([raw[i] for i in sel.tolist() if raw[i]])
 
     def as_list(self, idx: npt.NDArray[np.intp]) -> list[bytes]:
         if self.kind == "fixed":

@@ -159,7 +159,8 @@ class BatchHeader(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class DecodedBatch:
     """A batch's columns. ``key_data``/``value_data`` are the concatenated bytes; ``*_offsets`` have n+1 entries
-    (Arrow style) and ``*_valid`` mark non-null entries. Slices of the payload are views, not copies."""
+    (Arrow style) and ``*_valid`` mark non-null entries. Slices of the payload are views, not copies; the
+    arrays are not to be written to (an all-true ``*_valid`` is a read-only view shared between batches)."""
 
     header: BatchHeader
     offsets: npt.NDArray[np.int64]
@@ -246,8 +247,13 @@ def decode_headers(raw: bytes) -> list[tuple[str, bytes]]:
         raise CorruptRecordError(f"undecodable record headers: {exc}") from exc
 
 
-def _lengths(items: list[bytes | None]) -> npt.NDArray[np.int64]:
-    return np.fromiter((-1 if x is None else len(x) for x in items), dtype=np.int64, count=len(items))
+def _lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int64], bool]:
+    """Lengths (-1 for None) and whether any item is None."""
+    try:
+        return np.fromiter(map(len, items), dtype=np.int64, count=len(items)), False  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    return np.fromiter((-1 if x is None else len(x) for x in items), dtype=np.int64, count=len(items)), True
 
 
 def encode_batch(
@@ -276,7 +282,9 @@ def encode_batch(
             base_offset,
             keys,
             values,
-            [int(t) for t in np.asarray(timestamps, dtype=np.int64).reshape(n).tolist()],
+            [int(t) for t in timestamps]
+            if isinstance(timestamps, list)
+            else np.asarray(timestamps, dtype=np.int64).reshape(n).tolist(),
             headers,
             log_append_time,
             producer_id,
@@ -285,15 +293,15 @@ def encode_batch(
             transactional,
             control,
         )
-    key_lens = _lengths(keys)
-    value_lens = _lengths(values)
-    header_lens = None if headers is None or not any(headers) else _lengths(list(headers))
+    key_lens, key_nulls = _lengths(keys)
+    value_lens, value_nulls = _lengths(values)
+    header_lens = None if headers is None or not any(headers) else _lengths(headers)[0]
     return encode_columns(
         base_offset,
         key_lens,
-        b"".join([k for k in keys if k]),
+        b"".join([k for k in keys if k] if key_nulls else keys),  # type: ignore[arg-type]
         value_lens,
-        b"".join([v for v in values if v]),
+        b"".join([v for v in values if v] if value_nulls else values),  # type: ignore[arg-type]
         np.asarray(timestamps, dtype=np.int64).reshape(n),
         header_lens,
         b"".join(headers) if header_lens is not None and headers is not None else b"",
@@ -421,9 +429,14 @@ def encode_columns(
     if header_width and header_lens is not None:
         parts.append(header_lens.astype(_UNSIGNED[header_width]).tobytes())
     parts += [key_data, value_data, header_data]
-    payload = b"".join(parts)
     code = COMPRESSION_CODES[compression]
-    body = payload if code == 0 else _compress(code, payload)
+    if code == 0:  # the batch is joined once, header included: the CRC is computed over the parts
+        payload_length = sum(memoryview(x).nbytes for x in parts)
+        body: list[bytes | memoryview] = parts
+    else:
+        payload = b"".join(parts)
+        payload_length = len(payload)
+        body = [_compress(code, payload)]
     attributes = code
     if log_append_time:
         attributes |= ATTR_LOG_APPEND_TIME
@@ -431,29 +444,28 @@ def encode_columns(
         attributes |= ATTR_TRANSACTIONAL
     if control:
         attributes |= ATTR_CONTROL
-    length = HEADER_SIZE + len(body)
-    head = bytearray(
-        HEADER.pack(
-            base_offset,
-            length,
-            0,
-            MAGIC,
-            0,
-            attributes,
-            last_delta,
-            ts_min,
-            ts_max,
-            producer_id,
-            producer_epoch,
-            0,
-            base_sequence,
-            n,
-            len(payload),
-        )
-    )
-    crc = crc32c(body, crc32c(memoryview(head)[_CRC_START:]))
-    struct.pack_into("<I", head, 12, crc)
-    return bytes(head) + body
+    fields = [
+        base_offset,
+        HEADER_SIZE + (payload_length if code == 0 else len(body[0])),
+        0,
+        MAGIC,
+        0,
+        attributes,
+        last_delta,
+        ts_min,
+        ts_max,
+        producer_id,
+        producer_epoch,
+        0,
+        base_sequence,
+        n,
+        payload_length,
+    ]
+    crc = crc32c(HEADER.pack(*fields)[_CRC_START:])
+    for part in body:
+        crc = crc32c(part, crc)
+    fields[2] = crc
+    return b"".join([HEADER.pack(*fields), *body])
 
 
 def _compress(code: int, payload: bytes) -> bytes:
@@ -557,12 +569,63 @@ def decode_batch(
 
 
 def _column(payload: memoryview, at: int, width: int, n: int, table: dict[int, np.dtype[Any]]) -> Any:
+    """The ``n`` values of width ``width`` at ``at``, in their stored (narrow) dtype, and where they end."""
     if width not in table:
         raise CorruptRecordError(f"bad column width {width}")
     end = at + width * n
     if end > len(payload):
         raise CorruptRecordError("column runs past the payload")
-    return np.frombuffer(payload, dtype=table[width], count=n, offset=at).astype(np.int64), end
+    return np.frombuffer(payload, dtype=table[width], count=n, offset=at), end
+
+
+def _length_column(
+    payload: memoryview, at: int, width: int, n: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], int]:
+    """A key or value length column as Arrow-style offsets (n+1) and validity, and where the column ends.
+
+    A column whose records all have one length (fixed-width keys or values, the common case) needs no
+    cumulative sum; a column without nulls shares one read-only all-true validity array."""
+    lens, end = _column(payload, at, width, n, _SIGNED)
+    lo, hi = int(lens.min()), int(lens.max())
+    if lo < -1:
+        raise CorruptRecordError("negative record length")
+    if lo == hi and lo > 0:  # every record has this length
+        return _ramp(lo, n + 1), _all_true(n), end
+    offsets = _offsets(lens if lo >= 0 else np.maximum(lens, 0))
+    return offsets, (_all_true(n) if lo >= 0 else lens >= 0), end
+
+
+_TRUE: npt.NDArray[np.bool_] = np.ones(0, dtype=np.bool_)
+_RAMPS: dict[int, npt.NDArray[np.int64]] = {}
+_RAMP_MAX = 1 << 16  # longest shared ramp (512 KiB); longer ones are built per batch
+_RAMP_STEPS = 64  # distinct record lengths kept
+
+
+def _ramp(step: int, n: int) -> npt.NDArray[np.int64]:
+    """``0, step, 2*step, ...`` (``n`` values): the offsets of ``n - 1`` records of length ``step``. Up to
+    :data:`_RAMP_MAX` values it is a read-only view of one array shared by every batch of that record length."""
+    shared = _RAMPS.get(step)
+    if shared is None or len(shared) < n:
+        if n > _RAMP_MAX:
+            return np.arange(0, n * step, step, dtype=np.int64)
+        size = min(max(n, 1024, 2 * len(shared) if shared is not None else 0), _RAMP_MAX)
+        shared = np.arange(0, size * step, step, dtype=np.int64)
+        shared.flags.writeable = False
+        if len(_RAMPS) >= _RAMP_STEPS:
+            _RAMPS.clear()
+        _RAMPS[step] = shared
+    return shared[:n]
+
+
+def _all_true(n: int) -> npt.NDArray[np.bool_]:
+    """A read-only all-true array of ``n`` (a view of one shared array, grown on demand)."""
+    global _TRUE
+    shared = _TRUE
+    if len(shared) < n:
+        shared = np.ones(max(n, 2 * len(shared), 1 << 16), dtype=np.bool_)
+        shared.flags.writeable = False
+        _TRUE = shared
+    return shared[:n]
 
 
 def _decode_columns(h: BatchHeader, payload: memoryview) -> DecodedBatch:
@@ -574,35 +637,33 @@ def _decode_columns(h: BatchHeader, payload: memoryview) -> DecodedBatch:
     at = LAYOUT_SIZE
     if ts_w:
         ts_deltas, at = _column(payload, at, ts_w, n, _UNSIGNED)
-        if ts_w == 8 and (ts_deltas < 0).any():
-            raise CorruptRecordError("timestamp delta overflows")
+        # compared as Python ints: an 8-byte delta beyond the int64 range cannot pass
         if int(ts_deltas.max()) != h.max_timestamp - h.base_timestamp or int(ts_deltas.min()) != 0:
             raise CorruptRecordError("timestamps disagree with the batch header")
-        timestamps = ts_deltas + h.base_timestamp  # cannot overflow: every delta <= max - base
+        timestamps = ts_deltas.astype(np.int64)
+        timestamps += h.base_timestamp  # cannot overflow: every delta <= max - base
     else:
         if h.base_timestamp != h.max_timestamp:
             raise CorruptRecordError("timestamps disagree with the batch header")
         timestamps = np.full(n, h.base_timestamp, dtype=np.int64)
     if delta_w:
         deltas, at = _column(payload, at, delta_w, n, _UNSIGNED4)
+        deltas = deltas.astype(np.int64)
         if int(deltas[0]) != 0 or int(deltas[-1]) != h.last_offset_delta or (np.diff(deltas) <= 0).any():
             raise CorruptRecordError("offset deltas are not increasing from 0 to last_offset_delta")
+        offsets = deltas + h.base_offset
     else:
         if h.last_offset_delta != n - 1:
             raise CorruptRecordError("dense batch with wrong last_offset_delta")
-        deltas = np.arange(n, dtype=np.int64)
-    key_lens, at = _column(payload, at, key_w, n, _SIGNED)
-    value_lens, at = _column(payload, at, value_w, n, _SIGNED)
+        offsets = np.arange(h.base_offset, h.base_offset + n, dtype=np.int64)
+    key_offsets, key_valid, at = _length_column(payload, at, key_w, n)
+    value_offsets, value_valid, at = _length_column(payload, at, value_w, n)
     header_offsets = None
     header_total = 0
     if header_w:
         header_lens, at = _column(payload, at, header_w, n, _UNSIGNED4)
         header_offsets = _offsets(header_lens)
         header_total = int(header_offsets[-1])
-    if (key_lens < -1).any() or (value_lens < -1).any():
-        raise CorruptRecordError("negative record length")
-    key_offsets = _offsets(np.maximum(key_lens, 0))
-    value_offsets = _offsets(np.maximum(value_lens, 0))
     key_total, value_total = int(key_offsets[-1]), int(value_offsets[-1])
     if at + key_total + value_total + header_total != len(payload):
         raise CorruptRecordError("record lengths do not add up to the payload length")
@@ -611,13 +672,13 @@ def _decode_columns(h: BatchHeader, payload: memoryview) -> DecodedBatch:
     header_data = payload[at + key_total + value_total :]
     return DecodedBatch(
         h,
-        deltas + h.base_offset,
+        offsets,
         timestamps,
         key_offsets,
-        key_lens >= 0,
+        key_valid,
         key_data,
         value_offsets,
-        value_lens >= 0,
+        value_valid,
         value_data,
         header_offsets,
         header_data,
@@ -719,7 +780,8 @@ def _small_lists(h: BatchHeader, payload: bytes) -> RecordLists:
     return RecordLists(h, offsets, timestamps, keys, values, headers)
 
 
-def _offsets(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    out = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out[1:])
+def _offsets(lengths: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    out = np.empty(lengths.shape[0] + 1, dtype=np.int64)
+    out[0] = 0
+    np.cumsum(lengths, dtype=np.int64, out=out[1:])
     return out

@@ -31,6 +31,7 @@ from pylog import fs
 from pylog.clock import Clock
 from pylog.config import TopicConfig
 from pylog.errors import (
+    ConfigError,
     CorruptRecordError,
     InvalidOffsetError,
     LogClosedError,
@@ -40,6 +41,7 @@ from pylog.errors import (
 )
 from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
+from pylog.partition.cleaner import CleanResult, TxnStatus, clean_partition
 from pylog.partition.segment import MapCache, Segment, inode_of
 from pylog.partition.state import PartitionState, Snapshot
 from pylog.record import (
@@ -57,6 +59,7 @@ from pylog.record import (
 __all__ = ["AppendInfo", "HandleBudget", "PartitionLog", "RecoveryReport"]
 
 _MAX_REL = 0xFFFFFFFF
+_SPLIT_WRITE_BYTES = 64 << 10  # batches from this size on are not copied to patch their base offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +145,9 @@ class PartitionLog:
         self.clock = clock
         self._cache = cache
         self._lock = threading.RLock()
-        self._flush_lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # held by the thread running the shared fsync
+        self._flush_done = threading.Condition(threading.Lock())  # notified when a shared fsync ends
+        self._flushing = False
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._epoch = -1
@@ -315,19 +320,24 @@ class PartitionLog:
 
         The base offset (outside the CRC, as in Kafka) is assigned here under the partition lock. For
         LogAppendTime topics the batch timestamps are set to the clock's time and the CRC recomputed.
+        ``batch`` itself is not modified: a copy of its header is patched (of the whole batch when small).
         """
         if len(batch) > self.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"batch of {len(batch)} bytes exceeds max_message_bytes={self.config.max_message_bytes} "
                 f"for topic {self.topic!r}"
             )
-        buf = bytearray(batch)
+        if len(batch) < _SPLIT_WRITE_BYTES or self.config.log_append_time:
+            buf, rest = bytearray(batch), None
+        else:  # a large batch is written as its patched header and the rest as given, not copied
+            view = memoryview(batch)
+            buf, rest = bytearray(view[:HEADER_SIZE]), view[HEADER_SIZE:]
         with self._lock:
             self._refresh()
             self._state.lock()
             try:
                 self._sync_for_write()
-                return self._append_locked(buf)
+                return self._append_locked(buf, rest)
             finally:
                 self._state.unlock()
 
@@ -345,11 +355,12 @@ class PartitionLog:
                 self._apply(snap)
                 self._seq_seen = self._state.seq
 
-    def _append_locked(self, buf: bytearray) -> AppendInfo:
+    def _append_locked(self, buf: bytearray, rest: memoryview | None = None) -> AppendInfo:
         now = self.clock.time_ms()
         h = BatchHeader._make(HEADER.unpack_from(buf, 0))
         active = self._segments[-1]
-        if self._should_roll(active, len(buf), h.last_offset_delta, now):
+        size = len(buf) if rest is None else len(buf) + len(rest)
+        if self._should_roll(active, size, h.last_offset_delta, now):
             active = self._roll()
         base = active.next_offset
         struct.pack_into("<q", buf, 0, base)
@@ -357,10 +368,8 @@ class PartitionLog:
         if self.config.log_append_time:
             append_time = now
             _restamp(buf, now)
-        header = h._replace(base_offset=base)
-        if append_time >= 0:
-            header = header._replace(base_timestamp=now, max_timestamp=now, attributes=h.attributes | 8)
-        active.append(bytes(buf), header, self.config.index_interval_bytes)
+        header = BatchHeader._make(HEADER.unpack_from(buf, 0))  # as patched
+        active.append(buf, header, self.config.index_interval_bytes, rest)
         self._publish()
         self._unflushed_records += h.record_count
         if self._first_unflushed_ms < 0:
@@ -435,13 +444,25 @@ class PartitionLog:
     def flush(self, up_to: int | None = None) -> int:
         """fsync everything appended so far (or at least up to offset ``up_to``); returns the durable offset.
 
-        Group commit: a caller whose offset was already covered by another thread's fsync returns at once."""
+        Group commit: one fsync covers every append that reached the file before it started. A caller whose
+        offset an fsync already covered returns at once; while an fsync is in flight, callers wait for it
+        instead of queueing their own, return if it covered them, and otherwise one of them runs the next
+        fsync for all of them (never a thread whose offset is already durable)."""
         if up_to is not None and self.flushed_offset >= up_to:
             return self.flushed_offset
-        with self._flush_lock:
-            if up_to is not None and self.flushed_offset >= up_to:
-                return self.flushed_offset
-            return self._flush_locked()
+        with self._flush_done:
+            while self._flushing:
+                self._flush_done.wait()
+                if up_to is not None and self.flushed_offset >= up_to:
+                    return self.flushed_offset
+            self._flushing = True
+        try:
+            with self._flush_lock:
+                return self._flush_locked()
+        finally:
+            with self._flush_done:
+                self._flushing = False
+                self._flush_done.notify_all()
 
     def _flush_locked(self) -> int:
         with self._lock:
@@ -648,6 +669,16 @@ class PartitionLog:
             seg.delete_files()
         fs.FS.fsync_dir(self.directory)
         return len(doomed)
+
+    def compact(self, *, force: bool = True, txn_status: TxnStatus | None = None) -> CleanResult:
+        """One log-cleaner pass now (:mod:`pylog.partition.cleaner`), for topics whose ``cleanup_policy``
+        includes ``compact``. ``force`` ignores ``min_cleanable_dirty_ratio``; without ``txn_status`` the
+        cleaner stops before the first segment holding a transactional batch."""
+        if not self.config.compacted:
+            raise ConfigError(
+                f"topic {self.topic!r} has cleanup_policy={self.config.cleanup_policy!r}, not compact"
+            )
+        return clean_partition(self, self.clock.time_ms(), force=force, txn_status=txn_status)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns the new log end offset.

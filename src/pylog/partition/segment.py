@@ -88,6 +88,8 @@ class Segment:
         self.base_offset = base_offset
         self.dense = dense  # offsets follow each other without gaps (not compacted): checked exactly
         self.path = files.segment_path(directory, base_offset, files.LOG)
+        self.index_path = files.segment_path(directory, base_offset, files.INDEX)
+        self.timeindex_path = files.segment_path(directory, base_offset, files.TIMEINDEX)
         self.ino = inode_of(self.path)  # which file this object describes: compaction may replace it
         self.size = 0
         self.next_offset = base_offset
@@ -97,7 +99,12 @@ class Segment:
         self.time_index = SparseIndex(TIME_ENTRY)
         self.last_indexed_position = -1
         self.fd: int | None = None
-        self.unflushed = False
+        # appends and index entries made, and how many of each the last completed fsync covers: counters
+        # rather than flags, so an append racing a flush is never marked durable by it
+        self._appends = 0
+        self._appends_synced = 0
+        self._index_changes = 0
+        self._index_synced = 0
         self._map: mmap.mmap | None = None
         self._map_size = 0
         self._read_fd: int | None = None
@@ -107,15 +114,12 @@ class Segment:
     def __repr__(self) -> str:
         return f"Segment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
 
+    @property
+    def unflushed(self) -> bool:
+        """True when this object appended bytes that no completed :meth:`flush` covers."""
+        return self._appends != self._appends_synced
+
     # -- files -------------------------------------------------------------------------------------------
-
-    @property
-    def index_path(self) -> str:
-        return files.segment_path(self.directory, self.base_offset, files.INDEX)
-
-    @property
-    def timeindex_path(self) -> str:
-        return files.segment_path(self.directory, self.base_offset, files.TIMEINDEX)
 
     def open_fd(self) -> int:
         if self.fd is None:
@@ -216,8 +220,15 @@ class Segment:
 
     # -- writing -----------------------------------------------------------------------------------------
 
-    def append(self, batch: bytes, header: BatchHeader, index_interval: int) -> None:
-        """Write ``batch`` at the published size and index it. The caller publishes the new size.
+    def append(
+        self,
+        batch: bytes | bytearray,
+        header: BatchHeader,
+        index_interval: int,
+        rest: memoryview | None = None,
+    ) -> None:
+        """Write ``batch`` (followed by ``rest``, when the batch comes in two parts) at the published size and
+        index it. The caller publishes the new size.
 
         All or nothing: when writing the batch or its index entries fails, the in-memory state (end offset,
         timestamps, index entries) is put back as it was before the error propagates, so the next append
@@ -233,13 +244,16 @@ class Segment:
             len(self.time_index),
         )
         try:
-            fs.FS.pwrite(fd, batch, position)
+            fs.FS.pwrite(fd, memoryview(batch), position)
+            if rest is not None:
+                fs.FS.pwrite(fd, rest, position + len(batch))
             self._account(position, header, index_interval, write=True)
         except OSError:
             self.next_offset, self.max_timestamp, self.first_timestamp, self.last_indexed_position = saved[:4]
             self.offset_index.truncate_entries(saved[4])
             self.time_index.truncate_entries(saved[5])
             self._index_tail_stale = True
+            self._index_changes += 1
             # bytes past the published size are garbage; trim them now so the file stays tidy.
             try:
                 fs.FS.ftruncate(fd, position)
@@ -247,8 +261,8 @@ class Segment:
             except OSError:
                 pass  # retried before the next index write
             raise
-        self.unflushed = True
         self.size = position + header.batch_length
+        self._appends += 1
 
     def _account(self, position: int, h: BatchHeader, index_interval: int, *, write: bool) -> None:
         """Update offsets, timestamps and the sparse indexes for a batch at ``position``."""
@@ -262,6 +276,7 @@ class Segment:
         if self.last_indexed_position < 0 or (gap > 0 and gap >= index_interval):
             self.offset_index.append(rel, position)
             self.last_indexed_position = position
+            self._index_changes += 1
             last = self.time_index.last()
             if (
                 last is None or last[0] < self.max_timestamp
@@ -311,20 +326,25 @@ class Segment:
         if self.max_timestamp >= 0 and (last is None or last[0] < self.max_timestamp):
             rel = self.offset_index.last()
             self.time_index.append(self.max_timestamp, rel[0] if rel else 0)
+            self._index_changes += 1
 
     def flush(self) -> None:
-        """fsync the log and both indexes (a failed fsync raises; nothing is marked flushed)."""
+        """fsync the log, and both indexes when they gained entries since their last fsync (a failed fsync
+        raises; nothing is marked flushed). Covers every append made before it was called."""
+        appends, index_changes = self._appends, self._index_changes
         self.write_index_entries()
         fd = self.open_fd()
         fs.FS.fsync(fd)
-        for path in (self.index_path, self.timeindex_path):
-            if os.path.exists(path):
-                ifd = fs.FS.open(path, os.O_RDONLY)
-                try:
-                    fs.FS.fsync(ifd)
-                finally:
-                    fs.FS.close(ifd)
-        self.unflushed = False
+        if index_changes != self._index_synced:
+            for path in (self.index_path, self.timeindex_path):
+                if os.path.exists(path):
+                    ifd = fs.FS.open(path, os.O_RDONLY)
+                    try:
+                        fs.FS.fsync(ifd)
+                    finally:
+                        fs.FS.close(ifd)
+            self._index_synced = max(self._index_synced, index_changes)
+        self._appends_synced = max(self._appends_synced, appends)
 
     # -- loading, validation, index rebuild ---------------------------------------------------------------
 
