@@ -1,16 +1,25 @@
-"""Spark cases (suite ``spark``): count and sum over the same records stored three ways.
+"""Spark cases (suite ``spark``): count and sum over the same records stored three ways, and planning.
 
 The records are written once, untimed: Parquet (pyarrow), JSON lines, and a pylog topic, each split in two
 (two files, or two partitions) so that ``local[2]`` reads them in parallel. Each case starts its own
 ``local[2]`` SparkSession (untimed), runs the query once to warm the JVM (untimed, reported as
-``warmup_seconds``), then times the same query three times and reports the median: ``count()`` and
-``sum(offset), sum(length(value))``. Each repetition plans the read again (``spark.read...`` included).
+``warmup_seconds``), then times the same query three times and reports the median. Each repetition plans the
+read again (``spark.read...`` included). Two queries:
+
+- ``*_count_sum``: ``count()``, then ``sum(offset), sum(length(value))`` (needs the values);
+- ``*_count_offset``: ``count()``, then ``sum(offset)``. Spark prunes Parquet's columns by itself but gives a
+  Python data source no column pruning, so ``spark_pylog_count_offset`` names the one column it needs with
+  the ``columns`` option, and ``spark_pylog_count_offset_all_columns`` shows the same query without it.
+
+``spark_pylog_plan_1000_partitions`` reads a topic of 1,000 small partitions: the time to plan the read
+(``load`` and ``rdd.getNumPartitions()``) and to count it.
 """
 
 from __future__ import annotations
 
 import base64
 import importlib.util
+import itertools
 import os
 import statistics
 import sys
@@ -22,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.cases import Compare, case
+from benchmarks.cases import Compare, Goal, case
 from benchmarks.cases.workload import VALUE_SIZE, arrays, byte_lists, result, settle, skipped
 
 __all__: list[str] = []
@@ -56,29 +65,49 @@ def _session(workdir: Path) -> Iterator[Any]:
         spark.stop()
 
 
-def _query(df: Any) -> tuple[int, int, int]:
+def _count_sum(df: Any, records: int) -> None:
     from pyspark.sql import functions as F
 
     n = df.count()
     row = df.agg(F.sum("offset").alias("offsets"), F.sum(F.length("value")).alias("bytes")).collect()[0]
-    return n, int(row["offsets"]), int(row["bytes"])
+    value_bytes = int(row["bytes"])
+    if n != records or value_bytes != records * VALUE_SIZE:
+        raise RuntimeError(f"query saw {n} records and {value_bytes} value bytes, expected {records}")
 
 
-def _measure(records: int, workdir: Path, load: Callable[[Any], Any]) -> dict[str, Any]:
+def _count_offset(df: Any, records: int) -> None:
+    from pyspark.sql import functions as F
+
+    n = df.count()
+    total = df.agg(F.sum("offset")).collect()[0][0]
+    if n != records or total is None:
+        raise RuntimeError(f"query saw {n} records, expected {records}")
+
+
+Query = Callable[[Any, int], None]
+
+
+def _timed(spark: Any, records: int, load: Callable[[Any], Any], query: Query) -> tuple[float, list[float]]:
+    """(untimed warm-up seconds, timed repetitions) of ``query`` over a fresh ``load`` each time."""
+    t0 = time.perf_counter()
+    query(load(spark), records)
+    warmup = time.perf_counter() - t0
+    timings = []
+    for _ in range(_REPEATS):
+        t0 = time.perf_counter()
+        query(load(spark), records)
+        timings.append(time.perf_counter() - t0)
+    return warmup, timings
+
+
+def _measure(
+    records: int, workdir: Path, load: Callable[[Any], Any], query: Query = _count_sum
+) -> dict[str, Any]:
     if importlib.util.find_spec("pyspark") is None:
         return skipped("pyspark is not installed (pip install 'pylog[spark]')")
     settle([workdir])
     with _session(workdir) as spark:
-        t0 = time.perf_counter()
-        _query(load(spark))
-        warmup = time.perf_counter() - t0
-        timings = []
-        for _ in range(_REPEATS):
-            t0 = time.perf_counter()
-            n, _, value_bytes = _query(load(spark))
-            timings.append(time.perf_counter() - t0)
-            if n != records or value_bytes != records * VALUE_SIZE:
-                raise RuntimeError(f"query saw {n} records and {value_bytes} value bytes, expected {records}")
+        warmup, timings = _timed(spark, records, load, query)
         version = spark.version
     return result(
         records,
@@ -94,16 +123,7 @@ def _halves(records: int) -> list[tuple[int, int]]:
     return [(0, cut), (cut, records)]
 
 
-@case(
-    "spark_parquet_count_sum",
-    suite="spark",
-    group="spark",
-    kind="peer",
-    fsync=_FSYNC,
-    description="`spark.read.parquet` (2 files written by pyarrow): count + sum(offset) + sum(length(value))",
-    timeout_s=900,
-)
-def spark_parquet_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+def _write_parquet(records: int, seed: int, workdir: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -119,7 +139,47 @@ def spark_parquet_count_sum(records: int, seed: int, workdir: Path) -> dict[str,
             }
         )
         pq.write_table(table, out / f"part-{i}.parquet")
-    del keys, values
+    return out
+
+
+def _write_pylog(records: int, seed: int, workdir: Path) -> str:
+    import pylog
+
+    keys, values = arrays(records, seed)
+    path = str(workdir / "log")
+    with pylog.open(path) as log:
+        log.create_topic("bench", partitions=_PARTS)
+        producer = log.producer(acks=1, value_serializer=None)
+        for p, (lo, hi) in enumerate(_halves(records)):
+            producer.send_batch("bench", keys=keys[lo:hi], values=values[lo:hi], partition=p)
+        producer.close()
+    return path
+
+
+def _pylog_load(path: str, topic: str = "bench", **options: str) -> Callable[[Any], Any]:
+    def load(spark: Any) -> Any:
+        from pylog.spark import register
+
+        register(spark)
+        reader = spark.read.format("pylog").option("subscribe", topic)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load(path)
+
+    return load
+
+
+@case(
+    "spark_parquet_count_sum",
+    suite="spark",
+    group="spark",
+    kind="peer",
+    fsync=_FSYNC,
+    description="`spark.read.parquet` (2 files written by pyarrow): count + sum(offset) + sum(length(value))",
+    timeout_s=900,
+)
+def spark_parquet_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    out = _write_parquet(records, seed, workdir)
     return _measure(records, workdir, lambda spark: spark.read.parquet(str(out)))
 
 
@@ -157,25 +217,55 @@ def spark_json_count_sum(records: int, seed: int, workdir: Path) -> dict[str, An
     timeout_s=900,
 )
 def spark_pylog_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
-    import pylog
+    path = _write_pylog(records, seed, workdir)
+    return _measure(records, workdir, _pylog_load(path))
 
-    keys, values = arrays(records, seed)
-    path = str(workdir / "log")
-    with pylog.open(path) as log:
-        log.create_topic("bench", partitions=_PARTS)
-        producer = log.producer(acks=1, value_serializer=None)
-        for p, (lo, hi) in enumerate(_halves(records)):
-            producer.send_batch("bench", keys=keys[lo:hi], values=values[lo:hi], partition=p)
-        producer.close()
-    del keys, values
 
-    def load(spark: Any) -> Any:
-        from pylog.spark import register
+@case(
+    "spark_parquet_count_offset",
+    suite="spark",
+    group="spark",
+    kind="peer",
+    fsync=_FSYNC,
+    description="`spark.read.parquet` (2 files): count + sum(offset) (Spark reads only the offset column)",
+    timeout_s=900,
+)
+def spark_parquet_count_offset(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    out = _write_parquet(records, seed, workdir)
+    return _measure(records, workdir, lambda spark: spark.read.parquet(str(out)), _count_offset)
 
-        register(spark)
-        return spark.read.format("pylog").option("subscribe", "bench").load(path)
 
-    return _measure(records, workdir, load)
+@case(
+    "spark_pylog_count_offset",
+    suite="spark",
+    group="spark",
+    kind="pylog",
+    fsync=_FSYNC,
+    description='`format("pylog")` with `columns=offset`: count + sum(offset)',
+    compare=(Compare("spark_parquet_count_offset", at_least=1 / 1.5),),
+    timeout_s=900,
+)
+def spark_pylog_count_offset(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    path = _write_pylog(records, seed, workdir)
+    return _measure(records, workdir, _pylog_load(path, columns="offset"), _count_offset)
+
+
+@case(
+    "spark_pylog_count_offset_all_columns",
+    suite="spark",
+    group="spark",
+    kind="pylog",
+    fsync=_FSYNC,
+    description='`format("pylog")` without `columns`: count + sum(offset) over rows of every Kafka column',
+    compare=(Compare("spark_parquet_count_offset"),),
+    timeout_s=900,
+)
+def spark_pylog_count_offset_all_columns(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    path = _write_pylog(records, seed, workdir)
+    return _measure(records, workdir, _pylog_load(path), _count_offset)
+
+
+_MANY = 1_000
 
 
 @case(
@@ -184,35 +274,52 @@ def spark_pylog_count_sum(records: int, seed: int, workdir: Path) -> dict[str, A
     group="spark",
     kind="pylog",
     fsync=_FSYNC,
-    description=(
-        '`spark.read.format("pylog").load(...).rdd.getNumPartitions()` on a topic of 1,000 partitions '
-        "(10 records each): the time to plan a query; rec/s = partitions planned per second"
-    ),
+    description='`format("pylog")` of a topic with 1,000 partitions (a tenth of the records): plan + count()',
+    goal=Goal("plan_seconds", "<=", 1.0, "s to plan"),
     timeout_s=900,
 )
 def spark_pylog_plan_1000_partitions(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    """Timed per repetition: ``load(...)`` + ``rdd.getNumPartitions()`` (planning), then ``count()``."""
     if importlib.util.find_spec("pyspark") is None:
         return skipped("pyspark is not installed (pip install 'pylog[spark]')")
     import pylog
 
-    partitions = 1000
+    total = max(records // 10, _MANY)
+    keys, values = arrays(total, seed)
     path = str(workdir / "log")
     with pylog.open(path) as log:
-        log.create_topic("wide", partitions=partitions)
+        log.create_topic("many", partitions=_MANY)
         producer = log.producer(acks=1, value_serializer=None)
-        for p in range(partitions):
-            producer.send_batch("wide", values=[b"v%d" % i for i in range(10)], partition=p)
+        bounds = np.linspace(0, total, _MANY + 1).astype(int)
+        for p, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            producer.send_batch("many", keys=keys[lo:hi], values=values[lo:hi], partition=p)
         producer.close()
+    del keys, values
+    load = _pylog_load(path, "many")
+    settle([workdir])
     with _session(workdir) as spark:
-        from pylog.spark import register
-
-        register(spark)
-        spark.read.format("pylog").option("subscribe", "wide").load(path).rdd.getNumPartitions()  # warm-up
-        timings = []
+        t0 = time.perf_counter()
+        load(spark).count()
+        warmup = time.perf_counter() - t0
+        plans, counts, splits = [], [], 0
         for _ in range(_REPEATS):
             t0 = time.perf_counter()
-            splits = spark.read.format("pylog").option("subscribe", "wide").load(path).rdd.getNumPartitions()
-            timings.append(time.perf_counter() - t0)
+            df = load(spark)
+            splits = df.rdd.getNumPartitions()
+            t1 = time.perf_counter()
+            n = df.count()
+            counts.append(time.perf_counter() - t1)
+            plans.append(t1 - t0)
+            if n != total:
+                raise RuntimeError(f"count() saw {n} records, expected {total}")
+        version = spark.version
     return result(
-        partitions, statistics.median(timings), 0, splits=splits, plan_seconds=[round(t, 3) for t in timings]
+        total,
+        statistics.median(p + c for p, c in zip(plans, counts, strict=True)),
+        plan_seconds=round(statistics.median(plans), 3),
+        count_seconds=round(statistics.median(counts), 3),
+        spark_partitions=splits,
+        warmup_seconds=round(warmup, 3),
+        query_seconds=[round(p + c, 3) for p, c in zip(plans, counts, strict=True)],
+        spark=version,
     )

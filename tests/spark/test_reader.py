@@ -41,7 +41,13 @@ def test_equals_pylog_consumer(spark: Any, tmp_path: Any, seed: int) -> None:
     path = str(tmp_path / "log")
     make_log(path, seed=seed, records=400 + 100 * seed)
     assert len(os.listdir(os.path.join(path, "a-0"))) > 6  # rolled into several segments
+    if seed == 2:  # retention deleted the oldest segments: every partition of a starts past offset 0
+        with pylog.open(path) as log:
+            log.alter_topic("a", retention_bytes=4000, retention_ms=-1)
+            assert log.topic("a").apply_retention() > 0
+            assert all(log.topic("a").partition(p).log_start_offset > 0 for p in range(3))
     df = read(spark, path, subscribe="a,b", includeHeaders="true")
+    assert df.rdd.getNumPartitions() == 1  # four small topic partitions share one Spark partition
     assert rows(df) == expected(path)
 
 
@@ -85,6 +91,23 @@ def test_timestamp_options(spark: Any, random_log: str) -> None:
         startingOffsetsByTimestampStrategy="latest",
     )
     assert df.count() == 0
+
+
+def test_columns_option_and_user_schema_build_only_those_columns(spark: Any, random_log: str) -> None:
+    want = [(r[4], r[3], r[2]) for r in expected(random_log)]
+    df = read(spark, random_log, subscribe="a,b", columns="offset, PARTITION,topic")
+    assert df.columns == ["offset", "partition", "topic"]
+    assert sorted(tuple(r) for r in df.collect()) == sorted(want)
+    df = spark.read.format("pylog").schema("offset long").option("subscribe", "a,b").load(random_log)
+    assert df.count() == len(want)
+    assert df.agg({"offset": "sum"}).collect()[0][0] == sum(r[0] for r in want)
+    df = read(spark, random_log, subscribe="b", columns="headers,key")
+    assert [f.dataType.simpleString() for f in df.schema] == [
+        "array<struct<key:string,value:binary>>",
+        "binary",
+    ]
+    with pytest.raises(Exception, match="option columns must name some of"):
+        read(spark, random_log, subscribe="a", columns="offset,nope")
 
 
 def test_min_partitions_splits_proportionally(spark: Any, random_log: str) -> None:
@@ -145,6 +168,8 @@ def test_errors_are_readable(spark: Any, random_log: str, tmp_path: Any) -> None
         read(spark, random_log, subscribe="a", assign='{"a": [0]}')
     with pytest.raises(Exception, match="outside the log"):
         read(spark, random_log, subscribe="a", startingOffsets='{"a": {"0": 100000}}').collect()
+    with pytest.raises(Exception, match="cannot be latest"):
+        read(spark, random_log, subscribe="a", startingOffsets="latest").collect()
 
 
 def test_corrupt_batch_names_file_and_position(spark: Any, tmp_path: Any) -> None:

@@ -73,7 +73,7 @@ def test_write_round_trip(spark: Any, tmp_path: Any) -> None:
         for i in range(200)
     ]
     df = spark.createDataFrame(rows, "key binary, value binary, partition int").repartition(2)
-    df.write.format("pylog").option("topic", "w").mode("append").save(path)
+    df.write.format("pylog").option("topic", "w").option("acks", "all").mode("append").save(path)
 
     with_headers = spark.createDataFrame(
         [("a", "x", [("h", b"1")]), ("b", "x", None), ("c", "x", [])],
@@ -101,9 +101,13 @@ def test_write_errors(spark: Any, tmp_path: Any) -> None:
         log.create_topic("w")
     df = spark.createDataFrame([(b"k",)], "key binary")
     with pytest.raises(Exception, match="needs a 'value' column"):
-        df.write.format("pylog").option("topic", "w").mode("append").save(path)
+        df.write.format("pylog").option("topic", "w").option("acks", "all").mode("append").save(path)
     df = spark.createDataFrame([(b"v",)], "value binary")
     with pytest.raises(Exception, match="unknown topic 'nope'"):
         df.write.format("pylog").option("topic", "nope").mode("append").save(path)
     with pytest.raises(Exception, match="does not exist"):
         df.write.format("pylog").option("topic", "w").mode("append").save(os.path.join(path, "missing"))
+    with pytest.raises(Exception, match="acks must be"):
+        df.write.format("pylog").option("topic", "w").option("acks", "2").mode("append").save(path)
+    with pytest.raises(Exception, match="only be appended"):
+        df.write.format("pylog").option("topic", "w").mode("overwrite").save(path)

@@ -12,9 +12,9 @@ from spark_helpers import make_log
 
 import pylog
 from pylog.errors import OffsetOutOfRangeError
-from pylog.spark.batches import ReadSpec, read_range
+from pylog.spark.batches import ReadSpec, read_range, read_ranges
 from pylog.spark.filters import Bounds, push
-from pylog.spark.options import OffsetRange, Options, split_ranges
+from pylog.spark.options import PACK_BYTES, PACK_RECORDS, OffsetRange, Options, plan_splits, split_ranges
 from pylog.spark.reader import PylogReader, PylogStreamReader
 
 pytestmark = pytest.mark.spark
@@ -74,20 +74,21 @@ def test_data_loss_after_planning(tmp_path: Any) -> None:
     make_log(path, seed=4, records=400)
     reader = PylogReader(Options({"path": path, "subscribe": "b"}), _schema_json(KAFKA))
     (part,) = reader.partitions()
-    assert part.range.start == 0
+    (rng,) = part.ranges
+    assert rng.start == 0
     with pylog.open(path) as log:
         log.alter_topic("b", retention_bytes=3000, retention_ms=-1)
         assert log.topic("b").apply_retention() > 0
         new_start = log.topic("b").partition(0).log_start_offset
-    assert 0 < new_start < part.range.end
+    assert 0 < new_start < rng.end
     with pytest.raises(OffsetOutOfRangeError, match="data loss reading b-0"):
         list(reader.read(part))
     lenient = PylogReader(
         Options({"path": path, "subscribe": "b", "failOnDataLoss": "false"}), _schema_json(KAFKA)
     )
     spec = lenient.partitions()[0].spec
-    got = [o for rb in read_range(spec, part.range) for o in rb.column("offset").to_pylist()]
-    assert got == list(range(new_start, part.range.end))
+    got = [o for rb in read_range(spec, rng) for o in rb.column("offset").to_pylist()]
+    assert got == list(range(new_start, rng.end))
 
 
 def test_appended_after_planning_not_read(tmp_path: Any) -> None:
@@ -95,12 +96,13 @@ def test_appended_after_planning_not_read(tmp_path: Any) -> None:
     make_log(path, seed=4, records=100)
     reader = PylogReader(Options({"path": path, "subscribe": "b"}), _schema_json(KAFKA))
     (part,) = reader.partitions()
+    (rng,) = part.ranges
     with pylog.open(path) as log:
         producer = log.producer()
         producer.send_batch("b", values=[b"x"] * 50)
         producer.close()
     got = [o for rb in reader.read(part) for o in rb.column("offset").to_pylist()]
-    assert got == list(range(part.range.start, part.range.end))
+    assert got == list(range(rng.start, rng.end))
 
 
 def test_split_ranges_is_proportional() -> None:
@@ -111,6 +113,40 @@ def test_split_ranges_is_proportional() -> None:
     covered = sorted((r.partition, o) for r in out for o in range(r.start, r.end))
     assert covered == sorted([(0, o) for o in range(900)] + [(1, o) for o in range(10, 110)])
     assert split_ranges(ranges, 1) == ranges[:2]
+
+
+def test_plan_splits_packs_small_ranges() -> None:
+    small = [OffsetRange("t", p, 0, 100) for p in range(1000)]
+    assert plan_splits(small, 0, {}) == [tuple(small)]
+    groups = plan_splits(small, 10, {})
+    assert len(groups) == 10 and [r for g in groups for r in g] == small
+    big = [OffsetRange("t", 0, 0, PACK_RECORDS), OffsetRange("t", 1, 5, 6), OffsetRange("t", 2, 0, 7)]
+    assert plan_splits(big, 0, {}) == [(big[0],), (big[1], big[2])]
+    for per_range, sizes in ((2 / 3, [1, 1, 1, 1, 1]), (0.4, [2, 2, 1])):  # a range's share of PACK_BYTES
+        bytes_per_offset = {("t", p): PACK_BYTES * per_range / 100 for p in range(5)}
+        assert [len(g) for g in plan_splits(small[:5], 0, bytes_per_offset)] == sizes
+
+
+def test_one_output_batch_spans_ranges_of_several_topics(tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    with pylog.open(path) as log:
+        for topic in ("x", "longer-name"):
+            log.create_topic(topic, partitions=2)
+            producer = log.producer(value_serializer=None)
+            for p in range(2):
+                producer.send_batch(topic, values=[b"%s-%d" % (topic.encode(), p)] * 3, partition=p)
+            producer.close()
+    ranges = [OffsetRange(t, p, 1, 3) for t in ("x", "longer-name") for p in (1, 0)]
+    spec = ReadSpec(path, _schema_json(KAFKA), True, "binary", Bounds())
+    (rb,) = read_ranges(spec, ranges)
+    got = list(
+        zip(*(rb.column(c).to_pylist() for c in ("topic", "partition", "offset", "value")), strict=True)
+    )
+    assert got == [
+        (t, p, o, b"%s-%d" % (t.encode(), p))
+        for t, p in [(r.topic, r.partition) for r in ranges]
+        for o in (1, 2)
+    ]
 
 
 def test_push_returns_the_same_unhandled_objects() -> None:

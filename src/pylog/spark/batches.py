@@ -1,13 +1,14 @@
-"""Offset ranges of a partition to ``pyarrow.RecordBatch``es, straight from the mapped segment files.
+"""Offset ranges of topic partitions to ``pyarrow.RecordBatch``es, straight from the mapped segment files.
 
 The read loop walks batch headers (skipping batches the offset range or the timestamp bounds exclude), decodes
-the rest (CRC-checked) and gathers slices of them until an output batch holds about ``ROWS_PER_BATCH`` rows or
-``BYTES_PER_BATCH`` bytes. An output batch is built with numpy, with no Python loop per record:
+the rest (CRC-checked) and gathers slices of them, across the ranges of a Spark partition, until an output batch
+holds about ``ROWS_PER_BATCH`` rows or ``BYTES_PER_BATCH`` bytes. Only the columns of the schema Spark asked for
+are built. An output batch is built with numpy, with no Python loop per record:
 
 - ``key``/``value``: the slices' offset arrays, shifted and concatenated, become the int32 offsets of an Arrow
   binary array; their bytes are joined once; nulls become a validity bitmap (``np.packbits``);
 - ``offset``, ``timestamp`` (ms * 1000, ``timestamp[us, tz=UTC]``), ``timestampType``, ``partition``:
-  concatenated numpy arrays; ``topic``: one string repeated through an offsets array;
+  concatenated numpy arrays; ``topic``: each slice's name repeated through an offsets array;
 - ``headers`` (``includeHeaders=true``): the msgpack header blobs are unpacked by one C ``Unpacker`` per output
   batch, then flattened into a list-of-struct array (a Python loop over the header pairs only);
 - decoded values (``valueFormat=msgpack``): one ``Unpacker`` over the joined value bytes yields the maps, and
@@ -18,7 +19,7 @@ The output schema is exactly ``to_arrow_schema(schema, timezone="UTC")``, as Spa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ from pylog.spark.filters import Bounds
 from pylog.spark.options import OffsetRange
 from pylog.spark.snapshot import PartitionView, decode_checked, walk
 
-__all__ = ["BYTES_PER_BATCH", "KAFKA_COLUMNS", "ROWS_PER_BATCH", "ReadSpec", "read_range"]
+__all__ = ["BYTES_PER_BATCH", "KAFKA_COLUMNS", "ROWS_PER_BATCH", "ReadSpec", "read_range", "read_ranges"]
 
 ROWS_PER_BATCH = 65536
 BYTES_PER_BATCH = 64 << 20
@@ -53,6 +54,7 @@ class ReadSpec:
 
 @dataclass(frozen=True, slots=True)
 class _Slice:
+    rng: OffsetRange
     batch: DecodedBatch
     lo: int
     hi: int
@@ -60,6 +62,11 @@ class _Slice:
 
 def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[Any]:
     """The records of ``rng`` as RecordBatches of ``spec``'s schema."""
+    return read_ranges(spec, (rng,))
+
+
+def read_ranges(spec: ReadSpec, ranges: Sequence[OffsetRange]) -> Iterator[Any]:
+    """The records of ``ranges``, in order, as RecordBatches of ``spec``'s schema."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType, _parse_datatype_json_string
@@ -67,20 +74,38 @@ def read_range(spec: ReadSpec, rng: OffsetRange) -> Iterator[Any]:
     schema = _parse_datatype_json_string(spec.schema_json)
     assert isinstance(schema, StructType)
     target = to_arrow_schema(schema, timezone="UTC")
-    builder = _Builder(pa, target, rng.topic, rng.partition, spec)
-    for group in _slices(spec, rng):
+    builder = _Builder(pa, target, spec)
+    for group in _groups(spec, ranges):
         rb = builder.build(group)
         if rb.num_rows:
             yield rb
 
 
-def _slices(spec: ReadSpec, rng: OffsetRange) -> Iterator[list[_Slice]]:
-    """Groups of batch slices covering ``rng`` (each group one output batch)."""
+def _groups(spec: ReadSpec, ranges: Sequence[OffsetRange]) -> Iterator[list[_Slice]]:
+    """Slices of decoded batches covering ``ranges``, grouped into output batches."""
+    group: list[_Slice] = []
+    rows = size = 0
+    for rng in ranges:
+        for b, lo, hi in _batches(spec, rng):
+            while lo < hi:
+                take = min(hi - lo, ROWS_PER_BATCH - rows)
+                group.append(_Slice(rng, b, lo, lo + take))
+                rows += take
+                size += int(b.key_offsets[lo + take] - b.key_offsets[lo])
+                size += int(b.value_offsets[lo + take] - b.value_offsets[lo])
+                lo += take
+                if rows >= ROWS_PER_BATCH or size >= BYTES_PER_BATCH:
+                    yield group
+                    group, rows, size = [], 0, 0
+    if group:
+        yield group
+
+
+def _batches(spec: ReadSpec, rng: OffsetRange) -> Iterator[tuple[DecodedBatch, int, int]]:
+    """Each decoded batch holding records of ``rng``, with the index range ``[lo, hi)`` of those records."""
     view = PartitionView(files.partition_dir(spec.path, rng.topic, rng.partition), rng.topic, rng.partition)
     start, end = _check_loss(view, rng, spec.fail_on_data_loss)
     ts = spec.bounds.timestamp
-    group: list[_Slice] = []
-    rows = size = 0
     for seg in view.segments_for(start, end):
         hint = seg.max_timestamp_hint() if ts.active else None
         if hint is not None and not ts.overlaps(-(1 << 62), hint * 1000):
@@ -98,20 +123,9 @@ def _slices(spec: ReadSpec, rng: OffsetRange) -> Iterator[list[_Slice]]:
             if ts.active and not ts.overlaps(h.base_timestamp * 1000, h.max_timestamp * 1000):
                 continue
             b = decode_checked(seg, buf, p)
-            lo = int(np.searchsorted(b.offsets, start))
-            hi = int(np.searchsorted(b.offsets, end))
-            while lo < hi:
-                take = min(hi - lo, ROWS_PER_BATCH - rows)
-                group.append(_Slice(b, lo, lo + take))
-                rows += take
-                size += int(b.key_offsets[lo + take] - b.key_offsets[lo])
-                size += int(b.value_offsets[lo + take] - b.value_offsets[lo])
-                lo += take
-                if rows >= ROWS_PER_BATCH or size >= BYTES_PER_BATCH:
-                    yield group
-                    group, rows, size = [], 0, 0
-    if group:
-        yield group
+            lo = 0 if h.base_offset >= start else int(np.searchsorted(b.offsets, start))
+            hi = len(b.offsets) if h.last_offset < end else int(np.searchsorted(b.offsets, end))
+            yield b, lo, hi
 
 
 def _check_loss(view: PartitionView, rng: OffsetRange, fail: bool) -> tuple[int, int]:
@@ -141,11 +155,9 @@ def _lost(rng: OffsetRange, what: str) -> OffsetOutOfRangeError:
 class _Builder:
     """Builds one output RecordBatch from a group of slices."""
 
-    def __init__(self, pa: Any, target: Any, topic: str, partition: int, spec: ReadSpec) -> None:
+    def __init__(self, pa: Any, target: Any, spec: ReadSpec) -> None:
         self.pa = pa
         self.target = target
-        self.topic = topic
-        self.partition = partition
         self.bounds = spec.bounds
         names = set(target.names)
         self.value_fields = [f for f in target if f.name not in KAFKA_COLUMNS]
@@ -170,21 +182,16 @@ class _Builder:
             elif name == "value":
                 col = self._binary(group, "value")
             elif name == "topic":
-                col = self._topic(n)
+                col = self._topic(group, n)
             elif name == "partition":
-                col = _fixed(pa, pa.int32(), np.full(n, self.partition, dtype=np.int32))
+                col = _fixed(pa, pa.int32(), _per_slice(group, lambda s: s.rng.partition, np.int32))
             elif name == "offset":
                 col = _fixed(pa, pa.int64(), np.ascontiguousarray(offsets, dtype=np.int64))
             elif name == "timestamp":
                 col = _fixed(pa, pa.timestamp("us", tz="UTC"), ts_ms * 1000)
             elif name == "timestampType":
-                col = _fixed(
-                    pa,
-                    pa.int32(),
-                    np.concatenate(
-                        [np.full(s.hi - s.lo, s.batch.header.timestamp_type, np.int32) for s in group]
-                    ),
-                )
+                types = _per_slice(group, lambda s: s.batch.header.timestamp_type, np.int32)
+                col = _fixed(pa, pa.int32(), types)
             elif name == "headers":
                 col = self._headers(group, f.type)
             else:
@@ -210,12 +217,19 @@ class _Builder:
             return None
         return m
 
-    def _topic(self, n: int) -> Any:
+    def _topic(self, group: list[_Slice], n: int) -> Any:
         pa = self.pa
-        name = self.topic.encode()
-        offs = np.arange(n + 1, dtype=np.int32) * len(name)
+        names = [s.rng.topic.encode() for s in group]
+        if len(set(names)) == 1:
+            offs = np.arange(n + 1, dtype=np.int32) * len(names[0])
+            data = names[0] * n
+        else:
+            lengths = _per_slice(group, lambda s: len(s.rng.topic.encode()), np.int32)
+            offs = np.zeros(n + 1, dtype=np.int32)
+            np.cumsum(lengths, out=offs[1:])
+            data = b"".join(name * (s.hi - s.lo) for name, s in zip(names, group, strict=True))
         return pa.Array.from_buffers(
-            pa.string(), n, [None, pa.py_buffer(offs), pa.py_buffer(name * n)], null_count=0
+            pa.string(), n, [None, pa.py_buffer(offs), pa.py_buffer(data)], null_count=0
         )
 
     def _binary(self, group: list[_Slice], which: str) -> Any:
@@ -286,7 +300,7 @@ class _Builder:
         data = b"".join(chunks)
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
         unpacker.feed(data)
-        where = f"{self.topic}-{self.partition} offsets {int(offsets[0])}..{int(offsets[-1])}"
+        where = _where(group, offsets)
         try:
             maps = list(unpacker)
         except Exception as exc:
@@ -309,6 +323,23 @@ def _fixed(pa: Any, arrow_type: Any, values: npt.NDArray[Any]) -> Any:
     """A null-free fixed-width column over the numpy buffer: no copy, and unlike ``pa.array`` on numpy input
     it does not import pandas in every fresh Python worker."""
     return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)], null_count=0)
+
+
+def _where(group: list[_Slice], offsets: npt.NDArray[np.int64]) -> str:
+    """The records of an output batch, for error messages."""
+    parts = list(dict.fromkeys(f"{s.rng.topic}-{s.rng.partition}" for s in group))
+    if len(parts) == 1:
+        return f"{parts[0]} offsets {int(offsets[0])}..{int(offsets[-1])}"
+    return f"partitions {', '.join(parts)}"
+
+
+def _per_slice(group: list[_Slice], value: Callable[[_Slice], int], dtype: Any) -> npt.NDArray[Any]:
+    """One value per slice, repeated for each of its rows."""
+    values = [value(s) for s in group]
+    n = sum(s.hi - s.lo for s in group)
+    if len(set(values)) == 1:
+        return np.full(n, values[0], dtype=dtype)
+    return np.repeat(np.array(values, dtype=dtype), [s.hi - s.lo for s in group])
 
 
 def _cat(arrays: list[Any]) -> Any:

@@ -11,6 +11,13 @@ Offsets, resolved when the query is planned (special values in JSON: -2 earliest
 Partitions missing from a JSON option take the option's default. A starting timestamp with no record at or
 after it fails the query (``startingOffsetsByTimestampStrategy=error``, Kafka's default) or starts at the log
 end (``latest``); an ending timestamp with no such record reads to the log end.
+
+Spark partitions (:func:`plan_splits`): one per offset range, as Spark's Kafka source, except that
+
+- ``minPartitions`` above the number of ranges splits each range in proportion to its size (Kafka's rule);
+- ranges smaller than ``PACK_RECORDS`` records and ``PACK_BYTES`` bytes share a Spark partition, up to those
+  limits (a topic of 1,000 small partitions is not read by 1,000 tasks of a few milliseconds of work each,
+  which Spark runs at tens of milliseconds apiece); ``minPartitions`` still bounds the count from below.
 """
 
 from __future__ import annotations
@@ -25,10 +32,32 @@ from typing import Any
 from pylog.errors import ConfigError, OffsetOutOfRangeError
 from pylog.spark.snapshot import LogView, PartitionView
 
-__all__ = ["EARLIEST", "LATEST", "OffsetRange", "Options", "split_ranges"]
+__all__ = [
+    "EARLIEST",
+    "KAFKA_FIELDS",
+    "LATEST",
+    "PACK_BYTES",
+    "PACK_RECORDS",
+    "OffsetRange",
+    "Options",
+    "plan_splits",
+    "split_ranges",
+]
 
 EARLIEST = -2
 LATEST = -1
+PACK_RECORDS = 1 << 18
+PACK_BYTES = 64 << 20
+KAFKA_FIELDS = (
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "long"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+)
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 _TRUE = {"true": True, "false": False}
 
 
@@ -69,6 +98,32 @@ class Options:
         if strategy not in ("error", "latest"):
             raise ConfigError(f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}")
         self.timestamp_strategy = strategy
+        self.columns = self._columns()
+
+    def _columns(self) -> tuple[str, ...] | None:
+        """The ``columns`` option: Kafka column names (any case), in the order given; None when absent."""
+        raw = self.raw.get("columns")
+        if raw is None:
+            return None
+        known = {name.lower(): name for name, _ in (*KAFKA_FIELDS, ("headers", HEADERS_TYPE))}
+        names = [c.strip() for c in raw.split(",") if c.strip()]
+        bad = [c for c in names if c.lower() not in known]
+        if bad or not names:
+            raise ConfigError(f"option columns must name some of {', '.join(known.values())}, got {raw!r}")
+        chosen = tuple(known[c.lower()] for c in names)
+        if len(set(chosen)) != len(chosen):
+            raise ConfigError(f"option columns names a column twice: {raw!r}")
+        return chosen
+
+    def kafka_ddl(self) -> str:
+        """The Kafka columns of the row schema as DDL: all of them (with ``headers`` when
+        ``includeHeaders=true``), or those of the ``columns`` option."""
+        fields = dict(KAFKA_FIELDS)
+        if self.columns is None:
+            names = [name for name, _ in KAFKA_FIELDS] + (["headers"] if self.include_headers else [])
+        else:
+            names = list(self.columns)
+        return ", ".join(f"{n} {fields.get(n, HEADERS_TYPE)}" for n in names)
 
     def get(self, key: str) -> str | None:
         return self.raw.get(key.lower())
@@ -210,6 +265,35 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetR
         bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
         out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds) if b > a)
     return out
+
+
+def plan_splits(
+    ranges: list[OffsetRange], min_partitions: int, bytes_per_offset: Mapping[tuple[str, int], float]
+) -> list[tuple[OffsetRange, ...]]:
+    """The Spark partitions of a read: :func:`split_ranges`, then consecutive small ranges packed together.
+
+    A group is closed before it would exceed ``PACK_RECORDS`` records or ``PACK_BYTES`` bytes (estimated from
+    ``bytes_per_offset`` per topic partition); a bigger range is a group of its own. With ``minPartitions``
+    the record limit is at most ``total // minPartitions``, so packing leaves at least that many groups."""
+    pieces = split_ranges(ranges, min_partitions)
+    limit = PACK_RECORDS
+    if min_partitions:
+        limit = max(min(limit, sum(r.size for r in pieces) // min_partitions), 1)
+    groups: list[tuple[OffsetRange, ...]] = []
+    group: list[OffsetRange] = []
+    records = 0
+    size = 0.0
+    for r in pieces:
+        r_bytes = r.size * bytes_per_offset.get((r.topic, r.partition), 0.0)
+        if group and (records + r.size > limit or size + r_bytes > PACK_BYTES):
+            groups.append(tuple(group))
+            group, records, size = [], 0, 0.0
+        group.append(r)
+        records += r.size
+        size += r_bytes
+    if group:
+        groups.append(tuple(group))
+    return groups
 
 
 def _json(raw: str, key: str) -> dict[str, Any]:

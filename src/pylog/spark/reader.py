@@ -3,8 +3,8 @@
 Only picklable state lives on a reader (options, schema as JSON, filter bounds): Spark builds readers in
 planner workers and runs ``read()`` on a copy in executor workers, which open the segment files themselves.
 
-Batch: offsets are fixed in :meth:`PylogReader.partitions` (one Spark partition per topic partition, or more
-with ``minPartitions``). Streaming: offsets are ``{"topic": {"partition": next_offset}}`` dicts with keys in
+Batch: offsets are fixed in :meth:`PylogReader.partitions` (one Spark partition per topic partition, more
+with ``minPartitions``, small ones packed together: :func:`~pylog.spark.options.plan_splits`). Streaming: offsets are ``{"topic": {"partition": next_offset}}`` dicts with keys in
 sorted string order, so they survive JSON round trips and compare equal as JSON strings.
 """
 
@@ -13,17 +13,17 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from pylog.spark.batches import ReadSpec, read_range
+from pylog.spark.batches import ReadSpec, read_ranges
 from pylog.spark.filters import Bounds, push
-from pylog.spark.options import OffsetRange, Options, split_ranges
-from pylog.spark.snapshot import LogView
+from pylog.spark.options import OffsetRange, Options, plan_splits
+from pylog.spark.snapshot import LogView, PartitionView
 
 __all__ = ["PylogFilteringReader", "PylogReader", "PylogStreamReader", "RangePartition", "make_reader"]
 
@@ -32,10 +32,23 @@ StreamOffset = dict[str, dict[str, int]]
 
 @dataclass(frozen=True)
 class RangePartition(InputPartition):
-    """One Spark partition: an offset range of one topic partition."""
+    """One Spark partition: offset ranges of one or more topic partitions."""
 
-    range: OffsetRange
+    ranges: tuple[OffsetRange, ...]
     spec: ReadSpec
+
+
+def _partitions(
+    options: Options, spec: ReadSpec, ranges: list[OffsetRange], views: Iterable[PartitionView]
+) -> list[RangePartition]:
+    sizes = {(v.topic, v.partition): v.bytes_per_offset for v in views}
+    return [RangePartition(g, spec) for g in plan_splits(ranges, options.min_partitions, sizes)]
+
+
+def _read(partition: InputPartition) -> Iterator[Any]:
+    if not isinstance(partition, RangePartition):  # Spark's stand-in when there is nothing to read
+        return iter(())
+    return read_ranges(partition.spec, partition.ranges)
 
 
 def _spec(options: Options, schema_json: str, bounds: Bounds) -> ReadSpec:
@@ -56,19 +69,19 @@ class PylogReader(DataSourceReader):
         opts = self.options
         log = LogView(opts.path)
         spec = _spec(opts, self.schema_json, self.bounds)
-        ranges = []
+        ranges, views = [], []
         for topic, p in opts.topic_partitions(log):
             if not self.bounds.admits_partition(topic, p):
                 continue
-            r = opts.offset_range(log.partition(topic, p))
+            view = log.partition(topic, p)
+            r = opts.offset_range(view)
             start, end = self.bounds.narrow(r.start, r.end)
             ranges.append(OffsetRange(topic, p, start, end))
-        return [RangePartition(r, spec) for r in split_ranges(ranges, opts.min_partitions)]
+            views.append(view)
+        return _partitions(opts, spec, ranges, views)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if not isinstance(partition, RangePartition):  # Spark's stand-in when there is nothing to read
-            return iter(())
-        return read_range(partition.spec, partition.range)
+        return _read(partition)
 
 
 class PylogFilteringReader(PylogReader):
@@ -141,12 +154,12 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = _flat(end)
         begins = self._begins(start, ends)
         ranges = [OffsetRange(t, p, begins[(t, p)], e) for (t, p), e in sorted(ends.items())]
-        return [RangePartition(r, spec) for r in split_ranges(ranges, self.options.min_partitions)]
+        log = LogView(self.options.path)
+        views = [log.partition(r.topic, r.partition) for r in ranges if r.size > 0]
+        return _partitions(self.options, spec, ranges, views)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if not isinstance(partition, RangePartition):  # Spark's stand-in when there is nothing to read
-            return iter(())
-        return read_range(partition.spec, partition.range)
+        return _read(partition)
 
     def commit(self, end: StreamOffset) -> None:
         """Nothing to do: the source keeps no state of its own (the log is never written by readers)."""

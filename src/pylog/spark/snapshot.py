@@ -227,6 +227,12 @@ class PartitionView:
     def log_end_offset(self) -> int:
         return self.segments[-1].next_offset
 
+    @property
+    def bytes_per_offset(self) -> float:
+        """Segment bytes per offset, on average: what planning uses to estimate the size of a range."""
+        span = self.log_end_offset - self.log_start_offset
+        return sum(s.size for s in self.segments) / span if span > 0 else 0.0
+
     def offset_for_time(self, timestamp: int) -> int | None:
         """The earliest offset whose timestamp is >= ``timestamp``, or None."""
         for seg in self.segments:

@@ -5,6 +5,10 @@ Row schema, as Spark's Kafka source::
     key binary, value binary, topic string, partition int, offset long, timestamp timestamp,
     timestampType int [, headers array<struct<key:string,value:binary>>]   (includeHeaders=true)
 
+Spark gives Python data sources no column pruning: a query that needs one column still receives every column
+of the schema, and turning each into JVM rows is most of a scan's cost. The ``columns`` option (or a schema
+given with ``.schema(...)``) keeps only the Kafka columns named, and only those are built.
+
 With ``valueFormat=msgpack`` the user's schema (``.schema(...)``, or the ``valueSchema`` option appended to
 the columns above) names columns read from each msgpack map value; columns named like the Kafka columns keep
 their meaning. See ``docs/spark.md`` for every option.
@@ -17,15 +21,14 @@ from typing import Any
 from pyspark.sql.datasource import DataSource
 
 from pylog.errors import ConfigError
-from pylog.spark.options import Options
+from pylog.spark.options import KAFKA_FIELDS, Options
 from pylog.spark.reader import PylogReader, PylogStreamReader, make_reader
 from pylog.spark.snapshot import LogView, check_log_dir
 from pylog.spark.writer import PylogWriter, check_write_schema
 
 __all__ = ["KAFKA_SCHEMA", "PylogDataSource"]
 
-KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
-HEADERS_COLUMN = "headers array<struct<key:string,value:binary>>"
+KAFKA_SCHEMA = ", ".join(f"{name} {type_name}" for name, type_name in KAFKA_FIELDS)
 
 
 class PylogDataSource(DataSource):
@@ -42,7 +45,7 @@ class PylogDataSource(DataSource):
 
     def schema(self) -> str:
         opts = self._options()
-        ddl = KAFKA_SCHEMA + (", " + HEADERS_COLUMN if opts.include_headers else "")
+        ddl = opts.kafka_ddl()
         value_schema = opts.get("valueSchema")
         if opts.value_format == "msgpack":
             if not value_schema:
