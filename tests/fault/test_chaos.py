@@ -73,9 +73,24 @@ def _spawn(target: object, *args: object) -> int:
         try:
             target(*args)  # type: ignore[operator]
             code = 0
+        except BaseException:
+            import traceback
+
+            with open(os.path.join(os.path.dirname(str(args[0])), f"child-{os.getpid()}.err"), "w") as f:
+                traceback.print_exc(file=f)  # shown by the test when a child fails
         finally:
             os._exit(code)
     return pid
+
+
+def _child_errors(path: str) -> str:
+    folder = os.path.dirname(path)
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("child-") and name.endswith(".err"):
+            with open(os.path.join(folder, name)) as f:
+                out.append(f"{name}:\n{f.read()}")
+    return "\n".join(out)
 
 
 def test_writers_and_readers_under_sigstop_and_sigkill(tmp_path: object) -> None:
@@ -100,7 +115,7 @@ def test_writers_and_readers_under_sigstop_and_sigkill(tmp_path: object) -> None
                 w = rng.choice(list(writers))
                 os.kill(writers[w], signal.SIGKILL)
                 _, status = os.waitpid(writers.pop(w), 0)
-                assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+                assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, _child_errors(path)
                 writers[next_writer] = _spawn(_writer, path, next_writer)
                 next_writer += 1
                 kills += 1
