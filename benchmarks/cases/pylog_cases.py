@@ -194,6 +194,46 @@ def pylog_durable_8_producers(records: int, seed: int, workdir: Path) -> dict[st
 
 
 @case(
+    "pylog_durable_8_producers_pipelined",
+    group="durable",
+    kind="pylog",
+    fsync='acks="all": a record is acknowledged only after the fsync that covers it',
+    description=(
+        '8 threads, each its own producer with acks="all", sending without waiting per record (as a Kafka '
+        "producer does); every future is checked after `flush()`"
+    ),
+    compare=(
+        Compare("fsync_per_record", at_least=10.0),
+        Compare("persistqueue_durable_8_threads", at_least=10.0),
+        Compare("pylog_durable_8_producers"),
+    ),
+)
+def pylog_durable_8_producers_pipelined(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    n = scaled(records, _DURABLE_CAP) // 8 * 8
+    keys, values = byte_lists(n, seed)
+    chunks = [list(zip(keys[i::8], values[i::8], strict=True)) for i in range(8)]
+    with _open(workdir) as log:
+        log.create_topic(TOPIC, partitions=1)
+        producers = {id(c): log.producer(acks="all", value_serializer=None) for c in chunks}
+
+        def send_all(chunk: list[tuple[bytes, bytes]]) -> None:
+            producer = producers[id(chunk)]
+            send = producer.send
+            futures = [send(TOPIC, value=v, key=k) for k, v in chunk]
+            producer.flush()
+            if not all(f.succeeded() for f in futures):
+                raise RuntimeError("a record was not acknowledged")
+
+        seconds = run_threads(send_all, chunks)
+        durable = log.topic(TOPIC).partition(0).recovery_point
+        for producer in producers.values():
+            producer.close()
+    if durable < n:
+        raise RuntimeError(f"recovery point {durable} < {n} acknowledged records")
+    return result(n, seconds, threads=8)
+
+
+@case(
     "pylog_storage_overhead",
     group="paper",
     kind="pylog",

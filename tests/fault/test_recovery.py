@@ -474,3 +474,77 @@ def test_random_bit_flips_below_the_recovery_point_are_always_detected(tmp_path:
             log.close()
     print(f"bit flips below the recovery point: {tried} tried, {at_open} detected at open, {on_read} on read")
     assert at_open + on_read == tried == 100
+
+
+# -- recovery time follows the unflushed tail ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tail", [0, 1, 5])
+def test_recovery_validates_only_from_the_recovery_point(tmp_path: os.PathLike[str], tail: int) -> None:
+    """A large active segment whose head was fsynced: an unclean open validates only the batches from the
+    last indexed batch at or below the recovery point, and ends with the same records and indexes as a
+    validation of the whole segment."""
+    root = os.path.join(os.fspath(tmp_path), "log")
+    clock = pylog.ManualClock(T0)
+    b = Built(root, [], [], {}, clock)
+    with pylog.open(root, clock=clock) as log:
+        log.create_topic("t", segment_bytes=1 << 20, index_interval_bytes=512)
+        plog = log.topic("t").partition(0)
+        for i in range(200):
+            append(b, plog, 1 + i % 4)
+        plog.flush()
+        with open(b.part(files.CHECKPOINT), "rb") as f:
+            durable_checkpoint = f.read()
+        for _ in range(tail):
+            append(b, plog, 3)
+        written = (plog.segments[-1].offset_index.entries.copy(), plog.segments[-1].time_index.entries.copy())
+        assert len(plog.segments) == 1
+    crash(b, durable_checkpoint)
+    log, plog = reopen(b)
+    try:
+        report = log.recovery["t-0"]
+        assert not report.clean_shutdown and report.segments_validated == 1
+        # batches of ~100 bytes and an index entry every 512: a handful before the tail, never all 200
+        assert tail <= report.batches_validated <= tail + 8
+        assert_prefix(b, plog, len(b.model))
+        seg = plog.segments[-1]
+        assert seg.offset_index.entries.tobytes() == written[0].tobytes()
+        assert seg.time_index.entries.tobytes() == written[1].tobytes()
+        assert plog.verify() == []
+    finally:
+        log.close()
+
+
+def test_recovery_from_the_point_still_truncates_a_torn_tail(tmp_path: os.PathLike[str]) -> None:
+    b = build(os.path.join(os.fspath(tmp_path), "log"), batches=200, segment_bytes=8192)
+    path, pos, length = b.positions[b.bounds[-1][0]]
+    with open(path, "r+b") as f:
+        f.truncate(pos + length // 2)
+    log, plog = reopen(b)
+    try:
+        report = log.recovery["t-0"]
+        assert report.batches_validated < 10 and report.bytes_truncated == length // 2
+        assert_prefix(b, plog, b.bounds[-1][0])
+        assert plog.verify() == []
+    finally:
+        log.close()
+
+
+def test_recovery_from_the_point_ignores_index_entries_that_never_reached_the_disk(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """Index entries past the recovery point may be zeros or junk after a power loss: recovery starts from
+    the well-formed entries at or below the point and rebuilds the rest."""
+    b = build(os.path.join(os.fspath(tmp_path), "log"), batches=200, segment_bytes=8192)
+    active = max(p for p, _, _ in b.positions.values())[: -len(".log")]
+    for name, junk in (("index", bytes(8 * 3)), ("timeindex", b"\xff" * 12 * 2)):
+        path = f"{active}.{name}"
+        with open(path, "ab") as f:
+            f.write(junk)
+    log, plog = reopen(b)
+    try:
+        assert log.recovery["t-0"].batches_validated < 10
+        assert_prefix(b, plog, len(b.model))
+        assert plog.verify() == []
+    finally:
+        log.close()

@@ -35,7 +35,14 @@ import numpy.typing as npt
 
 from pylog.errors import CorruptIndexError
 
-__all__ = ["OFFSET_ENTRY", "TIME_ENTRY", "SparseIndex", "check_offset_index", "check_time_index"]
+__all__ = [
+    "OFFSET_ENTRY",
+    "TIME_ENTRY",
+    "SparseIndex",
+    "check_offset_index",
+    "check_time_index",
+    "durable_prefix",
+]
 
 OFFSET_ENTRY = np.dtype([("rel", "<u4"), ("pos", "<u4")])
 TIME_ENTRY = np.dtype([("ts", "<i8"), ("rel", "<u4")])
@@ -133,3 +140,31 @@ def check_time_index(raw: bytes, max_rel: int, name: str = "timeindex") -> npt.N
         if int(e["rel"][-1]) > max_rel:
             raise CorruptIndexError(f"{name}: entries point outside the segment")
     return e
+
+
+def durable_prefix(
+    oraw: bytes, traw: bytes, log_size: int, max_rel: int
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """The longest prefixes of an offset and a time index (raw file bytes) that are well formed and name only
+    batches at relative offsets <= ``max_rel`` inside the first ``log_size`` bytes.
+
+    After an unclean shutdown, entries up to the recovery point were fsynced with the log; entries after it
+    may be missing or damaged (a file grown but its last blocks never written). A sparse index stays valid
+    when cut at any entry, so the well-formed prefix is what recovery can start from."""
+    oe = np.frombuffer(oraw[: len(oraw) - len(oraw) % OFFSET_ENTRY.itemsize], dtype=OFFSET_ENTRY)
+    rel = oe["rel"].astype(np.int64)
+    pos = oe["pos"].astype(np.int64)
+    ok = (rel <= max_rel) & (pos < log_size)
+    ok[1:] &= (np.diff(rel) > 0) & (np.diff(pos) > 0)
+    if len(ok):
+        ok[0] &= rel[0] == 0 and pos[0] == 0
+    bad = np.flatnonzero(~ok)
+    o_keep = int(bad[0]) if len(bad) else len(oe)
+    last_rel = int(rel[o_keep - 1]) if o_keep else -1
+    te = np.frombuffer(traw[: len(traw) - len(traw) % TIME_ENTRY.itemsize], dtype=TIME_ENTRY)
+    trel = te["rel"].astype(np.int64)
+    tok = trel <= last_rel
+    tok[1:] &= (np.diff(te["ts"]) > 0) & (np.diff(trel) >= 0)
+    tbad = np.flatnonzero(~tok)
+    t_keep = int(tbad[0]) if len(tbad) else len(te)
+    return oe[:o_keep].copy(), te[:t_keep].copy()

@@ -98,7 +98,11 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
                 continue
             seg = Segment(directory, base, cache, dense=dense)
             seg.size = seg.file_size()
-        result = seg.scan(0, seg.size, verify=True, index_interval=interval)
+        result = seg.load_from_point(seg.size, point, interval) if next_base is None else None
+        if result is None:
+            seg = Segment(directory, base, cache, dense=dense)
+            seg.size = seg.file_size()
+            result = seg.scan(0, seg.size, verify=True, index_interval=interval)
         report.segments_validated += 1
         report.batches_validated += result.batches
         report.indexes_rebuilt += 1

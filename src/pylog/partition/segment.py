@@ -10,8 +10,11 @@ Crash contract:
 - the file is never shrunk below its published size while other readers may map it (that raises SIGBUS);
   truncation of published data writes a shortened copy and renames it over the original (readers keep the old
   inode);
-- the indexes are hints: they are rebuilt from the log when they fail their sanity checks and, after an unclean
-  shutdown, for every segment at or after the recovery point.
+- the indexes are hints: they are rebuilt from the log when they fail their sanity checks. Their entries are
+  written in groups (and at every flush, roll and close), so the files may lag the log by a few entries; entries
+  of batches below the recovery point were fsynced with them. After an unclean shutdown the active segment is
+  validated from its last indexed batch below the recovery point (time proportional to the unflushed tail), a
+  segment holding the point without usable entries from its start.
 
 Reads go through a read-only ``mmap`` of the file (opened lazily, bounded by :class:`MapCache`), so a
 ``np.frombuffer`` over a batch is zero-copy.
@@ -30,12 +33,25 @@ from dataclasses import dataclass
 from pylog import fs
 from pylog.errors import CorruptIndexError, CorruptRecordError, UnsupportedFormatError
 from pylog.partition import files
-from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY, SparseIndex, check_offset_index, check_time_index
+from pylog.partition.index import (
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    SparseIndex,
+    check_offset_index,
+    check_time_index,
+    durable_prefix,
+)
 from pylog.record import HEADER_SIZE, BatchHeader, check_crc, crc32c, decode_header
 
 __all__ = ["MapCache", "ScanResult", "Segment", "inode_of"]
 
 _EMPTY = b""
+
+
+# Index entries are written to their files this many at a time (and at every flush, roll and close): a
+# sparse index cut at any entry is valid, so lagging entries only lengthen the scan that finds the end of
+# the segment when it is opened (at most this many index intervals).
+_INDEX_WRITE_ENTRIES = 32
 
 
 class MapCache:
@@ -282,7 +298,7 @@ class Segment:
                 last is None or last[0] < self.max_timestamp
             ):  # the largest timestamp grew since the last entry
                 self.time_index.append(self.max_timestamp, rel)
-            if write:
+            if write and len(self.offset_index) - self.offset_index.written >= _INDEX_WRITE_ENTRIES:
                 self.write_index_entries()
 
     def _trim_index_files(self) -> None:
@@ -449,6 +465,48 @@ class Segment:
             start,
             size,
             verify=False,
+            index_interval=index_interval,
+            after_offset=self.next_offset,
+            fresh=False,
+        )
+
+    def load_from_point(self, size: int, point: int, index_interval: int) -> ScanResult | None:
+        """Recovery of the active segment after an unclean shutdown, in time proportional to its tail: trust
+        the batches below the recovery ``point`` (fsynced, as were their index entries) and validate (CRC)
+        only from the last indexed batch at or below it to ``size``.
+
+        Returns None when there is nothing to start from (no usable index entry, or the indexed batch fails
+        its checks): the caller then validates the whole segment. A result with ``error`` set names the first
+        invalid batch after the start (a torn tail), as a full scan would."""
+        self.size = size
+        if size == 0 or point <= self.base_offset:
+            return None
+        try:
+            oraw, traw = _read_or_empty(self.index_path), _read_or_empty(self.timeindex_path)
+        except CorruptRecordError:
+            return None  # missing: rebuilt by the full scan
+        oe, te = durable_prefix(oraw, traw, size, point - self.base_offset - 1)  # batches below the point
+        if not len(oe) or not len(te):
+            return None
+        rel, start = int(oe["rel"][-1]), int(oe["pos"][-1])
+        try:
+            view = self.view()
+            self.first_timestamp = decode_header(view, 0).max_timestamp
+            h = decode_header(view, start)
+            check_crc(view, start, h)
+        except CorruptRecordError:
+            return None
+        if h.base_offset != self.base_offset + rel:
+            return None
+        self.offset_index = SparseIndex(OFFSET_ENTRY, oe)
+        self.time_index = SparseIndex(TIME_ENTRY, te)
+        self.max_timestamp = int(te["ts"][-1])
+        self.next_offset = self.base_offset + rel
+        self.last_indexed_position = start
+        return self.scan(
+            start,
+            size,
+            verify=True,
             index_interval=index_interval,
             after_offset=self.next_offset,
             fresh=False,
