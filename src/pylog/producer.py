@@ -60,6 +60,8 @@ _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _I64_MAX = 2**63 - 1
 _PER_RECORD = 8  # bytes of column overhead budgeted per record when cutting batches
 _SENDER_GRACE_S = 0.0005  # how long the sender thread leaves a waiting caller to drain its own record
+_SENDER_POLL_S = 0.0005  # the sender's poll interval while records keep coming
+_SENDER_IDLE_POLLS = 100  # empty polls (50 ms) before the sender blocks until woken
 _FIELDS = 5  # items per queued record (see _Pending)
 _SMALL_BATCH = 32  # chunks up to this many records go through encode_batch (struct only, lower latency)
 _RECORD_OVERHEAD = HEADER_SIZE + LAYOUT_SIZE + 16  # a batch of one record: header, layout, widest lengths
@@ -243,6 +245,7 @@ class Producer:
         self._closed = False
         self._callbacks: list[tuple[FutureRecordMetadata, Any, Any]] = []
         self._wakeup = threading.Event()
+        self._sender_idle = False  # blocked on _wakeup (set by the sender thread only)
         self._fork = log._fork_generation
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
@@ -302,7 +305,8 @@ class Producer:
             p = self._pending.get(topic)
             if p is None:
                 p = self._pending[topic] = _Pending(self, topic)
-                self._wakeup.set()
+                if self._sender_idle:
+                    self._wakeup.set()
             records = p.records
             i = len(records) // _FIELDS
             records += record
@@ -588,24 +592,39 @@ class Producer:
         self._wakeup.set()
 
     def _run_sender(self) -> None:
+        """The background drain (what makes fire-and-forget sends reach the log).
+
+        While records keep coming the thread polls every :data:`_SENDER_POLL_S` instead of being woken by
+        each send: waking a thread costs a caller that waits on each record about a quarter of its time. After
+        :data:`_SENDER_IDLE_POLLS` empty polls it blocks until a send wakes it."""
+        polls = 0
         while not self._closed:
-            self._wakeup.wait()
+            if self._pending or self._callbacks:
+                polls = 0
+                if self.linger_ms > 0:
+                    self.log.clock.sleep(self.linger_ms / 1000.0)
+                else:
+                    # A caller that waits on its future drains the queue itself at once; give it that chance
+                    # instead of contending for the drain lock (and the GIL) at the same moment.
+                    time.sleep(_SENDER_GRACE_S)
+                try:
+                    self._drain_all()
+                    self._run_callbacks()
+                except Exception as exc:  # the log was closed under us; futures carry the errors
+                    _log.debug("sender stopped: %s", exc)
+                    if self._pending:
+                        time.sleep(_SENDER_POLL_S)
+                continue
+            if polls < _SENDER_IDLE_POLLS:
+                polls += 1
+                time.sleep(_SENDER_POLL_S)
+                continue
+            self._sender_idle = True
+            if not self._pending and not self._callbacks and not self._closed:  # re-checked: see send()
+                self._wakeup.wait()
             self._wakeup.clear()
-            if self._closed:
-                break
-            if self.linger_ms > 0:
-                self.log.clock.sleep(self.linger_ms / 1000.0)
-            else:
-                # A caller that waits on its future drains the queue itself at once; give it that chance
-                # instead of contending for the drain lock (and the GIL) at the same moment.
-                time.sleep(_SENDER_GRACE_S)
-                if not self._pending and not self._callbacks:
-                    continue  # drained by its callers meanwhile
-            try:
-                self._drain_all()
-                self._run_callbacks()
-            except Exception as exc:  # the log was closed under us; futures carry the errors
-                _log.debug("sender stopped: %s", exc)
+            self._sender_idle = False
+            polls = 0
 
     def _run_callbacks(self) -> None:
         if not self._callbacks:

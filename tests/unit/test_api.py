@@ -389,3 +389,40 @@ def test_unknown_producer_configs_are_config_errors(log: pylog.Log) -> None:
         log.producer(bootstrap_servers="localhost:9092")
     with pytest.raises(errors.ConfigError, match="enable_idempotence"):
         log.producer(retries=3)
+
+
+def test_records_sent_without_waiting_reach_the_log_by_themselves(log: pylog.Log) -> None:
+    """The background sender drains fire-and-forget sends: while it polls (records keep coming) and after it
+    went idle and must be woken by the next send."""
+    import time
+
+    from pylog import producer as producer_module
+
+    log.create_topic("t")
+    plog = log.topic("t").partition(0)
+    p = log.producer(value_serializer=None)
+
+    def wait_for(end: int) -> None:
+        deadline = time.monotonic() + 10
+        while plog.log_end_offset < end:
+            assert time.monotonic() < deadline, f"end offset {plog.log_end_offset}, expected {end}"
+            time.sleep(0.001)
+
+    for i in range(5):
+        p.send("t", b"%d" % i)
+        wait_for(i + 1)  # the sender is polling: no wake-up needed
+    idle_after = producer_module._SENDER_POLL_S * producer_module._SENDER_IDLE_POLLS
+    deadline = time.monotonic() + 10
+    while not p._sender_idle:
+        assert time.monotonic() < deadline
+        time.sleep(idle_after / 10)
+    future = p.send("t", b"after idle")
+    wait_for(6)
+    assert future.is_done() or future.get(timeout=5).offset == 5
+    p.close()
+    assert [
+        r.value
+        for r in log.consumer(
+            "t", auto_offset_reset="earliest", value_deserializer=None, consumer_timeout_ms=0
+        )
+    ] == [b"0", b"1", b"2", b"3", b"4", b"after idle"]
