@@ -143,7 +143,10 @@ def pylog_consume_iterate(records: int, seed: int, workdir: Path) -> dict[str, A
     group="read",
     kind="pylog",
     fsync="n/a (read)",
-    description="`consumer.poll_arrow(max_bytes=64 MiB)` until empty: pyarrow RecordBatches of the records",
+    description=(
+        "`consumer.poll_arrow(max_bytes=64 MiB)` until empty: pyarrow RecordBatches of the records (fastest "
+        "of 3 passes, as `floor_frombuffer_read`)"
+    ),
     compare=(Compare("floor_frombuffer_read", at_least=0.5),),
 )
 def pylog_read_arrow(records: int, seed: int, workdir: Path) -> dict[str, Any]:
@@ -151,15 +154,19 @@ def pylog_read_arrow(records: int, seed: int, workdir: Path) -> dict[str, Any]:
         importlib.import_module(module)
     _fill(workdir, records, seed)
     settle([workdir])
-    n = 0
+    passes = []
     with _open(workdir) as log:
-        consumer = log.consumer(TOPIC, auto_offset_reset="earliest", consumer_timeout_ms=0)
-        t0 = time.perf_counter()
-        while polled := consumer.poll_arrow(max_bytes=_READ_MAX_BYTES):
-            n += sum(batch.num_rows for batch in polled.values())
-        seconds = time.perf_counter() - t0
-        consumer.close()
-    return _checked(records, n, seconds)
+        for _ in range(3):  # as floor_frombuffer_read: the fastest of 3 passes counts
+            n = 0
+            consumer = log.consumer(TOPIC, auto_offset_reset="earliest", consumer_timeout_ms=0)
+            t0 = time.perf_counter()
+            while polled := consumer.poll_arrow(max_bytes=_READ_MAX_BYTES):
+                n += sum(batch.num_rows for batch in polled.values())
+            passes.append(time.perf_counter() - t0)
+            consumer.close()
+    out = _checked(records, n, min(passes))
+    out["passes_s"] = [round(x, 4) for x in passes]
+    return out
 
 
 @case(
