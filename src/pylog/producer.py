@@ -60,8 +60,9 @@ _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _I64_MAX = 2**63 - 1
 _PER_RECORD = 8  # bytes of column overhead budgeted per record when cutting batches
 _SENDER_GRACE_S = 0.0005  # how long the sender thread leaves a waiting caller to drain its own record
-_SENDER_POLL_S = 0.0005  # the sender's poll interval while records keep coming
-_SENDER_IDLE_POLLS = 100  # empty polls (50 ms) before the sender blocks until woken
+_SENDER_POLL_S = 0.0005  # the sender's poll interval while records keep coming ...
+_SENDER_POLL_MAX_S = 0.004  # ... doubled up to this while its polls find nothing queued
+_SENDER_IDLE_S = 0.1  # polling time without records before the sender blocks until woken
 _FIELDS = 5  # items per queued record (see _Pending)
 _SMALL_BATCH = 32  # chunks up to this many records go through encode_batch (struct only, lower latency)
 _RECORD_OVERHEAD = HEADER_SIZE + LAYOUT_SIZE + 16  # a batch of one record: header, layout, widest lengths
@@ -86,8 +87,8 @@ class _Pending:
     of its own."""
 
     __slots__ = (
-        "done",
         "error",
+        "finished",
         "headers",
         "keys",
         "nbytes",
@@ -112,7 +113,7 @@ class _Pending:
         self.headers: list[bytes] = []
         self.partitions: list[int] = []
         self.nbytes = 0
-        self.done = threading.Event()
+        self.finished = False  # written (or failed); waiters are woken through the producer's condition
         self.error: BaseException | None = None
         self.offsets: npt.NDArray[np.int64] | range | None = None
 
@@ -139,9 +140,9 @@ class FutureRecordMetadata:
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         p = self._p
-        if not p.done.is_set():
+        if not p.finished:
             p.producer._drain_topic(p.topic, p)
-            if not p.done.wait(timeout):
+            if not p.finished and not p.producer._wait_finished(p, timeout):
                 raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
         if p.error is not None:
             raise p.error
@@ -158,13 +159,13 @@ class FutureRecordMetadata:
         )
 
     def is_done(self) -> bool:
-        return self._p.done.is_set()
+        return self._p.finished
 
     def succeeded(self) -> bool:
-        return self._p.done.is_set() and self._p.error is None
+        return self._p.finished and self._p.error is None
 
     def failed(self) -> bool:
-        return self._p.done.is_set() and self._p.error is not None
+        return self._p.finished and self._p.error is not None
 
     def exception(self) -> BaseException | None:
         return self._p.error
@@ -245,6 +246,8 @@ class Producer:
         self._closed = False
         self._callbacks: list[tuple[FutureRecordMetadata, Any, Any]] = []
         self._wakeup = threading.Event()
+        self._finished_cond = threading.Condition()
+        self._finish_waiters = 0
         self._sender_idle = False  # blocked on _wakeup (set by the sender thread only)
         self._fork = log._fork_generation
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
@@ -400,7 +403,10 @@ class Producer:
             p.error = exc
             _log.warning("producer write to %s failed: %s", topic, exc)
         finally:
-            p.done.set()
+            p.finished = True
+            if self._finish_waiters:  # read after setting finished: see _wait_finished
+                with self._finished_cond:
+                    self._finished_cond.notify_all()
 
     def _write_small(self, t: Topic, p: _Pending, now: int) -> None:
         """:meth:`_write` for a few records to a one-partition topic (a caller waiting on each send): one
@@ -588,19 +594,34 @@ class Producer:
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
+    def _wait_finished(self, p: _Pending, timeout: float | None) -> bool:
+        """Wait until another thread finished writing ``p`` (a waiter registers before it checks, and the
+        writer checks for waiters after it marked ``p`` finished, so no wake-up is lost)."""
+        with self._finished_cond:
+            self._finish_waiters += 1
+            try:
+                return self._finished_cond.wait_for(lambda: p.finished, timeout)
+            finally:
+                self._finish_waiters -= 1
+
     def _wake(self) -> None:
         self._wakeup.set()
 
     def _run_sender(self) -> None:
         """The background drain (what makes fire-and-forget sends reach the log).
 
-        While records keep coming the thread polls every :data:`_SENDER_POLL_S` instead of being woken by
-        each send: waking a thread costs a caller that waits on each record about a quarter of its time. After
-        :data:`_SENDER_IDLE_POLLS` empty polls it blocks until a send wakes it."""
-        polls = 0
+        While records keep coming the thread polls instead of being woken by each send (waking a thread cost
+        a caller that waits on each record about a quarter of its time). The poll interval starts at
+        :data:`_SENDER_POLL_S` and doubles, up to :data:`_SENDER_POLL_MAX_S`, each time a poll finds nothing
+        queued (callers that wait on their records drain them themselves, and a thread that wakes up often
+        takes the GIL from them); after :data:`_SENDER_IDLE_S` without records it blocks until a send wakes
+        it."""
+        interval = _SENDER_POLL_S
+        idle = 0.0
         while not self._closed:
             if self._pending or self._callbacks:
-                polls = 0
+                interval = _SENDER_POLL_S
+                idle = 0.0
                 if self.linger_ms > 0:
                     self.log.clock.sleep(self.linger_ms / 1000.0)
                 else:
@@ -615,16 +636,18 @@ class Producer:
                     if self._pending:
                         time.sleep(_SENDER_POLL_S)
                 continue
-            if polls < _SENDER_IDLE_POLLS:
-                polls += 1
-                time.sleep(_SENDER_POLL_S)
+            if idle < _SENDER_IDLE_S:
+                time.sleep(interval)
+                idle += interval
+                interval = min(interval * 2, _SENDER_POLL_MAX_S)
                 continue
             self._sender_idle = True
             if not self._pending and not self._callbacks and not self._closed:  # re-checked: see send()
                 self._wakeup.wait()
             self._wakeup.clear()
             self._sender_idle = False
-            polls = 0
+            interval = _SENDER_POLL_S
+            idle = 0.0
 
     def _run_callbacks(self) -> None:
         if not self._callbacks:

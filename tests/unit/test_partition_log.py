@@ -438,6 +438,35 @@ def test_two_partition_objects_in_one_process_see_each_others_appends(log_dir: s
         assert [s.base_offset for s in pa.segments] == [s.base_offset for s in pb.segments]
 
 
+def test_a_segment_deleted_by_another_process_under_a_read_is_out_of_range_not_an_os_error(
+    log_dir: str,
+) -> None:
+    """Retention in another process deletes a segment this process listed but has not mapped yet (and has not
+    yet published the new layout): reads reload the layout and answer like Kafka (offset out of range), and
+    a consumer resets to the new log start."""
+    with pylog.open(log_dir) as a, pylog.open(log_dir) as b:
+        pa, model, _ = make(a, segment_bytes=1024)
+        for i in range(40):
+            append(pa, model, 1 + i % 3)
+        pb = b.topic("t").partition(0)
+        segments = pb.segments
+        assert len(segments) >= 3
+        for seg in segments:
+            seg.drop_map()  # not mapped here: opening the file is what fails once it is gone
+        first = segments[0]
+        os.rename(first.path, first.path + ".deleted")  # retention's first step, nothing published yet
+        with pytest.raises(OffsetOutOfRangeError):
+            pb.read_raw(0)
+        assert pb.log_start_offset == segments[1].base_offset
+        got = [
+            r.offset
+            for r in b.consumer(
+                "t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
+            )
+        ]
+        assert got == list(range(segments[1].base_offset, len(model)))
+
+
 # -- recovery checkpoint ------------------------------------------------------------------------------------
 
 

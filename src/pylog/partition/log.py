@@ -86,6 +86,9 @@ class RecoveryReport:
     problems: list[str] = field(default_factory=list)
 
 
+_STALE_LAYOUT_RETRIES = 3  # reloads of the layout when a segment file vanished under a read
+
+
 class HandleBudget:
     """Bounds how many partitions keep their files open (state map, lock and segment descriptors).
 
@@ -259,6 +262,17 @@ class PartitionLog:
         seg.scan(start, new_size, verify=False, index_interval=self.config.index_interval_bytes)
 
     def _load_layout(self, snap: Snapshot) -> None:
+        """Bring the segment list in line with the directory. Another process may delete a listed segment
+        (retention, compaction) before it is opened here: the directory is then listed again."""
+        for _ in range(_STALE_LAYOUT_RETRIES):
+            try:
+                self._load_layout_once(snap)
+                return
+            except FileNotFoundError:
+                continue
+        self._load_layout_once(snap)
+
+    def _load_layout_once(self, snap: Snapshot) -> None:
         names = fs.FS.listdir(self.directory)
         bases = sorted(
             p[0]
@@ -497,6 +511,24 @@ class PartitionLog:
     def read_raw(self, offset: int, max_bytes: int = 1 << 20) -> list[tuple[memoryview | bytes, int]]:
         """Like :meth:`read` but returns ``(buffer, position)`` pairs of undecoded batches."""
         _check_offset(offset)
+        for _ in range(_STALE_LAYOUT_RETRIES):
+            try:
+                return self._read_raw(offset, max_bytes)
+            except FileNotFoundError:
+                self._reload_layout()
+        return self._read_raw(offset, max_bytes)
+
+    def _reload_layout(self) -> None:
+        """A segment file vanished under a read: another process deleted it (retention, compaction) after
+        this one last loaded the layout, and may not have published the new layout yet. Reload it from the
+        directory; an offset no longer in the log then raises OffsetOutOfRangeError."""
+        with self._lock:
+            self._refresh()
+            snap = self._state.read()
+            if snap is not None:
+                self._load_layout(snap)
+
+    def _read_raw(self, offset: int, max_bytes: int) -> list[tuple[memoryview | bytes, int]]:
         with self._lock:
             self._refresh()
             start, end = self._segments[0].base_offset, self._segments[-1].next_offset
@@ -609,6 +641,14 @@ class PartitionLog:
 
     def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
         """The earliest (offset, timestamp) whose timestamp is >= ``timestamp``, or None."""
+        for _ in range(_STALE_LAYOUT_RETRIES):
+            try:
+                return self._offset_for_time(timestamp)
+            except FileNotFoundError:
+                self._reload_layout()
+        return self._offset_for_time(timestamp)
+
+    def _offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
         with self._lock:
             self._refresh()
             for seg in self._segments:

@@ -318,9 +318,12 @@ class Segment:
         self._index_tail_stale = False
 
     def write_index_entries(self) -> None:
+        """Write the entries not yet in the files: the time index first, so a process killed in between
+        leaves a time entry past the last offset entry (which fails the checks: rebuilt) rather than an
+        offset entry whose time entry is missing (which would pass them with a wrong largest timestamp)."""
         if self._index_tail_stale:
             self._trim_index_files()
-        for index, path in ((self.offset_index, self.index_path), (self.time_index, self.timeindex_path)):
+        for index, path in ((self.time_index, self.timeindex_path), (self.offset_index, self.index_path)):
             pending = index.pending_bytes()
             if not pending:
                 continue
