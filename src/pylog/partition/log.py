@@ -100,9 +100,13 @@ class HandleBudget:
         self.max_open = max_open
         self._lru: OrderedDict[int, PartitionLog] = OrderedDict()
         self._lock = threading.Lock()
+        self._last: PartitionLog | None = None
 
     def touch(self, plog: PartitionLog) -> None:
+        if self._last is plog:  # already the most recently used (the common case: one busy partition)
+            return
         with self._lock:
+            self._last = plog
             key = id(plog)
             if key in self._lru:
                 self._lru.move_to_end(key)
@@ -112,6 +116,8 @@ class HandleBudget:
             while len(self._lru) > self.max_open:
                 _, old = self._lru.popitem(last=False)
                 victims.append(old)
+                if old is self._last:
+                    self._last = None
         for old in victims:
             if not old.suspend():
                 with self._lock:
@@ -120,6 +126,8 @@ class HandleBudget:
     def forget(self, plog: PartitionLog) -> None:
         with self._lock:
             self._lru.pop(id(plog), None)
+            if plog is self._last:
+                self._last = None
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -219,8 +227,8 @@ class PartitionLog:
         self._state.publish(self._snapshot())
         self._seq_seen = self._state.seq
 
-    def _refresh(self) -> None:
-        """Bring the in-memory view up to what other processes (or threads) published."""
+    def _ready(self) -> None:
+        """Check the partition is open, reopen its shared state if it was suspended, and mark it used."""
         if self._closed:
             raise LogClosedError(f"partition {self.topic}-{self.partition} is closed")
         if self._suspended:
@@ -228,6 +236,10 @@ class PartitionLog:
             self._suspended = False
         if self._handles is not None:
             self._handles.touch(self)
+
+    def _refresh(self) -> None:
+        """Bring the in-memory view up to what other processes (or threads) published."""
+        self._ready()
         seq = self._state.seq
         if seq == self._seq_seen:
             return
@@ -347,7 +359,7 @@ class PartitionLog:
             view = memoryview(batch)
             buf, rest = bytearray(view[:HEADER_SIZE]), view[HEADER_SIZE:]
         with self._lock:
-            self._refresh()
+            self._ready()  # catching up with other writers is done under the file lock
             self._state.lock()
             try:
                 self._sync_for_write()
@@ -361,9 +373,11 @@ class PartitionLog:
         Catching up scans the new batch headers into the in-memory indexes. Index entries follow one
         deterministic rule from the batch sequence, so entries derived here equal the ones the other writer
         wrote to the index files, and writing them again is idempotent."""
-        if self._state.torn():
+        seq = self._state.seq
+        if seq & 1:  # torn: a writer died while publishing
             self._repair()
-        if self._state.seq != self._seq_seen:
+            seq = self._state.seq
+        if seq != self._seq_seen:
             snap = self._state.read()
             if snap is not None:
                 self._apply(snap)
