@@ -548,3 +548,37 @@ def test_recovery_from_the_point_ignores_index_entries_that_never_reached_the_di
         assert plog.verify() == []
     finally:
         log.close()
+
+
+def test_recovery_from_the_point_ignores_the_final_time_entry_of_a_roll_killed_after_sealing(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """A roll writes the old segment's final time entry (its largest timestamp) before the new segment exists;
+    a kill in between leaves that entry in the active segment's time index, where it does not belong."""
+    root = os.path.join(os.fspath(tmp_path), "log")
+    clock = pylog.ManualClock(T0)
+    b = Built(root, [], [], {}, clock)
+    with pylog.open(root, clock=clock) as log:
+        log.create_topic("t", segment_bytes=1 << 20, index_interval_bytes=512)
+        plog = log.topic("t").partition(0)
+        for _ in range(60):
+            append(b, plog, 2)
+        start = len(b.model)
+        late = [(b"late", b"x", T0 + 60_000)]  # the largest timestamp, after the last index entry
+        plog.append(encode_batch(0, [late[0][0]], [late[0][1]], [late[0][2]]))
+        b.model.extend(late)
+        b.bounds.append((start, start + 1))
+        plog.flush()
+        seg = plog.segments[-1]
+        seg.seal()  # what _roll does first; the process dies before creating the next segment
+        assert seg.time_index.last() == (T0 + 60_000, int(seg.offset_index.last()[0]))
+        with open(b.part(files.CHECKPOINT), "rb") as f:
+            durable_checkpoint = f.read()
+    crash(b, durable_checkpoint)
+    log, plog = reopen(b)
+    try:
+        assert log.recovery["t-0"].batches_validated < 60
+        assert_prefix(b, plog, len(b.model))
+        assert plog.verify() == []
+    finally:
+        log.close()

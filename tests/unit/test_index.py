@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
+import threading
 
 import numpy as np
 import pytest
@@ -307,3 +308,31 @@ def test_largest_timestamp_survives_a_reopen_when_an_unindexed_batch_raised_it(
             plog.roll()
             assert plog.apply_retention() == 0
             assert plog.log_start_offset == 0
+
+
+def test_flushes_racing_appends_keep_the_index_files_exact(log_dir: str) -> None:
+    """A thread that flushes (fsync outside the partition lock) while others append must not lose or
+    interleave index entries: the files stay equal to what a scan of the log derives."""
+    with pylog.open(log_dir) as log:
+        log.create_topic("t", index_interval_bytes=64, segment_bytes=1 << 20)
+        plog = log.topic("t").partition(0)
+        stop = threading.Event()
+
+        def flusher() -> None:
+            while not stop.is_set():
+                plog.flush()
+
+        threads = [threading.Thread(target=flusher) for _ in range(2)]
+        for t in threads:
+            t.start()
+        producer = log.producer(value_serializer=None)
+        try:
+            for i in range(3000):
+                producer.send("t", b"v%d" % i, timestamp_ms=1_700_000_000_000 + (i * 7919) % 100_000).get()
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        producer.close()
+        plog.flush()
+        assert log.verify() == {}

@@ -498,8 +498,10 @@ class PartitionLog:
             active = self._segments[-1]
             target = active.next_offset
             pending = [s for s in self._segments if s.unflushed] or [active]
+            for seg in pending:  # under the lock: appends add index entries (the fsyncs need not be)
+                seg.write_index_entries()
         for seg in pending:
-            seg.flush()
+            seg.flush(write_index=False)
         self._unflushed_records = 0
         self._first_unflushed_ms = -1.0
         if target > self.flushed_offset:

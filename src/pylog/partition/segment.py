@@ -324,6 +324,7 @@ class Segment:
         if self._index_tail_stale:
             self._trim_index_files()
         for index, path in ((self.time_index, self.timeindex_path), (self.offset_index, self.index_path)):
+            n = len(index)
             pending = index.pending_bytes()
             if not pending:
                 continue
@@ -332,7 +333,7 @@ class Segment:
                 fs.FS.pwrite(fd, pending, index.written * index.dtype.itemsize)
             finally:
                 fs.FS.close(fd)
-            index.written = len(index)
+            index.written = n
 
     def seal(self) -> None:
         """On roll: add the final time-index entry (the segment's largest timestamp) and write the indexes."""
@@ -347,11 +348,14 @@ class Segment:
             self.time_index.append(self.max_timestamp, rel[0] if rel else 0)
             self._index_changes += 1
 
-    def flush(self) -> None:
+    def flush(self, *, write_index: bool = True) -> None:
         """fsync the log, and both indexes when they gained entries since their last fsync (a failed fsync
-        raises; nothing is marked flushed). Covers every append made before it was called."""
+        raises; nothing is marked flushed). Covers every append made before it was called. A caller that
+        fsyncs outside the partition lock writes the pending index entries itself under the lock first
+        (``write_index=False``): entries are added by appends, and must not be written concurrently."""
         appends, index_changes = self._appends, self._index_changes
-        self.write_index_entries()
+        if write_index:
+            self.write_index_entries()
         fd = self.open_fd()
         fs.FS.fsync(fd)
         if index_changes != self._index_synced:
@@ -489,6 +493,12 @@ class Segment:
         except CorruptRecordError:
             return None  # missing: rebuilt by the full scan
         oe, te = durable_prefix(oraw, traw, size, point - self.base_offset - 1)  # batches below the point
+        if len(oe) * OFFSET_ENTRY.itemsize == len(oraw):
+            # Never start at the file's last offset entry: a roll killed after sealing this segment (and before
+            # the next one existed) left the seal's final time entry at that entry's offset, with the largest
+            # timestamp of the whole segment. Entries before the last one are never followed by it.
+            oe = oe[:-1]
+            te = te[te["rel"] <= (int(oe["rel"][-1]) if len(oe) else -1)]
         if not len(oe) or not len(te):
             return None
         rel, start = int(oe["rel"][-1]), int(oe["pos"][-1])
