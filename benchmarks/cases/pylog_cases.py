@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -182,22 +183,31 @@ def pylog_read_arrow(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     ),
 )
 def pylog_durable_8_producers(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    def send_all(producer: Any, chunk: list[tuple[bytes, bytes]]) -> None:
+        send = producer.send
+        for k, v in chunk:
+            send(TOPIC, value=v, key=k).get(timeout=30)
+
+    n, seconds, _ = _durable_8_producers(records, seed, workdir, send_all)
+    return result(n, seconds, threads=8)
+
+
+def _durable_8_producers(
+    records: int, seed: int, workdir: Path, send_all: Callable[[Any, list[tuple[bytes, bytes]]], None]
+) -> tuple[int, float, int]:
+    """8 threads, each its own acks="all" producer running ``send_all(producer, its records)`` on one
+    partition: (records, seconds until the last thread finished, the partition's recovery point)."""
     n = scaled(records, _DURABLE_CAP) // 8 * 8
     keys, values = byte_lists(n, seed)
     chunks = [list(zip(keys[i::8], values[i::8], strict=True)) for i in range(8)]
     with _open(workdir) as log:
         log.create_topic(TOPIC, partitions=1)
         producers = {id(c): log.producer(acks="all", value_serializer=None) for c in chunks}
-
-        def send_all(chunk: list[tuple[bytes, bytes]]) -> None:
-            send = producers[id(chunk)].send
-            for k, v in chunk:
-                send(TOPIC, value=v, key=k).get(timeout=30)
-
-        seconds = run_threads(send_all, chunks)
+        seconds = run_threads(lambda chunk: send_all(producers[id(chunk)], chunk), chunks)
+        durable = log.topic(TOPIC).partition(0).recovery_point
         for producer in producers.values():
             producer.close()
-    return result(n, seconds, threads=8)
+    return n, seconds, durable
 
 
 @case(
@@ -216,25 +226,14 @@ def pylog_durable_8_producers(records: int, seed: int, workdir: Path) -> dict[st
     ),
 )
 def pylog_durable_8_producers_pipelined(records: int, seed: int, workdir: Path) -> dict[str, Any]:
-    n = scaled(records, _DURABLE_CAP) // 8 * 8
-    keys, values = byte_lists(n, seed)
-    chunks = [list(zip(keys[i::8], values[i::8], strict=True)) for i in range(8)]
-    with _open(workdir) as log:
-        log.create_topic(TOPIC, partitions=1)
-        producers = {id(c): log.producer(acks="all", value_serializer=None) for c in chunks}
+    def send_all(producer: Any, chunk: list[tuple[bytes, bytes]]) -> None:
+        send = producer.send
+        futures = [send(TOPIC, value=v, key=k) for k, v in chunk]
+        producer.flush()
+        if not all(f.succeeded() for f in futures):
+            raise RuntimeError("a record was not acknowledged")
 
-        def send_all(chunk: list[tuple[bytes, bytes]]) -> None:
-            producer = producers[id(chunk)]
-            send = producer.send
-            futures = [send(TOPIC, value=v, key=k) for k, v in chunk]
-            producer.flush()
-            if not all(f.succeeded() for f in futures):
-                raise RuntimeError("a record was not acknowledged")
-
-        seconds = run_threads(send_all, chunks)
-        durable = log.topic(TOPIC).partition(0).recovery_point
-        for producer in producers.values():
-            producer.close()
+    n, seconds, durable = _durable_8_producers(records, seed, workdir, send_all)
     if durable < n:
         raise RuntimeError(f"recovery point {durable} < {n} acknowledged records")
     return result(n, seconds, threads=8)

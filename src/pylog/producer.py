@@ -43,7 +43,14 @@ from pylog.errors import (
     UnknownPartitionError,
 )
 from pylog.partitioner import StickyPartitioner, partitions_for_keys
-from pylog.record import HEADER_SIZE, LAYOUT_SIZE, encode_batch, encode_columns, encode_headers
+from pylog.record import (
+    HEADER_SIZE,
+    LAYOUT_SIZE,
+    encode_batch,
+    encode_columns,
+    encode_headers,
+    item_lengths,
+)
 from pylog.structs import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -702,9 +709,9 @@ class _Columns:
     def __init__(self, p: _Pending) -> None:
         self.keys, self.values = p.keys, p.values
         self.headers = p.headers if not p.plain and any(p.headers) else None
-        self.key_lens, self.key_nulls = _lengths(self.keys)
-        self.value_lens, self.value_nulls = _lengths(self.values)
-        self.header_lens = None if self.headers is None else _lengths(self.headers)[0]
+        self.key_lens, self.key_nulls = item_lengths(self.keys)
+        self.value_lens, self.value_nulls = item_lengths(self.values)
+        self.header_lens = None if self.headers is None else item_lengths(self.headers)[0]
         sizes = np.maximum(self.key_lens, 0)
         sizes += np.maximum(self.value_lens, 0)
         sizes += _PER_RECORD
@@ -745,15 +752,6 @@ class _Columns:
             compression=compression,
             **fields,
         )
-
-
-def _lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int64], bool]:
-    """Lengths (-1 for None) and whether any item is None."""
-    try:
-        return np.fromiter(map(len, items), dtype=np.int64, count=len(items)), False  # type: ignore[arg-type]
-    except TypeError:
-        pass
-    return np.fromiter((-1 if x is None else len(x) for x in items), dtype=np.int64, count=len(items)), True
 
 
 def _record_options(
@@ -898,7 +896,7 @@ class _Column:
                     raise SerializationError(
                         f"{what} must be bytes or None in send_batch, got {type(x).__name__}"
                     )
-            return cls(_lengths(col)[0], None, "list", list(col), n=len(col), width=None)
+            return cls(item_lengths(col)[0], None, "list", list(col), n=len(col), width=None)
         raise InvalidRecordError(
             f"{what} must be a list of bytes, a 2-D uint8 array or a pyarrow binary array"
         )

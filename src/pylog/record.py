@@ -81,6 +81,7 @@ __all__ = [
     "decode_lists",
     "encode_batch",
     "encode_headers",
+    "item_lengths",
 ]
 
 MAGIC: Final = 1
@@ -247,7 +248,7 @@ def decode_headers(raw: bytes) -> list[tuple[str, bytes]]:
         raise CorruptRecordError(f"undecodable record headers: {exc}") from exc
 
 
-def _lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int64], bool]:
+def item_lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int64], bool]:
     """Lengths (-1 for None) and whether any item is None."""
     try:
         return np.fromiter(map(len, items), dtype=np.int64, count=len(items)), False  # type: ignore[arg-type]
@@ -293,9 +294,9 @@ def encode_batch(
             transactional,
             control,
         )
-    key_lens, key_nulls = _lengths(keys)
-    value_lens, value_nulls = _lengths(values)
-    header_lens = None if headers is None or not any(headers) else _lengths(headers)[0]
+    key_lens, key_nulls = item_lengths(keys)
+    value_lens, value_nulls = item_lengths(values)
+    header_lens = None if headers is None or not any(headers) else item_lengths(headers)[0]
     return encode_columns(
         base_offset,
         key_lens,

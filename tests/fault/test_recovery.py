@@ -20,7 +20,7 @@ import pytest
 import pylog
 from pylog.errors import CorruptRecordError
 from pylog.partition import files
-from pylog.partition.log import PartitionLog
+from pylog.partition.log import PartitionLog, RecoveryReport
 from pylog.record import HEADER_SIZE, decode_header, encode_batch
 
 T0 = 1_700_000_000_000
@@ -479,6 +479,20 @@ def test_random_bit_flips_below_the_recovery_point_are_always_detected(tmp_path:
 # -- recovery time follows the unflushed tail ----------------------------------------------------------------
 
 
+def reopen_from_the_point(b: Built, end: int, *, validated_below: int) -> RecoveryReport:
+    """Reopen after the crash: recovery validated fewer than ``validated_below`` batches, the partition holds
+    the model's records [0, end) and ``verify()`` is clean. Returns the recovery report."""
+    log, plog = reopen(b)
+    try:
+        report = log.recovery["t-0"]
+        assert report.batches_validated < validated_below
+        assert_prefix(b, plog, end)
+        assert plog.verify() == []
+        return report
+    finally:
+        log.close()
+
+
 @pytest.mark.parametrize("tail", [0, 1, 5])
 def test_recovery_validates_only_from_the_recovery_point(tmp_path: os.PathLike[str], tail: int) -> None:
     """A large active segment whose head was fsynced: an unclean open validates only the batches from the
@@ -520,14 +534,8 @@ def test_recovery_from_the_point_still_truncates_a_torn_tail(tmp_path: os.PathLi
     path, pos, length = b.positions[b.bounds[-1][0]]
     with open(path, "r+b") as f:
         f.truncate(pos + length // 2)
-    log, plog = reopen(b)
-    try:
-        report = log.recovery["t-0"]
-        assert report.batches_validated < 10 and report.bytes_truncated == length // 2
-        assert_prefix(b, plog, b.bounds[-1][0])
-        assert plog.verify() == []
-    finally:
-        log.close()
+    report = reopen_from_the_point(b, b.bounds[-1][0], validated_below=10)
+    assert report.bytes_truncated == length // 2
 
 
 def test_recovery_from_the_point_ignores_index_entries_that_never_reached_the_disk(
@@ -541,13 +549,7 @@ def test_recovery_from_the_point_ignores_index_entries_that_never_reached_the_di
         path = f"{active}.{name}"
         with open(path, "ab") as f:
             f.write(junk)
-    log, plog = reopen(b)
-    try:
-        assert log.recovery["t-0"].batches_validated < 10
-        assert_prefix(b, plog, len(b.model))
-        assert plog.verify() == []
-    finally:
-        log.close()
+    reopen_from_the_point(b, len(b.model), validated_below=10)
 
 
 def test_recovery_from_the_point_ignores_the_final_time_entry_of_a_roll_killed_after_sealing(
@@ -575,10 +577,4 @@ def test_recovery_from_the_point_ignores_the_final_time_entry_of_a_roll_killed_a
         with open(b.part(files.CHECKPOINT), "rb") as f:
             durable_checkpoint = f.read()
     crash(b, durable_checkpoint)
-    log, plog = reopen(b)
-    try:
-        assert log.recovery["t-0"].batches_validated < 60
-        assert_prefix(b, plog, len(b.model))
-        assert plog.verify() == []
-    finally:
-        log.close()
+    reopen_from_the_point(b, len(b.model), validated_below=60)

@@ -22,8 +22,9 @@ import os
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -87,6 +88,7 @@ class RecoveryReport:
 
 
 _STALE_LAYOUT_RETRIES = 3  # reloads of the layout when a segment file vanished under a read
+_T = TypeVar("_T")
 
 
 class HandleBudget:
@@ -527,22 +529,23 @@ class PartitionLog:
     def read_raw(self, offset: int, max_bytes: int = 1 << 20) -> list[tuple[memoryview | bytes, int]]:
         """Like :meth:`read` but returns ``(buffer, position)`` pairs of undecoded batches."""
         _check_offset(offset)
+        return self._reloading(lambda: self._read_raw(offset, max_bytes))
+
+    def _reloading(self, read: Callable[[], _T]) -> _T:
+        """Run ``read``; when a segment file vanished under it (another process deleted it, by retention or
+        compaction, after this one last loaded the layout, and may not have published the new layout yet),
+        reload the layout from the directory and run it again. An offset no longer in the log then raises
+        OffsetOutOfRangeError."""
         for _ in range(_STALE_LAYOUT_RETRIES):
             try:
-                return self._read_raw(offset, max_bytes)
+                return read()
             except FileNotFoundError:
-                self._reload_layout()
-        return self._read_raw(offset, max_bytes)
-
-    def _reload_layout(self) -> None:
-        """A segment file vanished under a read: another process deleted it (retention, compaction) after
-        this one last loaded the layout, and may not have published the new layout yet. Reload it from the
-        directory; an offset no longer in the log then raises OffsetOutOfRangeError."""
-        with self._lock:
-            self._refresh()
-            snap = self._state.read()
-            if snap is not None:
-                self._load_layout(snap)
+                with self._lock:
+                    self._refresh()
+                    snap = self._state.read()
+                    if snap is not None:
+                        self._load_layout(snap)
+        return read()
 
     def _read_raw(self, offset: int, max_bytes: int) -> list[tuple[memoryview | bytes, int]]:
         with self._lock:
@@ -657,12 +660,7 @@ class PartitionLog:
 
     def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
         """The earliest (offset, timestamp) whose timestamp is >= ``timestamp``, or None."""
-        for _ in range(_STALE_LAYOUT_RETRIES):
-            try:
-                return self._offset_for_time(timestamp)
-            except FileNotFoundError:
-                self._reload_layout()
-        return self._offset_for_time(timestamp)
+        return self._reloading(lambda: self._offset_for_time(timestamp))
 
     def _offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
         with self._lock:

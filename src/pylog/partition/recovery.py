@@ -98,10 +98,13 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
                 continue
             seg = Segment(directory, base, cache, dense=dense)
             seg.size = seg.file_size()
-        result = seg.load_from_point(seg.size, point, interval) if next_base is None else None
+        result = None
+        if next_base is None:
+            result = seg.load_from_point(seg.size, point, interval)
+            if result is None:  # it may have loaded part of the indexes: validate a fresh segment
+                seg = Segment(directory, base, cache, dense=dense)
+                seg.size = seg.file_size()
         if result is None:
-            seg = Segment(directory, base, cache, dense=dense)
-            seg.size = seg.file_size()
             result = seg.scan(0, seg.size, verify=True, index_interval=interval)
         report.segments_validated += 1
         report.batches_validated += result.batches

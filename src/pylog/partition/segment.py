@@ -465,13 +465,20 @@ class Segment:
         except CorruptRecordError:
             return None  # the caller revalidates the segment
         last = self.offset_index.last()
-        start = last[1] if last else 0
-        self.next_offset = self.base_offset + (last[0] if last else 0)
+        return self._scan_from_entry(last or (0, 0), size, index_interval, verify=False)
+
+    def _scan_from_entry(
+        self, entry: tuple[int, int], size: int, index_interval: int, *, verify: bool
+    ) -> ScanResult:
+        """Scan from the indexed batch ``entry`` (relative offset, position) to ``size`` on top of the loaded
+        indexes and largest timestamp: the batches before it are trusted."""
+        rel, start = entry
+        self.next_offset = self.base_offset + rel
         self.last_indexed_position = start
         return self.scan(
             start,
             size,
-            verify=False,
+            verify=verify,
             index_interval=index_interval,
             after_offset=self.next_offset,
             fresh=False,
@@ -514,16 +521,7 @@ class Segment:
         self.offset_index = SparseIndex(OFFSET_ENTRY, oe)
         self.time_index = SparseIndex(TIME_ENTRY, te)
         self.max_timestamp = int(te["ts"][-1])
-        self.next_offset = self.base_offset + rel
-        self.last_indexed_position = start
-        return self.scan(
-            start,
-            size,
-            verify=True,
-            index_interval=index_interval,
-            after_offset=self.next_offset,
-            fresh=False,
-        )
+        return self._scan_from_entry((rel, start), size, index_interval, verify=True)
 
     def rewrite_indexes(self) -> None:
         """Replace both index files with the in-memory entries (two-phase: temp, fsync, rename, fsync dir)."""
