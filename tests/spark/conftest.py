@@ -17,7 +17,9 @@ pyspark = pytest.importorskip("pyspark")
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
-    session = (
+    from pylog.spark import jvm
+
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("pylog-tests")
         .config("spark.ui.enabled", "false")
@@ -25,8 +27,8 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.python.filterPushdown.enabled", "true")
-        .getOrCreate()
     )
+    session = jvm.configure(builder).getOrCreate()  # pylog's JVM reader installed (tests choose the path)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import pickle
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,10 +33,28 @@ StreamOffset = dict[str, dict[str, int]]
 
 @dataclass(frozen=True)
 class RangePartition(InputPartition):
-    """One Spark partition: offset ranges of one or more topic partitions."""
+    """One Spark partition: offset ranges of one or more topic partitions.
+
+    It pickles as ``_restore(plan, state)``: ``plan`` is JSON that pylog's JVM reader
+    (:mod:`pylog.spark.jvm`) reads without a Python interpreter, ``{"path": str, "failOnDataLoss": bool,
+    "ranges": [[topic, partition, start, end], ...]}``; ``state`` is the pickled partition itself."""
 
     ranges: tuple[OffsetRange, ...]
     spec: ReadSpec
+
+    def __reduce__(self) -> tuple[Any, tuple[str, bytes]]:
+        plan = {
+            "path": self.spec.path,
+            "failOnDataLoss": self.spec.fail_on_data_loss,
+            "ranges": [[r.topic, r.partition, r.start, r.end] for r in self.ranges],
+        }
+        return _restore, (json.dumps(plan), pickle.dumps((self.ranges, self.spec)))
+
+
+def _restore(plan: str, state: bytes) -> RangePartition:
+    """Unpickles a :class:`RangePartition` (``plan`` is for the JVM reader)."""
+    ranges, spec = pickle.loads(state)
+    return RangePartition(ranges, spec)
 
 
 def _partitions(

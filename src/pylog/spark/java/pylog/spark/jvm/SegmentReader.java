@@ -1,0 +1,277 @@
+package pylog.spark.jvm;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.NoSuchFileException;
+import java.util.Iterator;
+import java.util.List;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * Reads the offset ranges of a {@link NativePartition} from the mapped segment files into Spark column
+ * vectors, {@value #ROWS} rows at a time, building only the columns of the (pruned) schema.
+ *
+ * <p>Same semantics as {@code pylog.spark.batches}: each range is checked against the partition's current
+ * log start and end (data loss fails the task, or is skipped with {@code failOnDataLoss=false}); a segment
+ * deleted by retention after planning is data loss too; every batch read is CRC-checked, and a corrupt one
+ * names the file and position. Not thread-safe: one reader per task, as Spark uses it.
+ */
+final class SegmentReader implements PartitionReader<ColumnarBatch> {
+  static final int ROWS = 4096;
+
+  private enum Role {
+    KEY,
+    VALUE,
+    TOPIC,
+    PARTITION,
+    OFFSET,
+    TIMESTAMP,
+    TIMESTAMP_TYPE
+  }
+
+  private final NativePartition partition;
+  private final Role[] roles;
+  private final WritableColumnVector[] vectors;
+  private final ColumnarBatch batch;
+  private final BatchDecoder.Decoded decoded = new BatchDecoder.Decoded();
+
+  private int rangeIndex = -1;
+  private NativePartition.Range range;
+  private byte[] topicBytes;
+  private long start;
+  private long end;
+  private Iterator<PartitionFiles.Segment> segments;
+  private PartitionFiles.Segment segment;
+  private ByteBuffer buf;
+  private int pos;
+  private int cursor;
+  private int hi;
+
+  SegmentReader(NativePartition partition, StructType schema) {
+    this.partition = partition;
+    StructField[] fields = schema.fields();
+    this.roles = new Role[fields.length];
+    for (int i = 0; i < fields.length; i++) {
+      roles[i] = role(fields[i].name());
+    }
+    this.vectors = OnHeapColumnVector.allocateColumns(ROWS, schema);
+    this.batch = new ColumnarBatch(vectors);
+  }
+
+  private static Role role(String name) {
+    switch (name) {
+      case "key":
+        return Role.KEY;
+      case "value":
+        return Role.VALUE;
+      case "topic":
+        return Role.TOPIC;
+      case "partition":
+        return Role.PARTITION;
+      case "offset":
+        return Role.OFFSET;
+      case "timestamp":
+        return Role.TIMESTAMP;
+      case "timestampType":
+        return Role.TIMESTAMP_TYPE;
+      default:
+        throw new PylogReadException("column " + name + " is not a Kafka column");
+    }
+  }
+
+  @Override
+  public boolean next() throws IOException {
+    for (WritableColumnVector v : vectors) {
+      v.reset();
+    }
+    int rows = 0;
+    while (rows < ROWS) {
+      if (cursor < hi) {
+        int take = Math.min(ROWS - rows, hi - cursor);
+        fill(rows, take);
+        rows += take;
+        cursor += take;
+      } else if (!nextBatch()) {
+        break;
+      }
+    }
+    batch.setNumRows(rows);
+    return rows > 0;
+  }
+
+  @Override
+  public ColumnarBatch get() {
+    return batch;
+  }
+
+  @Override
+  public void close() {
+    batch.close();
+  }
+
+  private void fill(int row, int n) {
+    BatchDecoder.Decoded d = decoded;
+    int c = cursor;
+    for (int j = 0; j < roles.length; j++) {
+      WritableColumnVector v = vectors[j];
+      switch (roles[j]) {
+        case KEY:
+          binary(v, row, n, d.keyPos, d.keyLen, c, d.data);
+          break;
+        case VALUE:
+          binary(v, row, n, d.valuePos, d.valueLen, c, d.data);
+          break;
+        case TOPIC:
+          for (int i = 0; i < n; i++) {
+            v.putByteArray(row + i, topicBytes, 0, topicBytes.length);
+          }
+          break;
+        case PARTITION:
+          v.putInts(row, n, range.partition);
+          break;
+        case OFFSET:
+          v.putLongs(row, n, d.offsets, c);
+          break;
+        case TIMESTAMP:
+          for (int i = 0; i < n; i++) {
+            v.putLong(row + i, d.timestamps[c + i] * 1000L);
+          }
+          break;
+        case TIMESTAMP_TYPE:
+          v.putInts(row, n, d.timestampType());
+          break;
+        default:
+          throw new IllegalStateException();
+      }
+    }
+  }
+
+  private static void binary(
+      WritableColumnVector v, int row, int n, int[] pos, int[] len, int c, ByteBuffer data) {
+    for (int i = 0; i < n; i++) {
+      int l = len[c + i];
+      if (l < 0) {
+        v.putNull(row + i);
+      } else {
+        v.putByteArray(row + i, data, pos[c + i], l);
+      }
+    }
+  }
+
+  /** Decode the next batch holding records of the current range; false when every range is read. */
+  private boolean nextBatch() throws IOException {
+    while (true) {
+      if (buf != null && pos < segment.size) {
+        BatchDecoder.Header h = BatchDecoder.header(buf, pos, (int) segment.size);
+        if (h.baseOffset >= end) {
+          buf = null;
+          segments = null; // later segments hold higher offsets still
+          continue;
+        }
+        int at = pos;
+        pos += h.batchLength;
+        if (h.lastOffset() < start) {
+          continue;
+        }
+        decodeChecked(at);
+        int n = decoded.count;
+        long[] offs = decoded.offsets;
+        cursor = offs[0] >= start ? 0 : search(offs, n, start);
+        hi = offs[n - 1] < end ? n : search(offs, n, end);
+        if (cursor < hi) {
+          return true;
+        }
+        continue;
+      }
+      buf = null;
+      if (segments != null && segments.hasNext()) {
+        openSegment(segments.next());
+        continue;
+      }
+      if (++rangeIndex >= partition.ranges.length) {
+        return false;
+      }
+      openRange(partition.ranges[rangeIndex]);
+    }
+  }
+
+  private void decodeChecked(int at) {
+    try {
+      BatchDecoder.decode(buf, at, (int) segment.size, decoded);
+    } catch (PylogReadException e) {
+      String where = "";
+      try {
+        where = " (batch base offset " + BatchDecoder.header(buf, at, (int) segment.size).baseOffset + ")";
+      } catch (PylogReadException ignored) {
+        // the header itself is bad: the message says so
+      }
+      throw new PylogReadException(
+          "corrupt batch in " + segment.path + " at position " + at + where + ": " + e.getMessage(), e);
+    }
+  }
+
+  /** First index in {@code offs[0, n)} whose offset is {@code >= target}. */
+  private static int search(long[] offs, int n, long target) {
+    int lo = 0;
+    int hi = n;
+    while (lo < hi) {
+      int mid = (lo + hi) >>> 1;
+      if (offs[mid] < target) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+
+  private void openRange(NativePartition.Range r) throws IOException {
+    range = r;
+    topicBytes = r.topic.getBytes(StandardCharsets.UTF_8);
+    PartitionFiles view = new PartitionFiles(partition.path, r.topic, r.partition);
+    start = r.start;
+    end = r.end;
+    if (view.logStart() > start) {
+      if (partition.failOnDataLoss) {
+        throw lost(r, "offsets " + start + ".." + (view.logStart() - 1)
+            + " were deleted (log now starts at " + view.logStart() + ")");
+      }
+      start = Math.min(view.logStart(), end);
+    }
+    if (view.logEnd() < end) {
+      if (partition.failOnDataLoss) {
+        throw lost(r, "the log was truncated to end at " + view.logEnd());
+      }
+      end = Math.max(view.logEnd(), start);
+    }
+    List<PartitionFiles.Segment> segs = view.segmentsFor(start, end);
+    segments = segs.iterator();
+  }
+
+  private void openSegment(PartitionFiles.Segment seg) throws IOException {
+    segment = seg;
+    try {
+      buf = PartitionFiles.map(seg.path, seg.size);
+    } catch (NoSuchFileException e) {
+      if (partition.failOnDataLoss) {
+        throw lost(range, "segment " + seg.path + " was deleted while the query ran");
+      }
+      buf = null;
+      return;
+    }
+    pos = seg.base < start ? PartitionFiles.positionFor(seg, buf, start) : 0;
+  }
+
+  private static PylogReadException lost(NativePartition.Range r, String what) {
+    return new PylogReadException(
+        "data loss reading " + r.describe() + ": " + what
+            + ". Set failOnDataLoss=false to skip records that are gone.");
+  }
+}

@@ -1,0 +1,143 @@
+"""pylog's JVM reader (:mod:`pylog.spark.jvm`): which reads it takes, column pruning, compressed batches,
+data loss after planning, and equivalence with pylog's own consumer over random logs."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from collections import Counter
+from typing import Any
+
+import pytest
+from spark_helpers import BASE_TS, expected, make_log, rows, strip_headers
+
+import pylog
+from pylog.spark import jvm
+
+pytestmark = pytest.mark.spark
+
+
+def read(spark: Any, path: str, **options: Any) -> Any:
+    reader = spark.read.format("pylog")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load(path)
+
+
+def plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+@pytest.fixture(scope="module")
+def small_log(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = str(tmp_path_factory.mktemp("jvm-read") / "log")
+    make_log(path, seed=11)
+    return path
+
+
+def test_takes_batch_reads_of_kafka_columns_and_prunes_them(spark: Any, small_log: str) -> None:
+    df = read(spark, small_log, subscribe="a,b")
+    assert "JVM reader" in plan(df)
+    narrow = df.select("offset", "partition")
+    assert re.search(r"BatchScan pylog\[partition#\d+, offset#\d+L\] \(JVM reader\)", plan(narrow))
+    want = sorted((r[4], r[3]) for r in expected(small_log))
+    assert sorted(tuple(r) for r in narrow.collect()) == want
+    assert df.count() == len(want)  # no column at all: only row counts cross into Spark
+
+
+def test_leaves_other_reads_on_the_python_path(spark: Any, small_log: str) -> None:
+    with_headers = read(spark, small_log, subscribe="a,b", includeHeaders="true")
+    assert "JVM reader" not in plan(with_headers)
+    assert rows(with_headers) == expected(small_log)
+    try:
+        spark.conf.set(jvm.ENABLED, "false")
+        assert "JVM reader" not in plan(read(spark, small_log, subscribe="a"))
+    finally:
+        spark.conf.set(jvm.ENABLED, "true")
+
+
+@pytest.mark.parametrize("compression", ["gzip", "lz4", "zstd"])
+def test_compressed_batches(spark: Any, tmp_path: Any, compression: str) -> None:
+    path = str(tmp_path / "log")
+    rng = random.Random(compression)
+    with pylog.open(path, segment_bytes=4096) as log:
+        log.create_topic("c", partitions=2)
+        producer = log.producer(value_serializer=None, compression_type=compression, batch_size=2000)
+        for i in range(500):
+            key = None if i % 7 == 0 else rng.randbytes(rng.randint(0, 9))
+            value = None if key is not None and i % 11 == 0 else bytes(rng.randint(0, 60))  # compressible
+            producer.send("c", value, key=key, timestamp_ms=BASE_TS + i)
+        producer.close()
+    df = read(spark, path, subscribe="c")
+    assert "JVM reader" in plan(df)
+    assert rows(df) == strip_headers(expected(path, ("c",)))
+
+
+def test_data_loss_after_planning(spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    make_log(path, seed=5, records=500)
+    strict = read(spark, path, subscribe="b")
+    lenient = read(spark, path, subscribe="b", failOnDataLoss="false")
+    before = strict.collect()  # plans both offset ranges now; the DataFrame keeps its plan
+    assert len(lenient.collect()) == len(before)
+    with pylog.open(path) as log:
+        log.alter_topic("b", retention_bytes=3000, retention_ms=-1)
+        assert log.topic("b").apply_retention() > 0
+        start = log.topic("b").partition(0).log_start_offset
+    with pytest.raises(Exception, match=r"data loss reading b-0 offsets \[0, \d+\): offsets 0\.\."):
+        strict.collect()
+    assert sorted(r.offset for r in lenient.collect()) == [r.offset for r in before if r.offset >= start]
+
+
+def test_corrupt_value_byte_names_file_and_position(spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    make_log(path, seed=9, records=200)
+    part = os.path.join(path, "a-1")
+    name = min(
+        n for n in os.listdir(part) if n.endswith(".log") and os.path.getsize(os.path.join(part, n)) > 100
+    )
+    seg = os.path.join(part, name)
+    with open(seg, "r+b") as f:
+        f.seek(80)  # inside the first batch's payload
+        byte = f.read(1)
+        f.seek(80)
+        f.write(bytes([byte[0] ^ 0x01]))
+    with pytest.raises(Exception, match=rf"corrupt batch in .*a-1/{name} at position 0 .*CRC mismatch"):
+        read(spark, path, subscribe="a").select("offset").collect()
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_equals_pylog_consumer_over_random_logs_and_plans(spark: Any, tmp_path: Any, seed: int) -> None:
+    rng = random.Random(seed)
+    path = str(tmp_path / "log")
+    make_log(path, seed=seed, records=rng.randint(200, 700))
+    if rng.random() < 0.7:  # retention: partitions start past offset 0
+        with pylog.open(path) as log:
+            log.alter_topic("a", retention_bytes=rng.choice([3000, 6000]), retention_ms=-1)
+            log.topic("a").apply_retention()
+    want = strip_headers(expected(path))
+    options: dict[str, Any] = {"subscribe": "a,b", "minPartitions": rng.choice([1, 3, 8])}
+    df = read(spark, path, **options)
+    assert "JVM reader" in plan(df)
+    assert rows(df) == want
+    lo = rng.randint(0, 20)
+    got = rows(read(spark, path, subscribe="a,b", startingOffsets=f'{{"a": {{"0": {lo}, "1": -2}}}}'))
+    assert got == [r for r in want if not (r[2] == "a" and r[3] == 0 and r[4] < lo)]
+    cols = rng.sample(["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"], 3)
+    narrow = read(spark, path, subscribe="a,b").selectExpr(
+        *("unix_millis(timestamp) AS timestamp" if c == "timestamp" else c for c in cols)
+    )
+    index = {
+        "key": 0,
+        "value": 1,
+        "topic": 2,
+        "partition": 3,
+        "offset": 4,
+        "timestamp": 5,
+        "timestampType": 6,
+    }
+    got_narrow = Counter(
+        tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in narrow.collect()
+    )
+    assert got_narrow == Counter(tuple(r[index[c]] for c in cols) for r in want)
