@@ -11,6 +11,10 @@ read again (``spark.read...`` included). Two queries:
   Python data source no column pruning, so ``spark_pylog_count_offset`` names the one column it needs with
   the ``columns`` option, and ``spark_pylog_count_offset_all_columns`` shows the same query without it.
 
+The ``spark_pylog_jvm_*`` cases run the same queries with pylog's JVM reader installed
+(:mod:`pylog.spark.jvm`): planned by the Python data source, read into Spark's column vectors by the executor
+JVM, with Spark's own column pruning (no ``columns`` option needed).
+
 ``spark_pylog_plan_1000_partitions`` reads a topic of 1,000 small partitions: the time to plan the read
 (``load`` and ``rdd.getNumPartitions()``) and to count it.
 """
@@ -43,12 +47,12 @@ _REPEATS = 3
 
 
 @contextmanager
-def _session(workdir: Path) -> Iterator[Any]:
+def _session(workdir: Path, jvm: bool = False) -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{_PARTS}]")
         .appName("pylog-benchmarks")
         .config("spark.ui.enabled", "false")
@@ -56,8 +60,12 @@ def _session(workdir: Path) -> Iterator[Any]:
         .config("spark.driver.memory", "4g")
         .config("spark.sql.warehouse.dir", str(workdir / "warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={workdir}")
-        .getOrCreate()
     )
+    if jvm:
+        from pylog.spark import jvm as pylog_jvm
+
+        builder = pylog_jvm.configure(builder)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
         yield spark
@@ -101,12 +109,12 @@ def _timed(spark: Any, records: int, load: Callable[[Any], Any], query: Query) -
 
 
 def _measure(
-    records: int, workdir: Path, load: Callable[[Any], Any], query: Query = _count_sum
+    records: int, workdir: Path, load: Callable[[Any], Any], query: Query = _count_sum, jvm: bool = False
 ) -> dict[str, Any]:
     if importlib.util.find_spec("pyspark") is None:
         return skipped("pyspark is not installed (pip install 'pylog[spark]')")
     settle([workdir])
-    with _session(workdir) as spark:
+    with _session(workdir, jvm) as spark:
         warmup, timings = _timed(spark, records, load, query)
         version = spark.version
     return result(
@@ -212,13 +220,28 @@ def spark_json_count_sum(records: int, seed: int, workdir: Path) -> dict[str, An
     group="spark",
     kind="pylog",
     fsync=_FSYNC,
-    description='`spark.read.format("pylog")` of a 2-partition topic: the same query',
-    compare=(Compare("spark_parquet_count_sum"), Compare("spark_json_count_sum")),
+    description='`spark.read.format("pylog")` of a 2-partition topic, Python data source only: the same query',
+    compare=(Compare("spark_parquet_count_sum", at_least=0.5), Compare("spark_json_count_sum")),
     timeout_s=900,
 )
 def spark_pylog_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     path = _write_pylog(records, seed, workdir)
     return _measure(records, workdir, _pylog_load(path))
+
+
+@case(
+    "spark_pylog_jvm_count_sum",
+    suite="spark",
+    group="spark",
+    kind="pylog",
+    fsync=_FSYNC,
+    description='`format("pylog")` with pylog\'s JVM reader installed (`pylog.spark.jvm.configure`): the same query',
+    compare=(Compare("spark_parquet_count_sum", at_least=0.5), Compare("spark_json_count_sum")),
+    timeout_s=900,
+)
+def spark_pylog_jvm_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    path = _write_pylog(records, seed, workdir)
+    return _measure(records, workdir, _pylog_load(path), jvm=True)
 
 
 @case(
@@ -263,6 +286,21 @@ def spark_pylog_count_offset(records: int, seed: int, workdir: Path) -> dict[str
 def spark_pylog_count_offset_all_columns(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     path = _write_pylog(records, seed, workdir)
     return _measure(records, workdir, _pylog_load(path), _count_offset)
+
+
+@case(
+    "spark_pylog_jvm_count_offset",
+    suite="spark",
+    group="spark",
+    kind="pylog",
+    fsync=_FSYNC,
+    description='`format("pylog")` with the JVM reader, no `columns` option: count + sum(offset) (Spark prunes)',
+    compare=(Compare("spark_parquet_count_offset", at_least=1 / 1.5),),
+    timeout_s=900,
+)
+def spark_pylog_jvm_count_offset(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    path = _write_pylog(records, seed, workdir)
+    return _measure(records, workdir, _pylog_load(path), _count_offset, jvm=True)
 
 
 _MANY = 1_000

@@ -125,17 +125,25 @@ DRIVER = textwrap.dedent(
     """
     import json, os, sys
     from pyspark.sql import SparkSession, functions as F
+    from pylog.spark import jvm
     url, path = sys.argv[1], sys.argv[2]
-    spark = (SparkSession.builder.master(url).appName("pylog-cluster-test")
-             .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.executor.memory", "512m")
-             .config("spark.cores.max", "2").getOrCreate())
+    builder = (SparkSession.builder.master(url).appName("pylog-cluster-test")
+               .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.executor.memory", "512m")
+               .config("spark.cores.max", "2"))
+    spark = jvm.configure(builder).getOrCreate()  # the JVM reader's jar is shipped to the executors
     spark.sparkContext.setLogLevel("ERROR")
-    df = spark.read.format("pylog").option("subscribe", "clicks").option("minPartitions", "4").load(path)
-    rows = df.groupBy("partition").agg(F.count("*").alias("n"), F.sum("offset").alias("s")).collect()
+    by_path = {}
+    for enabled in ("false", "true"):
+        spark.conf.set(jvm.ENABLED, enabled)
+        df = spark.read.format("pylog").option("subscribe", "clicks").option("minPartitions", "4").load(path)
+        assert ("JVM reader" in df._jdf.queryExecution().executedPlan().toString()) == (enabled == "true")
+        got = df.groupBy("partition").agg(F.count("*").alias("n"), F.sum("offset").alias("s")).collect()
+        by_path[enabled] = {r["partition"]: [r["n"], r["s"]] for r in got}
+    assert by_path["false"] == by_path["true"], by_path
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
     (df.selectExpr("key", "value").write.format("pylog").option("topic", "copy").mode("append").save(path))
-    print(json.dumps({"rows": {r["partition"]: [r["n"], r["s"]] for r in rows}, "executors": executors}))
+    print(json.dumps({"rows": by_path["true"], "executors": executors}))
     spark.stop()
     """
 )
