@@ -208,3 +208,39 @@ def test_pyspark_pylog_imports_without_pyspark(tmp_path: Any) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "True"
+
+
+def test_planned_partition_pickles_with_its_ranges_as_json(tmp_path: Any) -> None:
+    """What pylog's JVM reader reads from a planned partition: the ranges and the read settings, as JSON."""
+    import pickle
+    import pickletools
+
+    path = str(tmp_path / "log")
+    make_log(path, seed=4, records=300)
+    opts = Options({"path": path, "subscribe": "a,b", "failOnDataLoss": "false", "minPartitions": "3"})
+    parts = PylogReader(opts, _schema_json(KAFKA)).partitions()
+    assert len(parts) >= 3
+    for part in parts:
+        raw = pickle.dumps(part)
+        assert pickle.loads(raw) == part  # the Python reader gets the same partition back
+        strings = [
+            arg for op, arg, _ in pickletools.genops(raw) if isinstance(arg, str) and arg.startswith("{")
+        ]
+        plan = json.loads(strings[0])
+        assert plan == {
+            "path": part.spec.path,
+            "failOnDataLoss": False,
+            "ranges": [[r.topic, r.partition, r.start, r.end] for r in part.ranges],
+        }
+
+
+def test_jvm_reader_build_needs_javac(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pylog.errors import ConfigError
+    from pylog.spark import jvm
+
+    monkeypatch.setattr(jvm, "jar_path", lambda: tmp_path / "pylog-spark.jar")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(ConfigError, match="javac"):
+        jvm.build()
+    assert not (tmp_path / "pylog-spark.jar").exists()
