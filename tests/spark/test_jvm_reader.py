@@ -46,10 +46,27 @@ def test_takes_batch_reads_of_kafka_columns_and_prunes_them(spark: Any, small_lo
     assert df.count() == len(want)  # no column at all: only row counts cross into Spark
 
 
-def test_leaves_other_reads_on_the_python_path(spark: Any, small_log: str) -> None:
+def test_headers_are_read_in_the_jvm_too(spark: Any, small_log: str) -> None:
     with_headers = read(spark, small_log, subscribe="a,b", includeHeaders="true")
-    assert "JVM reader" not in plan(with_headers)
-    assert rows(with_headers) == expected(small_log)
+    assert "JVM reader" in plan(with_headers)
+    want = expected(small_log)
+    assert any(r[7] for r in want) and any(v is None for r in want for _, v in r[7])
+    assert rows(with_headers) == want
+    only = with_headers.select("offset", "headers")  # records without headers: null, as Spark's Kafka source
+    assert sum(r.headers is None for r in only.collect()) == sum(not r[7] for r in want)
+
+
+def test_leaves_other_reads_on_the_python_path(spark: Any, tmp_path: Any, small_log: str) -> None:
+    path = str(tmp_path / "log")
+    with pylog.open(path) as log:
+        log.create_topic("m", partitions=1)
+        producer = log.producer()
+        for i in range(50):
+            producer.send("m", {"n": i})
+        producer.close()
+    decoded = read(spark, path, subscribe="m", valueFormat="msgpack", valueSchema="n long")
+    assert "JVM reader" not in plan(decoded)
+    assert sorted(r.n for r in decoded.collect()) == list(range(50))
     try:
         spark.conf.set(jvm.ENABLED, "false")
         assert "JVM reader" not in plan(read(spark, small_log, subscribe="a"))
@@ -116,11 +133,13 @@ def test_equals_pylog_consumer_over_random_logs_and_plans(spark: Any, tmp_path: 
         with pylog.open(path) as log:
             log.alter_topic("a", retention_bytes=rng.choice([3000, 6000]), retention_ms=-1)
             log.topic("a").apply_retention()
-    want = strip_headers(expected(path))
+    with_headers = expected(path)
+    want = strip_headers(with_headers)
     options: dict[str, Any] = {"subscribe": "a,b", "minPartitions": rng.choice([1, 3, 8])}
     df = read(spark, path, **options)
     assert "JVM reader" in plan(df)
     assert rows(df) == want
+    assert rows(read(spark, path, includeHeaders="true", **options)) == with_headers
     lo = rng.randint(0, 20)
     got = rows(read(spark, path, subscribe="a,b", startingOffsets=f'{{"a": {{"0": {lo}, "1": -2}}}}'))
     assert got == [r for r in want if not (r[2] == "a" and r[3] == 0 and r[4] < lo)]

@@ -7,8 +7,8 @@ pylog's JVM reader (Java sources in ``pylog/spark/java/``) removes that: with it
 filters: one implementation), but each planned partition is read by the executor's JVM straight from the
 mapped segment files into Spark's column vectors, building only the columns the query uses.
 
-It applies to batch reads whose columns are Kafka columns without ``includeHeaders=true`` or
-``valueFormat=msgpack``; those, streaming reads and writes stay on the Python path. The runtime setting
+It applies to batch reads whose columns are Kafka columns (``headers`` included); reads with
+``valueFormat=msgpack``, streaming reads and writes stay on the Python path. The runtime setting
 ``spark.pylog.native.enabled=false`` turns it off for a session.
 
 Usage (the settings must be given before the session's JVM starts)::

@@ -58,6 +58,9 @@ final class BatchDecoder {
     int[] keyLen = new int[0];
     int[] valuePos = new int[0];
     int[] valueLen = new int[0];
+    /** Headers of each record: a msgpack array of [str, bin|nil] pairs; length 0 when it has none. */
+    int[] headerPos = new int[0];
+    int[] headerLen = new int[0];
     /** Where key and value bytes live: the mapped segment, or the decompressed payload. */
     ByteBuffer data;
 
@@ -74,6 +77,8 @@ final class BatchDecoder {
         keyLen = new int[c];
         valuePos = new int[c];
         valueLen = new int[c];
+        headerPos = new int[c];
+        headerLen = new int[c];
       }
       count = n;
     }
@@ -288,9 +293,15 @@ final class BatchDecoder {
     long valueTotal = lengths(d, at, valueW, n, out.valueLen);
     at += valueW * n;
     long headerTotal = 0;
-    for (int i = 0; i < n && headerW > 0; i++, at += headerW) {
-      headerTotal += unsigned(d, at, headerW);
+    for (int i = 0; i < n; i++) {
+      int l = headerW > 0 ? (int) unsigned(d, at + i * headerW, headerW) : 0;
+      if (l < 0) {
+        throw new PylogReadException("record lengths do not add up to the payload length");
+      }
+      out.headerLen[i] = l;
+      headerTotal += l;
     }
+    at += headerW * n;
     if (at - start + keyTotal + valueTotal + headerTotal != len) {
       throw new PylogReadException("record lengths do not add up to the payload length");
     }
@@ -302,6 +313,10 @@ final class BatchDecoder {
     for (int i = 0; i < n; i++) {
       out.valuePos[i] = pos;
       pos += Math.max(out.valueLen[i], 0);
+    }
+    for (int i = 0; i < n; i++) {
+      out.headerPos[i] = pos;
+      pos += out.headerLen[i];
     }
   }
 

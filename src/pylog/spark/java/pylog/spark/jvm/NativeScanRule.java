@@ -16,14 +16,15 @@ import scala.runtime.AbstractFunction1;
  *
  * <p>Only relations in read position are visited (a write command's target is not a child of the plan).
  * The swap happens when the runtime setting {@value #ENABLED} is true (the default) and the query asks
- * for Kafka columns only, without {@code includeHeaders=true} or {@code valueFormat=msgpack}.
+ * for Kafka columns only (headers included), without {@code valueFormat=msgpack}.
  */
 public final class NativeScanRule extends Rule<LogicalPlan> {
   /** Runtime setting: false keeps every read on the Python path. */
   public static final String ENABLED = "spark.pylog.native.enabled";
 
   static final Set<String> COLUMNS =
-      Set.of("key", "value", "topic", "partition", "offset", "timestamp", "timestampType");
+      Set.of(
+          "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers");
 
   private final SparkSession session;
 
@@ -64,9 +65,6 @@ public final class NativeScanRule extends Rule<LogicalPlan> {
 
   static boolean accepts(PythonTable table, CaseInsensitiveStringMap options) {
     if (!"pylog".equals(table.name().toLowerCase(Locale.ROOT))) {
-      return false;
-    }
-    if ("true".equalsIgnoreCase(options.getOrDefault("includeHeaders", "false"))) {
       return false;
     }
     if (!"binary".equalsIgnoreCase(options.getOrDefault("valueFormat", "binary"))) {

@@ -33,7 +33,8 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     PARTITION,
     OFFSET,
     TIMESTAMP,
-    TIMESTAMP_TYPE
+    TIMESTAMP_TYPE,
+    HEADERS
   }
 
   private final NativePartition partition;
@@ -41,6 +42,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private final WritableColumnVector[] vectors;
   private final ColumnarBatch batch;
   private final BatchDecoder.Decoded decoded = new BatchDecoder.Decoded();
+  private final Headers headers;
 
   private int rangeIndex = -1;
   private NativePartition.Range range;
@@ -63,6 +65,13 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     }
     this.vectors = OnHeapColumnVector.allocateColumns(ROWS, schema);
     this.batch = new ColumnarBatch(vectors);
+    Headers h = null;
+    for (int i = 0; i < roles.length; i++) {
+      if (roles[i] == Role.HEADERS) {
+        h = new Headers(vectors[i]);
+      }
+    }
+    this.headers = h;
   }
 
   private static Role role(String name) {
@@ -81,6 +90,8 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         return Role.TIMESTAMP;
       case "timestampType":
         return Role.TIMESTAMP_TYPE;
+      case "headers":
+        return Role.HEADERS;
       default:
         throw new PylogReadException("column " + name + " is not a Kafka column");
     }
@@ -90,6 +101,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   public boolean next() throws IOException {
     for (WritableColumnVector v : vectors) {
       v.reset();
+    }
+    if (headers != null) {
+      headers.reset();
     }
     int rows = 0;
     while (rows < ROWS) {
@@ -146,6 +160,11 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
           break;
         case TIMESTAMP_TYPE:
           v.putInts(row, n, d.timestampType());
+          break;
+        case HEADERS:
+          for (int i = 0; i < n; i++) {
+            headers.put(row + i, d.data, d.headerPos[c + i], d.headerLen[c + i]);
+          }
           break;
         default:
           throw new IllegalStateException();
