@@ -177,15 +177,23 @@ def _spark_step(path: str, expected: collections.Counter[str]) -> bool:
     warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
     from pyspark.sql import SparkSession
 
-    spark = (
+    from pylog.errors import ConfigError
+    from pylog.spark import jvm
+
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("pylog-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
     )
+    try:
+        builder = jvm.configure(builder)
+        print("   pylog's JVM reader installed (pylog.spark.jvm.configure)")
+    except ConfigError as exc:  # no JDK here: the Python data source reads alone
+        print(f"   without pylog's JVM reader: {str(exc).splitlines()[0]}")
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
         t0 = time.perf_counter()

@@ -62,16 +62,92 @@ def test_leaves_other_reads_on_the_python_path(spark: Any, tmp_path: Any, small_
         log.create_topic("m", partitions=1)
         producer = log.producer()
         for i in range(50):
-            producer.send("m", {"n": i})
+            producer.send("m", {"n": i, "xs": [i, i + 1]})
         producer.close()
-    decoded = read(spark, path, subscribe="m", valueFormat="msgpack", valueSchema="n long")
-    assert "JVM reader" not in plan(decoded)
-    assert sorted(r.n for r in decoded.collect()) == list(range(50))
+    nested = read(spark, path, subscribe="m", valueFormat="msgpack", valueSchema="n long, xs array<long>")
+    assert "JVM reader" not in plan(nested)  # a value column of a nested type
+    assert sorted((r.n, tuple(r.xs)) for r in nested.collect()) == [(i, (i, i + 1)) for i in range(50)]
     try:
         spark.conf.set(jvm.ENABLED, "false")
         assert "JVM reader" not in plan(read(spark, small_log, subscribe="a"))
     finally:
         spark.conf.set(jvm.ENABLED, "true")
+
+
+def _random_value(rng: random.Random, i: int) -> Any:
+    """A msgpack map with the schema's keys (some missing, some None), keys that are no column, nested data."""
+    value: dict[Any, Any] = {}
+    pool: dict[str, Any] = {
+        "l": rng.choice([rng.randint(-(2**63), 2**63 - 1), rng.randint(-5, 300), 1.0 * rng.randint(-9, 9)]),
+        "i": rng.randint(-(2**31), 2**31 - 1),
+        "s": rng.randint(-(2**15), 2**15 - 1),
+        "b": rng.randint(-128, 127),
+        "d": rng.choice([rng.random() * 1e300, rng.randint(-(2**40), 2**40), True]),
+        "f": rng.choice([1.5, -0.25, rng.randint(-1000, 1000)]),
+        "str": rng.choice(["", "héllo", "x" * rng.randint(0, 300), b"raw"]),
+        "bin": rng.choice([b"", rng.randbytes(rng.randint(0, 70)), "text"]),
+        "ok": rng.choice([True, False]),
+    }
+    for k, v in pool.items():
+        r = rng.random()
+        if r < 0.15:
+            continue
+        value[k] = None if r < 0.25 else v
+    value["other"] = {"nested": [1, {"deep": [None, 2.5, b"z"]}], "n": i}
+    if rng.random() < 0.2:
+        value[7] = "an int key is no column"
+    return value
+
+
+def test_msgpack_values_equal_the_python_path(spark: Any, tmp_path: Any) -> None:
+    rng = random.Random(5)
+    path = str(tmp_path / "log")
+    with pylog.open(path, segment_bytes=8192) as log:
+        log.create_topic("v", partitions=2)
+        producer = log.producer(compression_type="zstd")
+        for i in range(600):
+            value = None if i % 37 == 0 else _random_value(rng, i)
+            producer.send("v", value, key=b"k%d" % i)
+        producer.close()
+    schema = (
+        "l long, i int, s short, b byte, d double, f float, str string, bin binary, ok boolean, absent long"
+    )
+
+    def collect() -> list[tuple[Any, ...]]:
+        df = read(spark, path, subscribe="v", valueFormat="msgpack", valueSchema=schema)
+        cols = ["partition", "offset", *(f.split()[0] for f in schema.split(", "))]
+        return sorted(
+            tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in df.select(*cols).collect()
+        )
+
+    assert "JVM reader" in plan(read(spark, path, subscribe="v", valueFormat="msgpack", valueSchema=schema))
+    native = collect()
+    try:
+        spark.conf.set(jvm.ENABLED, "false")
+        python = collect()
+    finally:
+        spark.conf.set(jvm.ENABLED, "true")
+    assert len(native) == 600
+    assert native == python
+    assert sum(r[2] is None for r in native) > 50  # tombstones and missing/None keys gave nulls
+
+
+def test_msgpack_value_of_the_wrong_type_is_an_error_on_both_paths(spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "log")
+    with pylog.open(path) as log:
+        log.create_topic("w", partitions=1)
+        producer = log.producer()
+        for i in range(20):
+            producer.send("w", {"n": "seven" if i == 13 else i})
+        producer.close()
+    for enabled in ("true", "false"):
+        try:
+            spark.conf.set(jvm.ENABLED, enabled)
+            df = read(spark, path, subscribe="w", valueFormat="msgpack", valueSchema="n long")
+            with pytest.raises(Exception, match="msgpack values do not fit the schema"):
+                df.collect()
+        finally:
+            spark.conf.set(jvm.ENABLED, "true")
 
 
 @pytest.mark.parametrize("compression", ["gzip", "lz4", "zstd"])

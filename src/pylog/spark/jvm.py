@@ -7,8 +7,9 @@ pylog's JVM reader (Java sources in ``pylog/spark/java/``) removes that: with it
 filters: one implementation), but each planned partition is read by the executor's JVM straight from the
 mapped segment files into Spark's column vectors, building only the columns the query uses.
 
-It applies to batch reads whose columns are Kafka columns (``headers`` included); reads with
-``valueFormat=msgpack``, streaming reads and writes stay on the Python path. The runtime setting
+It applies to batch reads of Kafka columns (``headers`` included) and of ``valueFormat=msgpack`` value
+columns of scalar types (long, int, short, byte, double, float, string, binary, boolean); value columns of
+other types, streaming reads and writes stay on the Python path. The runtime setting
 ``spark.pylog.native.enabled=false`` turns it off for a session.
 
 Usage (the settings must be given before the session's JVM starts)::

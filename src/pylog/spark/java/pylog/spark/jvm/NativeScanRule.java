@@ -16,7 +16,8 @@ import scala.runtime.AbstractFunction1;
  *
  * <p>Only relations in read position are visited (a write command's target is not a child of the plan).
  * The swap happens when the runtime setting {@value #ENABLED} is true (the default) and the query asks
- * for Kafka columns only (headers included), without {@code valueFormat=msgpack}.
+ * for Kafka columns (headers included) and, with {@code valueFormat=msgpack}, value columns of the scalar
+ * types {@link MsgpackValues} decodes.
  */
 public final class NativeScanRule extends Rule<LogicalPlan> {
   /** Runtime setting: false keeps every read on the Python path. */
@@ -67,11 +68,9 @@ public final class NativeScanRule extends Rule<LogicalPlan> {
     if (!"pylog".equals(table.name().toLowerCase(Locale.ROOT))) {
       return false;
     }
-    if (!"binary".equalsIgnoreCase(options.getOrDefault("valueFormat", "binary"))) {
-      return false;
-    }
+    boolean msgpack = "msgpack".equalsIgnoreCase(options.getOrDefault("valueFormat", "binary"));
     for (StructField f : table.schema().fields()) {
-      if (!COLUMNS.contains(f.name())) {
+      if (!COLUMNS.contains(f.name()) && !(msgpack && MsgpackValues.supports(f.dataType()))) {
         return false;
       }
     }

@@ -13,7 +13,7 @@ import scala.runtime.BoxedUnit;
  * <p>It adds one analyzer rule, {@link NativeScanRule}: batch reads of {@code format("pylog")} whose columns
  * the JVM reader can build are planned by pylog's Python data source as usual, then read by {@link
  * SegmentReader} in the executor's JVM, column by column, with Spark's column pruning. Everything else
- * (streaming, writes, {@code valueFormat=msgpack}) stays on the Python path.
+ * (streaming, writes, msgpack value columns of nested types) stays on the Python path.
  */
 public final class PylogExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override

@@ -34,7 +34,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     OFFSET,
     TIMESTAMP,
     TIMESTAMP_TYPE,
-    HEADERS
+    HEADERS,
+    /** A column of the msgpack values ({@code valueFormat=msgpack}). */
+    VALUE_FIELD
   }
 
   private final NativePartition partition;
@@ -43,6 +45,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private final ColumnarBatch batch;
   private final BatchDecoder.Decoded decoded = new BatchDecoder.Decoded();
   private final Headers headers;
+  private final MsgpackValues values;
 
   private int rangeIndex = -1;
   private NativePartition.Range range;
@@ -72,6 +75,20 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       }
     }
     this.headers = h;
+    java.util.List<StructField> valueFields = new java.util.ArrayList<>();
+    java.util.List<WritableColumnVector> valueVectors = new java.util.ArrayList<>();
+    for (int i = 0; i < roles.length; i++) {
+      if (roles[i] == Role.VALUE_FIELD) {
+        valueFields.add(fields[i]);
+        valueVectors.add(vectors[i]);
+      }
+    }
+    this.values =
+        valueFields.isEmpty()
+            ? null
+            : new MsgpackValues(
+                valueFields.toArray(new StructField[0]),
+                valueVectors.toArray(new WritableColumnVector[0]));
   }
 
   private static Role role(String name) {
@@ -93,7 +110,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       case "headers":
         return Role.HEADERS;
       default:
-        throw new PylogReadException("column " + name + " is not a Kafka column");
+        return Role.VALUE_FIELD;
     }
   }
 
@@ -166,8 +183,15 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             headers.put(row + i, d.data, d.headerPos[c + i], d.headerLen[c + i]);
           }
           break;
+        case VALUE_FIELD:
+          break; // all value columns at once, below
         default:
           throw new IllegalStateException();
+      }
+    }
+    if (values != null) {
+      for (int i = 0; i < n; i++) {
+        values.put(row + i, d.data, d.valuePos[c + i], d.valueLen[c + i], range, d.offsets[c + i]);
       }
     }
   }
