@@ -197,6 +197,52 @@ def test_corrupt_batch_names_file_and_position(spark: Any, tmp_path: Any) -> Non
         read(spark, path, subscribe="b").collect()
 
 
+def test_timestamp_filter_skips_segments_and_batches_unread(spark: Any, tmp_path: Any) -> None:
+    """Segments whose time index ends before a timestamp filter, and batches whose header's timestamp span
+    misses it, are never decoded: damage inside them does not fail the filtered read (it fails the full one)."""
+    import struct
+
+    from pyspark.sql import functions as F
+
+    path = str(tmp_path / "log")
+    with pylog.open(path, segment_bytes=1024) as log:
+        log.create_topic("t", partitions=1)
+        producer = log.producer(value_serializer=None)
+        for i in range(300):
+            producer.send("t", b"v%d" % i, key=b"k", timestamp_ms=BASE_TS + 10 * i)
+            if i % 10 == 9:
+                producer.flush()
+        producer.close()
+    want = strip_headers(expected(path, ("t",)))
+    pdir = os.path.join(path, "t-0")
+    segs = sorted(f for f in os.listdir(pdir) if f.endswith(".log"))
+    assert len(segs) > 4
+    first_next = int(segs[1][:-4])
+    first_max_ts = max(r[5] for r in want if r[4] < first_next)
+    with open(os.path.join(pdir, segs[0]), "r+b") as f:
+        f.seek(16)
+        f.write(b"\x7f")  # the first batch's magic: the segment cannot even be walked
+    with open(os.path.join(pdir, segs[-1]), "r+b") as f:
+        data = f.read()
+        pos = 0
+        while pos + struct.unpack_from("<i", data, pos + 8)[0] < len(data):
+            pos += struct.unpack_from("<i", data, pos + 8)[0]
+        last_base_ts = struct.unpack_from("<q", data, pos + 24)[0]
+        f.seek(pos + 64 + 8)
+        f.write(bytes([data[pos + 64 + 8] ^ 0xFF]))  # the last batch's payload: its CRC fails
+    with pytest.raises(Exception, match=r"t-0.00000000000000000000\.log.*format version 127"):
+        read(spark, path, subscribe="t").collect()
+    with pytest.raises(Exception, match=rf"corrupt batch in .*{segs[-1]} at position {pos}"):
+        read(spark, path, subscribe="t").where(F.col("offset") >= first_next).collect()
+    df = read(spark, path, subscribe="t").where(
+        (F.col("timestamp") > F.timestamp_millis(F.lit(first_max_ts)))
+        & (F.col("timestamp") < F.timestamp_millis(F.lit(last_base_ts)))
+    )
+    got = rows(df)
+    assert got == [r for r in want if first_max_ts < r[5] < last_base_ts]
+    assert len(got) > 100
+
+
 def test_pushdown_setting_off_and_on(spark: Any, random_log: str, reader_path: str) -> None:
     from pyspark.sql import functions as F
 

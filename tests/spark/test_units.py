@@ -234,6 +234,37 @@ def test_planned_partition_pickles_with_its_ranges_as_json(tmp_path: Any) -> Non
         }
 
 
+def test_planned_partition_carries_pushed_timestamp_bounds(tmp_path: Any) -> None:
+    """The JVM reader skips segments and batches by the pushed timestamp bounds (microseconds, inclusive)."""
+    import datetime as dt
+    import pickle
+
+    from pyspark.sql.datasource import GreaterThanOrEqual, In, LessThan
+
+    from pylog.spark.reader import PylogFilteringReader, _restore
+
+    path = str(tmp_path / "log")
+    make_log(path, seed=4, records=100)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    us = (t0 - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    cases = [
+        ([GreaterThanOrEqual(("timestamp",), t0)], {"lo": us, "hi": None, "values": None}),
+        ([LessThan(("timestamp",), t0)], {"lo": None, "hi": us - 1, "values": None}),
+        (
+            [In(("timestamp",), (t0 + dt.timedelta(milliseconds=5), t0))],
+            {"lo": None, "hi": None, "values": [us, us + 5000]},
+        ),
+        ([GreaterThanOrEqual(("offset",), 3)], None),
+    ]
+    for filters, want in cases:
+        reader = PylogFilteringReader(Options({"path": path, "subscribe": "a"}), _schema_json(KAFKA))
+        assert reader.pushFilters(filters) == []
+        for part in reader.partitions():
+            fn, (plan_json, _state) = part.__reduce__()
+            assert fn is _restore and pickle.loads(pickle.dumps(part)) == part
+            assert json.loads(plan_json).get("timestamp") == want
+
+
 def test_jvm_reader_build_needs_javac(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from pylog.errors import ConfigError
     from pylog.spark import jvm

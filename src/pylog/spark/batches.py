@@ -117,7 +117,7 @@ def _batches(spec: ReadSpec, rng: OffsetRange) -> Iterator[tuple[DecodedBatch, i
                 raise _lost(rng, f"segment {seg.path} was deleted while the query ran") from None
             continue
         pos = seg.position_for(buf, start) if seg.base_offset < start else 0
-        for p, h in walk(buf, pos, seg.size):
+        for p, h in walk(buf, pos, seg.size, seg.path):
             if h.base_offset >= end:
                 break
             if ts.active and not ts.overlaps(h.base_timestamp * 1000, h.max_timestamp * 1000):

@@ -37,7 +37,9 @@ class RangePartition(InputPartition):
 
     It pickles as ``_restore(plan, state)``: ``plan`` is JSON that pylog's JVM reader
     (:mod:`pylog.spark.jvm`) reads without a Python interpreter, ``{"path": str, "failOnDataLoss": bool,
-    "ranges": [[topic, partition, start, end], ...]}``; ``state`` is the pickled partition itself."""
+    "ranges": [[topic, partition, start, end], ...], "timestamp": {"lo": int|null, "hi": int|null, "values":
+    [int]|null}}`` (``timestamp``: the pushed timestamp bounds in microseconds, present only when a filter set
+    them; the JVM reader skips segments and batches outside them); ``state`` is the pickled partition itself."""
 
     ranges: tuple[OffsetRange, ...]
     spec: ReadSpec
@@ -48,6 +50,13 @@ class RangePartition(InputPartition):
             "failOnDataLoss": self.spec.fail_on_data_loss,
             "ranges": [[r.topic, r.partition, r.start, r.end] for r in self.ranges],
         }
+        ts = self.spec.bounds.timestamp
+        if ts.active:
+            plan["timestamp"] = {
+                "lo": ts.lo,
+                "hi": ts.hi,
+                "values": None if ts.values is None else sorted(ts.values),
+            }
         return _restore, (json.dumps(plan), pickle.dumps((self.ranges, self.spec)))
 
 

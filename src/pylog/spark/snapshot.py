@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pylog.errors import CorruptRecordError, UnknownPartitionError, UnknownTopicError
+from pylog.errors import CorruptRecordError, UnknownPartitionError, UnknownTopicError, UnsupportedFormatError
 from pylog.log import _decode_manifest
 from pylog.partition import files
 from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY
@@ -105,7 +105,7 @@ class SegmentView:
     def position_for(self, buf: memoryview | bytes, offset: int) -> int:
         """Byte position of the first batch whose last offset is >= ``offset`` (``size`` if none)."""
         pos = self._index_floor(buf, offset)
-        for p, h in walk(buf, pos, self.size):
+        for p, h in walk(buf, pos, self.size, self.path):
             if h.last_offset >= offset:
                 return p
         return self.size
@@ -136,10 +136,18 @@ class SegmentView:
         return memoryview(m)
 
 
-def walk(buf: memoryview | bytes, pos: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-    """(position, header) of each batch from ``pos`` to ``end`` (bounds-checked, CRC not checked)."""
+def walk(buf: memoryview | bytes, pos: int, end: int, path: str) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each batch from ``pos`` to ``end`` of segment file ``path`` (bounds-checked, CRC
+    not checked); a header that fails its checks raises the same error naming the file."""
     while pos < end:
-        h = decode_header(buf, pos, end)
+        try:
+            h = decode_header(buf, pos, end)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"corrupt batch in {path} at position {pos}: {exc}", path=path, position=pos
+            ) from exc
+        except UnsupportedFormatError as exc:
+            raise UnsupportedFormatError(f"{path}: {exc}") from exc
         yield pos, h
         pos += h.batch_length
 
@@ -215,7 +223,7 @@ class PartitionView:
         if size:
             with open(path, "rb") as f:
                 buf = f.read()
-            for _, h in walk(buf, 0, size):
+            for _, h in walk(buf, 0, size, path):
                 nxt = h.next_offset
         return nxt
 
@@ -240,7 +248,7 @@ class PartitionView:
             if seg.size == 0 or (hint is not None and hint < timestamp):
                 continue
             buf = seg.view()
-            for pos, h in walk(buf, 0, seg.size):
+            for pos, h in walk(buf, 0, seg.size, seg.path):
                 if h.max_timestamp >= timestamp:
                     b = decode_checked(seg, buf, pos)
                     return int(b.offsets[int(np.argmax(b.timestamps >= timestamp))])

@@ -27,13 +27,52 @@ final class NativePartition implements InputPartition {
     }
   }
 
+  /**
+   * The pushed timestamp filters, in microseconds since the epoch as Spark's column: {@code lo <= t <= hi}
+   * (null: unbounded) and, when {@code values} is set, {@code t} one of them. Spark evaluates the filters
+   * again row by row; the reader uses them only to skip segments and batches that cannot match.
+   */
+  static final class TimestampBounds implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final Long lo;
+    final Long hi;
+    final long[] values;
+
+    TimestampBounds(Long lo, Long hi, long[] values) {
+      this.lo = lo;
+      this.hi = hi;
+      this.values = values;
+    }
+
+    /** Whether some timestamp in {@code [loMs, hiMs]} (milliseconds) may pass the filters. */
+    boolean overlapsMillis(long loMs, long hiMs) {
+      long a = loMs * 1000L;
+      long b = hiMs * 1000L;
+      if ((lo != null && b < lo) || (hi != null && a > hi)) {
+        return false;
+      }
+      if (values == null) {
+        return true;
+      }
+      for (long v : values) {
+        if (a <= v && v <= b) {
+          return true;
+        }
+      }
+      return false;
+    }
+  }
+
   final String path;
   final boolean failOnDataLoss;
   final Range[] ranges;
+  /** Null when no timestamp filter was pushed. */
+  final TimestampBounds timestamp;
 
-  NativePartition(String path, boolean failOnDataLoss, Range[] ranges) {
+  NativePartition(String path, boolean failOnDataLoss, Range[] ranges, TimestampBounds timestamp) {
     this.path = path;
     this.failOnDataLoss = failOnDataLoss;
     this.ranges = ranges;
+    this.timestamp = timestamp;
   }
 }

@@ -19,7 +19,8 @@ import org.apache.spark.sql.types.StructType;
  *
  * <p>Each partition the Python planner made pickles as {@code pylog.spark.reader._restore(plan, state)},
  * where {@code plan} is JSON: {@code {"path": str, "failOnDataLoss": bool, "ranges": [[topic, partition,
- * start, end], ...]}}. This class reads that JSON; anything else (Spark's stand-in when there is nothing to
+ * start, end], ...], "timestamp": {"lo", "hi", "values"}}} ({@code timestamp} only when a timestamp filter
+ * was pushed). This class reads that JSON; anything else (Spark's stand-in when there is nothing to
  * read) is an empty partition.
  */
 final class NativeScan implements Scan, Batch {
@@ -67,6 +68,26 @@ final class NativeScan implements Scan, Batch {
     return new NativeReaderFactory(required);
   }
 
+  private static NativePartition.TimestampBounds timestampBounds(JsonNode ts) {
+    if (ts == null || ts.isNull()) {
+      return null;
+    }
+    JsonNode lo = ts.get("lo");
+    JsonNode hi = ts.get("hi");
+    JsonNode values = ts.get("values");
+    long[] vs = null;
+    if (values != null && !values.isNull()) {
+      vs = new long[values.size()];
+      for (int i = 0; i < vs.length; i++) {
+        vs[i] = values.get(i).asLong();
+      }
+    }
+    return new NativePartition.TimestampBounds(
+        lo == null || lo.isNull() ? null : lo.asLong(),
+        hi == null || hi.isNull() ? null : hi.asLong(),
+        vs);
+  }
+
   static NativePartition decode(byte[] pickled) {
     Object restored;
     try {
@@ -75,7 +96,7 @@ final class NativeScan implements Scan, Batch {
       throw new UncheckedIOException(e);
     }
     if (!(restored instanceof String)) {
-      return new NativePartition("", true, new NativePartition.Range[0]);
+      return new NativePartition("", true, new NativePartition.Range[0], null);
     }
     try {
       JsonNode plan = JSON.readTree((String) restored);
@@ -88,7 +109,10 @@ final class NativeScan implements Scan, Batch {
                 r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong());
       }
       return new NativePartition(
-          plan.get("path").asText(), plan.get("failOnDataLoss").asBoolean(), out);
+          plan.get("path").asText(),
+          plan.get("failOnDataLoss").asBoolean(),
+          out,
+          timestampBounds(plan.get("timestamp")));
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

@@ -30,18 +30,50 @@ final class PartitionFiles {
           .order(ByteOrder.LITTLE_ENDIAN)
           .getLong();
 
-  /** One segment: {@code size} published bytes holding offsets in {@code [base, next)}. */
+  /**
+   * One segment: {@code size} published bytes holding offsets in {@code [base, next)}; {@code sealed} when
+   * it is not the last segment (no writer appends to it any more).
+   */
   static final class Segment {
     final Path path;
     final long base;
     final long next;
     final long size;
+    final boolean sealed;
 
-    Segment(Path path, long base, long next, long size) {
+    Segment(Path path, long base, long next, long size, boolean sealed) {
       this.path = path;
       this.base = base;
       this.next = next;
       this.size = size;
+      this.sealed = sealed;
+    }
+
+    /**
+     * The segment's largest timestamp (ms) from the last entry of its {@code .timeindex} (12-byte entries:
+     * int64 timestamp, uint32 relative offset, little-endian), or null: not sealed, or no usable index.
+     */
+    Long maxTimestampHint() {
+      if (!sealed) {
+        return null;
+      }
+      String name = path.getFileName().toString();
+      Path index = path.resolveSibling(name.substring(0, name.length() - 4) + ".timeindex");
+      try (FileChannel ch = FileChannel.open(index, StandardOpenOption.READ)) {
+        long size = ch.size();
+        if (size < 12 || size % 12 != 0) {
+          return null;
+        }
+        ByteBuffer entry = ByteBuffer.allocate(12).order(ByteOrder.LITTLE_ENDIAN);
+        while (entry.hasRemaining()) {
+          if (ch.read(entry, size - 12 + entry.position()) < 0) {
+            return null;
+          }
+        }
+        return entry.getLong(0);
+      } catch (IOException e) {
+        return null;
+      }
     }
   }
 
@@ -134,7 +166,7 @@ final class PartitionFiles {
       Path path = dir.resolve(String.format("%020d.log", base));
       boolean last = i == bases.size() - 1;
       if (last && state != null) {
-        out.add(new Segment(path, base, state.end, state.activeSize));
+        out.add(new Segment(path, base, state.end, state.activeSize, false));
         continue;
       }
       long size;
@@ -144,7 +176,7 @@ final class PartitionFiles {
         size = 0;
       }
       long next = last ? scanEnd(path, base, size) : bases.get(i + 1);
-      out.add(new Segment(path, base, next, size));
+      out.add(new Segment(path, base, next, size, !last));
     }
     return out;
   }

@@ -21,7 +21,9 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * <p>Same semantics as {@code pylog.spark.batches}: each range is checked against the partition's current
  * log start and end (data loss fails the task, or is skipped with {@code failOnDataLoss=false}); a segment
  * deleted by retention after planning is data loss too; every batch read is CRC-checked, and a corrupt one
- * names the file and position. Not thread-safe: one reader per task, as Spark uses it.
+ * names the file and position. With pushed timestamp filters, sealed segments whose time index ends before
+ * them and batches whose header's timestamp span misses them are skipped without decoding (Spark applies
+ * the filters to the rows). Not thread-safe: one reader per task, as Spark uses it.
  */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
   static final int ROWS = 4096;
@@ -212,7 +214,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private boolean nextBatch() throws IOException {
     while (true) {
       if (buf != null && pos < segment.size) {
-        BatchDecoder.Header h = BatchDecoder.header(buf, pos, (int) segment.size);
+        BatchDecoder.Header h = header(segment, buf, pos);
         if (h.baseOffset >= end) {
           buf = null;
           segments = null; // later segments hold higher offsets still
@@ -221,6 +223,10 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         int at = pos;
         pos += h.batchLength;
         if (h.lastOffset() < start) {
+          continue;
+        }
+        NativePartition.TimestampBounds ts = partition.timestamp;
+        if (ts != null && !ts.overlapsMillis(h.baseTimestamp, h.maxTimestamp)) {
           continue;
         }
         decodeChecked(at);
@@ -300,6 +306,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
 
   private void openSegment(PartitionFiles.Segment seg) throws IOException {
     segment = seg;
+    NativePartition.TimestampBounds ts = partition.timestamp;
+    Long hint = ts == null ? null : seg.maxTimestampHint();
+    if (hint != null && !ts.overlapsMillis(Long.MIN_VALUE / 2000, hint)) {
+      buf = null; // every record is older than the filters allow
+      return;
+    }
     try {
       buf = PartitionFiles.map(seg.path, seg.size);
     } catch (NoSuchFileException e) {
@@ -309,7 +321,24 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       buf = null;
       return;
     }
-    pos = seg.base < start ? PartitionFiles.positionFor(seg, buf, start) : 0;
+    try {
+      pos = seg.base < start ? PartitionFiles.positionFor(seg, buf, start) : 0;
+    } catch (PylogReadException e) {
+      throw named(seg, e);
+    }
+  }
+
+  /** The header of the batch at {@code at}; one that fails its checks is an error naming the file. */
+  private static BatchDecoder.Header header(PartitionFiles.Segment seg, ByteBuffer buf, int at) {
+    try {
+      return BatchDecoder.header(buf, at, (int) seg.size);
+    } catch (PylogReadException e) {
+      throw named(seg, e);
+    }
+  }
+
+  private static PylogReadException named(PartitionFiles.Segment seg, PylogReadException e) {
+    return new PylogReadException("corrupt batch in " + seg.path + ": " + e.getMessage(), e);
   }
 
   private static PylogReadException lost(NativePartition.Range r, String what) {
