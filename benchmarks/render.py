@@ -33,6 +33,7 @@ GROUPS = {
     "latency": "End-to-end latency (producer process to consumer process)",
     "scale": "Scale: many partitions, reopen after an unclean shutdown",
     "spark": "Spark scans",
+    "spark-typed": "Spark scans of decoded values (msgpack maps to typed columns)",
 }
 COLORS = {"floor": "#9e9e9e", "peer": "#4c72b0", "pylog": "#dd8452"}
 INTRO = """\

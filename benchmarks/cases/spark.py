@@ -15,6 +15,10 @@ The ``spark_pylog_jvm_*`` cases run the same queries with pylog's JVM reader ins
 (:mod:`pylog.spark.jvm`): planned by the Python data source, read into Spark's column vectors by the executor
 JVM, with Spark's own column pruning (no ``columns`` option needed).
 
+The ``*_typed_sum`` / ``*_msgpack_sum`` cases store other records: a user id, an amount and a page path,
+as typed Parquet columns and as msgpack maps in a pylog topic read with ``valueFormat=msgpack``; the query
+sums the three decoded columns.
+
 ``spark_pylog_plan_1000_partitions`` reads a topic of 1,000 small partitions: the time to plan the read
 (``load`` and ``rdd.getNumPartitions()``) and to count it.
 """
@@ -301,6 +305,135 @@ def spark_pylog_count_offset_all_columns(records: int, seed: int, workdir: Path)
 def spark_pylog_jvm_count_offset(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     path = _write_pylog(records, seed, workdir)
     return _measure(records, workdir, _pylog_load(path), _count_offset, jvm=True)
+
+
+# -- msgpack values decoded into typed columns -------------------------------------------------------------
+
+_TYPED_SCHEMA = "user long, amount double, page string"
+
+
+def _typed_columns(lo: int, hi: int, seed: int) -> tuple[Any, Any, list[str]]:
+    """Records ``[lo, hi)`` of the typed workload: a user id, an amount and a page path."""
+    rng = np.random.default_rng([seed, lo])
+    users = rng.integers(0, 1_000_000, size=hi - lo, dtype=np.int64)
+    amounts = np.round(rng.random(hi - lo) * 100, 2)
+    pages = [f"/page/{i % 1000}" for i in range(lo, hi)]
+    return users, amounts, pages
+
+
+def _typed_chunks(records: int, seed: int) -> Iterator[tuple[int, int, int]]:
+    """(partition, lo, hi) chunks of at most 500,000 records."""
+    for p, (lo, hi) in enumerate(_halves(records)):
+        for a in range(lo, hi, 500_000):
+            yield p, a, min(a + 500_000, hi)
+
+
+def _typed_sum(df: Any, records: int) -> None:
+    from pyspark.sql import functions as F
+
+    n = df.count()
+    row = df.agg(
+        F.sum("user").alias("users"), F.sum("amount").alias("amount"), F.sum(F.length("page")).alias("chars")
+    ).collect()[0]
+    if n != records or row["users"] is None or row["chars"] is None:
+        raise RuntimeError(f"query saw {n} records, expected {records}")
+
+
+def _typed_bytes(records: int) -> int:
+    """What the typed columns hold: 8 + 8 bytes and the page string of each record."""
+    full, rest = divmod(records, 1000)
+    return 16 * records + sum(len(f"/page/{i}") * (full + (i < rest)) for i in range(1000))
+
+
+def _measure_typed(
+    records: int, workdir: Path, load: Callable[[Any], Any], jvm: bool = False
+) -> dict[str, Any]:
+    out = _measure(records, workdir, load, _typed_sum, jvm)
+    if out["status"] == "ok":
+        out["bytes"] = _typed_bytes(records)
+    return out
+
+
+@case(
+    "spark_parquet_typed_sum",
+    suite="spark",
+    group="spark-typed",
+    kind="peer",
+    fsync=_FSYNC,
+    description="`spark.read.parquet` of typed columns (user long, amount double, page string; 2 files): "
+    "count + sum(user) + sum(amount) + sum(length(page))",
+    timeout_s=900,
+)
+def spark_parquet_typed_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = workdir / "parquet"
+    out.mkdir()
+    writers: dict[int, Any] = {}
+    schema = pa.schema([("user", pa.int64()), ("amount", pa.float64()), ("page", pa.string())])
+    for p, lo, hi in _typed_chunks(records, seed):
+        users, amounts, pages = _typed_columns(lo, hi, seed)
+        if p not in writers:
+            writers[p] = pq.ParquetWriter(out / f"part-{p}.parquet", schema)
+        writers[p].write_table(pa.table({"user": users, "amount": amounts, "page": pages}, schema=schema))
+    for w in writers.values():
+        w.close()
+    return _measure_typed(records, workdir, lambda spark: spark.read.parquet(str(out)))
+
+
+def _write_typed_pylog(records: int, seed: int, workdir: Path) -> str:
+    import msgpack
+
+    import pylog
+
+    path = str(workdir / "log")
+    packb = msgpack.packb
+    with pylog.open(path) as log:
+        log.create_topic("typed", partitions=_PARTS)
+        producer = log.producer(acks=1, value_serializer=None)
+        for p, lo, hi in _typed_chunks(records, seed):
+            users, amounts, pages = _typed_columns(lo, hi, seed)
+            values = [
+                packb({"user": u, "amount": a, "page": g})
+                for u, a, g in zip(users.tolist(), amounts.tolist(), pages, strict=True)
+            ]
+            producer.send_batch("typed", values=values, partition=p)
+        producer.close()
+    return path
+
+
+@case(
+    "spark_pylog_msgpack_sum",
+    suite="spark",
+    group="spark-typed",
+    kind="pylog",
+    fsync=_FSYNC,
+    description='`format("pylog")` with `valueFormat=msgpack` (the same records as msgpack maps), Python data '
+    "source only: the same query on the decoded columns",
+    compare=(Compare("spark_parquet_typed_sum"),),
+    timeout_s=900,
+)
+def spark_pylog_msgpack_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    path = _write_typed_pylog(records, seed, workdir)
+    load = _pylog_load(path, "typed", valueFormat="msgpack", valueSchema=_TYPED_SCHEMA)
+    return _measure_typed(records, workdir, load)
+
+
+@case(
+    "spark_pylog_jvm_msgpack_sum",
+    suite="spark",
+    group="spark-typed",
+    kind="pylog",
+    fsync=_FSYNC,
+    description="the same `valueFormat=msgpack` query with pylog's JVM reader installed",
+    compare=(Compare("spark_parquet_typed_sum"), Compare("spark_pylog_msgpack_sum")),
+    timeout_s=900,
+)
+def spark_pylog_jvm_msgpack_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    path = _write_typed_pylog(records, seed, workdir)
+    load = _pylog_load(path, "typed", valueFormat="msgpack", valueSchema=_TYPED_SCHEMA)
+    return _measure_typed(records, workdir, load, jvm=True)
 
 
 _MANY = 1_000
