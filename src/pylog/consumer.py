@@ -163,11 +163,15 @@ class Consumer:
             raise IllegalStateError("subscribe() needs either topics or a pattern, not both")
         for name in topics:
             self.log.topic(name)
+        try:
+            compiled = re.compile(pattern) if pattern is not None else None
+        except (re.error, TypeError) as exc:
+            raise ConfigError(f"pattern must be a valid regular expression, got {pattern!r}: {exc}") from exc
+        if self._group is not None:  # first: a subscription the group refuses leaves the consumer as it was
+            self._group.subscribe(set(topics), compiled, listener)
         self._subscription = set(topics)
-        self._pattern = re.compile(pattern) if pattern is not None else None
-        if self._group is not None:
-            self._group.subscribe(self._subscription, self._pattern, listener)
-        else:
+        self._pattern = compiled
+        if self._group is None:
             self._update_subscription_assignment(force=True)
 
     def subscription(self) -> set[str]:

@@ -7,12 +7,13 @@ allowed at any time; changing committed offsets and deleting a group need a grou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pylog.errors import GroupNotEmptyError, InvalidOffsetError, UnknownGroupError
 from pylog.groups import coordinator
-from pylog.groups.store import GroupStore, group_ids, validate_group_id
+from pylog.groups.store import GroupStore, group_ids, to_topic_partition, validate_group_id
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -115,9 +116,11 @@ def group_lag(log: Log, group_id: str) -> dict[TopicPartition, int]:
 def reset_group_offsets(log: Log, group_id: str, offsets: dict[TopicPartition, int]) -> None:
     """Set committed offsets (clamped to nothing: each must lie within its partition's offsets)."""
     validate_group_id(group_id)
+    if not isinstance(offsets, Mapping):
+        raise InvalidOffsetError(f"offsets must be a dict of TopicPartition -> offset, got {offsets!r}")
     entries = []
-    for tp, value in offsets.items():
-        tp = TopicPartition(*tp)
+    for key, value in offsets.items():
+        tp = to_topic_partition(key)
         offset = value.offset if isinstance(value, OffsetAndMetadata) else value
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise InvalidOffsetError(f"offset for {tp} must be an int, got {offset!r}")

@@ -42,12 +42,11 @@ from pylog.errors import (
     LogClosedError,
     PylogError,
     RebalanceInProgressError,
-    UnknownPartitionError,
     UnknownTopicError,
 )
 from pylog.groups import coordinator
 from pylog.groups.assignors import DEFAULT_ASSIGNOR, Assignor, get_assignor
-from pylog.groups.store import GroupStore
+from pylog.groups.store import GroupStore, to_topic_partition
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -147,39 +146,52 @@ class GroupMember:
         self._callbacks: deque[tuple[Callable[..., Any], dict[TopicPartition, OffsetAndMetadata], Any]] = (
             deque()
         )
+        self._listener_errors: list[BaseException] = []
         self._closed = False
 
     # -- subscription -----------------------------------------------------------------------------------
 
     def subscribe(self, topics: set[str], pattern: re.Pattern[str] | None, listener: Any) -> None:
+        self._check_open()
         for name in ("on_partitions_revoked", "on_partitions_assigned"):
             if listener is not None and not callable(getattr(listener, name, None)):
                 raise ConfigError(f"listener must have an {name}() method (see ConsumerRebalanceListener)")
+        previous = (self._topics, self._pattern, self._listener, self._subscribed)
         self._topics = set(topics)
         self._pattern = pattern.pattern if pattern is not None else None
         self._listener = listener
         self._subscribed = True
-        with self.store.lock():
-            state = self.store.read_state()
-            me = state["members"].get(self.member_id) if self.member_id else None
-            if me is None:
-                self._join(state)
-            elif sorted(me["topics"]) != sorted(self._topics) or me.get("pattern") != self._pattern:
-                me["topics"], me["pattern"] = sorted(self._topics), self._pattern
-                coordinator.start_rebalance(
-                    state, self.clock.time_ms(), "subscription changed", self.rebalance_delay_ms
-                )
-                self.store.write_state(state)
+        self._last_poll_ms = self.clock.monotonic_ms()  # max_poll_interval_ms counts from here
+        try:
+            with self.store.lock():
+                state = self.store.read_state()
+                me = state["members"].get(self.member_id) if self.member_id else None
+                if me is None:
+                    self._join(state)
+                elif sorted(me["topics"]) != sorted(self._topics) or me.get("pattern") != self._pattern:
+                    me["topics"], me["pattern"] = sorted(self._topics), self._pattern
+                    coordinator.start_rebalance(
+                        state, self.clock.time_ms(), "subscription changed", self.rebalance_delay_ms
+                    )
+                    self.store.write_state(state)
+        except BaseException:
+            # refused (another assignor in the group, an I/O error): the consumer stays as it was
+            self._topics, self._pattern, self._listener, self._subscribed = previous
+            raise
         self.wants_poll = True
         self._start_heartbeats()
 
     def unsubscribe(self) -> None:
         if not self._subscribed:
             return
-        self._revoke_all(commit=self.enable_auto_commit)
-        self._leave("unsubscribed")
-        self._subscribed = False
-        self._topics, self._pattern = set(), None
+        try:
+            self._give_up_assignment(commit=self.enable_auto_commit)
+        finally:
+            self._stop_heartbeats()
+            self._leave("unsubscribed")
+            self._subscribed = False
+            self._topics, self._pattern = set(), None
+        self._raise_listener_error()
 
     def _join(self, state: dict[str, Any]) -> None:
         """Enter the group (under the lock): a static member takes its old entry back, others start a rebalance."""
@@ -258,6 +270,8 @@ class GroupMember:
                 self.store.write_state(state)
         self._release_member_lock(remove=self.group_instance_id is None or reason != "closed")
         self.generation = -1
+        self.member_id = None
+        self._stable = False
 
     def _release_member_lock(self, *, remove: bool) -> None:
         if self._lock_fd is not None:
@@ -268,6 +282,12 @@ class GroupMember:
                 self.store.remove_member_lock(self.member_id)
 
     # -- the heartbeat thread ---------------------------------------------------------------------------
+
+    def _stop_heartbeats(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
 
     def _start_heartbeats(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -371,7 +391,10 @@ class GroupMember:
             # heartbeats stopped (after fork, or an error): check the group and restart them
             self.wants_poll = True
         if self.wants_poll:
-            self._sync()
+            try:
+                self._sync()
+            finally:
+                self._raise_listener_error()
         if self.enable_auto_commit and now >= self._next_autocommit_ms:
             self._next_autocommit_ms = now + self.auto_commit_interval_ms
             self._auto_commit()
@@ -444,15 +467,37 @@ class GroupMember:
                     self.store.write_state(state)
 
     def _revoke_all(self, *, commit: bool) -> None:
+        """Eager protocol, before joining a rebalance: commit and revoke everything. The listener runs while
+        the partitions are still assigned (it may call ``position()`` and commit them); they are taken away
+        even if it raises."""
         if not self.assignment:
             return
         if commit:
             self._commit_quietly(self._positions())
-        revoked, self.assignment = self.assignment, set()
+        self._call("on_partitions_revoked", self.assignment)
+        self.assignment = set()
         self.consumer._set_assignment([])
-        self._call("on_partitions_revoked", revoked)
+
+    def _give_up_assignment(self, *, commit: bool) -> None:
+        """On ``close()`` or ``unsubscribe()``: revoke the partitions (committing them first) while still a
+        member; if the group already expelled this member they are lost instead, and nothing is committed."""
+        if not self.assignment:
+            return
+        with self.store.lock():
+            state = self.store.read_state()
+        member = self.member_id is not None and self.member_id in state["members"]
+        if member:
+            if commit:
+                self._commit_quietly(self._positions())
+            self._call("on_partitions_revoked", self.assignment)
+        else:
+            self._call("on_partitions_lost", self.assignment)
+        self.assignment = set()
 
     def _call(self, name: str, partitions: set[TopicPartition]) -> None:
+        """Run a listener callback. An exception from it does not stop the protocol step under way (the
+        assignment still changes, a follow-up rebalance is still requested); the first one is raised to the
+        caller of ``poll()``, ``unsubscribe()`` or ``close()`` once the step is complete."""
         listener = self._listener
         if listener is None:
             return
@@ -460,7 +505,16 @@ class GroupMember:
         if method is None and name == "on_partitions_lost":
             method = getattr(listener, "on_partitions_revoked", None)
         if method is not None:
-            method(sorted(partitions))
+            try:
+                method(sorted(partitions))
+            except Exception as exc:
+                self._listener_errors.append(exc)
+
+    def _raise_listener_error(self) -> None:
+        if self._listener_errors:
+            first = self._listener_errors[0]
+            self._listener_errors.clear()
+            raise first
 
     # -- commits ----------------------------------------------------------------------------------------
 
@@ -488,11 +542,8 @@ class GroupMember:
         if not isinstance(offsets, Mapping):
             raise InvalidOffsetError(f"offsets must be a dict of TopicPartition -> offset, got {offsets!r}")
         out = {}
-        for tp, value in offsets.items():
-            try:
-                tp = TopicPartition(*tp)
-            except TypeError:
-                raise InvalidOffsetError(f"not a TopicPartition: {tp!r}") from None
+        for key, value in offsets.items():
+            tp = to_topic_partition(key)
             if isinstance(value, OffsetAndMetadata):
                 offset, metadata = value.offset, value.metadata
             else:
@@ -501,10 +552,7 @@ class GroupMember:
                 raise InvalidOffsetError(f"offset for {tp} must be an int >= 0, got {offset!r}")
             if not isinstance(metadata, str):
                 raise InvalidOffsetError(f"metadata for {tp} must be a str, got {metadata!r}")
-            try:
-                end = self.log.topic(tp.topic).partition(tp.partition).log_end_offset
-            except (UnknownTopicError, UnknownPartitionError):
-                raise
+            end = self.log.topic(tp.topic).partition(tp.partition).log_end_offset
             if offset > end:
                 raise InvalidOffsetError(f"cannot commit offset {offset} for {tp}: the log ends at {end}")
             out[tp] = OffsetAndMetadata(offset, metadata)
@@ -613,9 +661,7 @@ class GroupMember:
     def close(self, autocommit: bool = True) -> None:
         if self._closed:
             return
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+        self._stop_heartbeats()
         try:
             if self._async is not None:
                 self._async.put(None)
@@ -624,11 +670,7 @@ class GroupMember:
                 self._deliver_callbacks()
             if self._subscribed and self.member_id is not None:
                 try:
-                    if self.assignment:
-                        if autocommit and self.enable_auto_commit:
-                            self._commit_quietly(self._positions())
-                        revoked, self.assignment = self.assignment, set()
-                        self._call("on_partitions_revoked", revoked)
+                    self._give_up_assignment(commit=autocommit and self.enable_auto_commit)
                 finally:
                     self._leave("closed")
         except PylogError:
@@ -637,6 +679,7 @@ class GroupMember:
         finally:
             self._closed = True
             self.store.close()
+        self._raise_listener_error()
 
 
 def state_protocol(state: Mapping[str, Any], assignor: Assignor) -> str:

@@ -38,6 +38,7 @@ either the old or the new version; ``offsets.log`` loses at most a commit that w
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import json
 import os
@@ -49,11 +50,11 @@ from urllib.parse import quote, unquote
 import msgpack
 
 from pylog import fs, journal
-from pylog.errors import ConfigError, CorruptRecordError, UnsupportedFormatError
+from pylog.errors import ConfigError, CorruptRecordError, InvalidOffsetError, UnsupportedFormatError
 from pylog.record import crc32c
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
-__all__ = ["GROUPS_DIR", "GroupStore", "group_ids", "validate_group_id"]
+__all__ = ["GROUPS_DIR", "GroupStore", "group_ids", "to_topic_partition", "validate_group_id"]
 
 GROUPS_DIR = "__groups"
 _STATE_MAGIC = b"pylog-group 1 "
@@ -67,6 +68,19 @@ def validate_group_id(group_id: object) -> str:
             f"group_id must be a non-empty str of at most {_MAX_GROUP_ID} characters, got {group_id!r}"
         )
     return group_id
+
+
+def to_topic_partition(key: Any) -> TopicPartition:
+    """``key`` as a TopicPartition; :class:`~pylog.errors.InvalidOffsetError` when it is not one."""
+    topic: object
+    partition: object
+    try:
+        topic, partition = key
+    except (TypeError, ValueError):
+        raise InvalidOffsetError(f"not a TopicPartition(topic, partition): {key!r}") from None
+    if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int):
+        raise InvalidOffsetError(f"not a TopicPartition(topic: str, partition: int): {key!r}")
+    return TopicPartition(topic, partition)
 
 
 def _dirname(group_id: str) -> str:
@@ -120,7 +134,8 @@ class GroupStore:
         self._pending: list[tuple[int, tuple[int, int, int], list[Any]]] = []  # open transactions' records
         self._txn_log: Any = None
         self._offsets_stamp: tuple[int, int] = (-1, -1)  # (inode, bytes read)
-        self._state_cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+        self._offsets_tail = b""  # the last bytes read: tells a reused inode number from the same file
+        self._state_cache: tuple[bytes, dict[str, Any]] | None = None
         self._closed = False
 
     def close(self) -> None:
@@ -156,24 +171,26 @@ class GroupStore:
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def read_state(self) -> dict[str, Any]:
-        """The current state (a fresh copy the caller may change)."""
-        stamp = self.state_stamp()
-        cached = self._state_cache
-        if cached is not None and cached[0] == stamp and stamp != (0, 0, 0):
-            return json.loads(json.dumps(cached[1]))  # type: ignore[no-any-return]
+        """The current state (a fresh copy the caller may change). The file is always read: a stat stamp
+        cannot tell two versions apart when they have the same size, the same coarse mtime and a reused
+        inode number, and acting on a stale state under the lock would undo another member's change."""
         try:
             with open(self.state_path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
             return empty_state(self.group_id)
+        cached = self._state_cache
+        if cached is not None and cached[0] == raw:
+            return copy.deepcopy(cached[1])
         state = _decode_state(raw, self.state_path)
-        self._state_cache = (stamp, state)
-        return json.loads(json.dumps(state))  # type: ignore[no-any-return]
+        self._state_cache = (raw, state)
+        return copy.deepcopy(state)
 
     def write_state(self, state: dict[str, Any]) -> None:
         body = json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
-        fs.atomic_write(self.state_path, _STATE_MAGIC + f"{crc32c(body):08x}\n".encode() + body)
-        self._state_cache = (self.state_stamp(), json.loads(body))
+        raw = _STATE_MAGIC + f"{crc32c(body):08x}\n".encode() + body
+        fs.atomic_write(self.state_path, raw)
+        self._state_cache = (raw, json.loads(body))
 
     # -- member liveness --------------------------------------------------------------------------------
 
@@ -208,28 +225,48 @@ class GroupStore:
     # -- committed offsets ------------------------------------------------------------------------------
 
     def offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Committed offsets, the latest per partition (read incrementally: only new records are parsed)."""
-        try:
-            fd = os.open(self.offsets_path, os.O_RDONLY)
-        except FileNotFoundError:
-            self._offsets, self._offsets_stamp = {}, (-1, -1)
-            return {}
-        try:
-            st = os.fstat(fd)
-            ino, done = self._offsets_stamp
-            if ino != st.st_ino or done > st.st_size:
-                self._offsets, self._set_at, self._pending, done = {}, {}, [], 0
-            if st.st_size > done:
-                raw = os.pread(fd, st.st_size - done, done)
-                used = self._apply(raw, done, st.st_size)
-                self._offsets_stamp = (st.st_ino, done + used)
-            else:
-                self._offsets_stamp = (st.st_ino, done)
-        finally:
-            os.close(fd)
-        if self._pending:
-            self._resolve_pending()
-        return dict(self._offsets)
+        """Committed offsets, the latest per partition (read incrementally: only new records are parsed).
+
+        The file read so far is recognised by its inode number and the bytes just before where reading
+        stopped: a compaction by another process replaces the file, and the new one may get the old inode
+        number back once that is free, so the number alone could make this resume in the middle of a record
+        of another file."""
+        with self._thread_lock:  # the async-commit thread appends while the user's thread reads
+            try:
+                fd = os.open(self.offsets_path, os.O_RDONLY)
+            except FileNotFoundError:
+                self._forget_offsets()
+                return {}
+            try:
+                self._read_offsets(fd)
+            finally:
+                os.close(fd)
+            if self._pending:
+                self._resolve_pending()
+            return dict(self._offsets)
+
+    def _forget_offsets(self) -> None:
+        self._offsets, self._set_at, self._pending = {}, {}, []
+        self._offsets_stamp, self._offsets_tail = (-1, -1), b""
+
+    def _read_offsets(self, fd: int) -> None:
+        st = os.fstat(fd)
+        ino, done = self._offsets_stamp
+        tail = self._offsets_tail
+        back = len(tail)
+        same = ino == st.st_ino and back <= done <= st.st_size
+        raw = os.pread(fd, st.st_size - done + back, done - back) if same else b""
+        if not same or raw[:back] != tail:
+            self._forget_offsets()
+            done, back = 0, 0
+            raw = os.pread(fd, st.st_size, 0)
+        used = self._apply(raw[back:], done, st.st_size) if len(raw) > back else 0
+        self._remember_read(st.st_ino, done + used, raw[: back + used])
+
+    def _remember_read(self, ino: int, done: int, raw_until_done: bytes) -> None:
+        """``raw_until_done`` ends at file position ``done``."""
+        self._offsets_stamp = (ino, done)
+        self._offsets_tail = raw_until_done[-16:]
 
     def _txn_status(self, txn: tuple[int, int, int]) -> str:
         if self._txn_log is None:
@@ -304,24 +341,30 @@ class GroupStore:
         record = journal.encode(payload)
         fd = fs.FS.open(self.offsets_path, os.O_RDWR | os.O_CREAT)
         try:
-            valid = self._offsets_stamp[1] if self._offsets_stamp[0] == os.fstat(fd).st_ino else 0
+            ino = os.fstat(fd).st_ino
+            if self._offsets_stamp[0] != ino:  # the file did not exist when offsets() looked
+                self._forget_offsets()
+            valid = max(self._offsets_stamp[1], 0)
             size = fs.FS.size(fd)
             if size > valid:
                 fs.FS.ftruncate(fd, valid)  # a torn record left by a crash
             fs.FS.pwrite(fd, record, valid)
             fs.FS.fsync(fd)
             new_size = valid + len(record)
-            ino = os.fstat(fd).st_ino
         finally:
             fs.FS.close(fd)
         if valid == 0:
             fs.FS.fsync_dir(self.directory)
         self._apply(record, valid, new_size)
-        self._offsets_stamp = (ino, new_size)
+        self._remember_read(ino, new_size, self._offsets_tail + record)
         del current
-        live = len(self._offsets) * 64 + 64
-        if new_size > _COMPACT_MIN_BYTES and new_size > 8 * live and not self._pending:
+        if new_size > _COMPACT_MIN_BYTES and new_size > 8 * self._live_bytes() and not self._pending:
             self._rewrite_offsets(now_ms)
+
+    def _live_bytes(self) -> int:
+        """About the size of the file rewritten with only the live entries (each stored twice)."""
+        entries = sum(len(tp.topic) + len(om.metadata.encode()) + 24 for tp, om in self._offsets.items())
+        return 2 * entries + 64
 
     def _rewrite_offsets(self, now_ms: int) -> None:
         entries = [
@@ -329,7 +372,7 @@ class GroupStore:
         ]
         payload = msgpack.packb([now_ms, -1, "", [list(e) for e in entries]])
         fs.atomic_write(self.offsets_path, journal.encode(payload))
-        self._offsets_stamp = (-1, -1)
+        self._forget_offsets()
         self.offsets()
 
     def delete_files(self) -> None:
