@@ -321,7 +321,7 @@ def _typed_columns(lo: int, hi: int, seed: int) -> tuple[Any, Any, list[str]]:
     return users, amounts, pages
 
 
-def _typed_chunks(records: int, seed: int) -> Iterator[tuple[int, int, int]]:
+def _typed_chunks(records: int) -> Iterator[tuple[int, int, int]]:
     """(partition, lo, hi) chunks of at most 500,000 records."""
     for p, (lo, hi) in enumerate(_halves(records)):
         for a in range(lo, hi, 500_000):
@@ -372,7 +372,7 @@ def spark_parquet_typed_sum(records: int, seed: int, workdir: Path) -> dict[str,
     out.mkdir()
     writers: dict[int, Any] = {}
     schema = pa.schema([("user", pa.int64()), ("amount", pa.float64()), ("page", pa.string())])
-    for p, lo, hi in _typed_chunks(records, seed):
+    for p, lo, hi in _typed_chunks(records):
         users, amounts, pages = _typed_columns(lo, hi, seed)
         if p not in writers:
             writers[p] = pq.ParquetWriter(out / f"part-{p}.parquet", schema)
@@ -392,7 +392,7 @@ def _write_typed_pylog(records: int, seed: int, workdir: Path) -> str:
     with pylog.open(path) as log:
         log.create_topic("typed", partitions=_PARTS)
         producer = log.producer(acks=1, value_serializer=None)
-        for p, lo, hi in _typed_chunks(records, seed):
+        for p, lo, hi in _typed_chunks(records):
             users, amounts, pages = _typed_columns(lo, hi, seed)
             values = [
                 packb({"user": u, "amount": a, "page": g})

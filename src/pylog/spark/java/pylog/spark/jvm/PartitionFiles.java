@@ -49,6 +49,12 @@ final class PartitionFiles {
       this.sealed = sealed;
     }
 
+    /** The segment's file with another suffix: {@code 00000000000000000000.log} -> {@code ...0.index}. */
+    Path sibling(String suffix) {
+      String name = path.getFileName().toString();
+      return path.resolveSibling(name.substring(0, name.length() - ".log".length()) + suffix);
+    }
+
     /**
      * The segment's largest timestamp (ms) from the last entry of its {@code .timeindex} (12-byte entries:
      * int64 timestamp, uint32 relative offset, little-endian), or null: not sealed, or no usable index.
@@ -57,8 +63,7 @@ final class PartitionFiles {
       if (!sealed) {
         return null;
       }
-      String name = path.getFileName().toString();
-      Path index = path.resolveSibling(name.substring(0, name.length() - 4) + ".timeindex");
+      Path index = sibling(".timeindex");
       try (FileChannel ch = FileChannel.open(index, StandardOpenOption.READ)) {
         long size = ch.size();
         if (size < 12 || size % 12 != 0) {
@@ -255,8 +260,7 @@ final class PartitionFiles {
   }
 
   private static int indexFloor(Segment seg, ByteBuffer buf, long offset) throws IOException {
-    String name = seg.path.getFileName().toString();
-    Path index = seg.path.resolveSibling(name.substring(0, name.length() - 4) + ".index");
+    Path index = seg.sibling(".index");
     byte[] raw;
     try {
       raw = Files.readAllBytes(index);
