@@ -46,24 +46,36 @@ def _build(root: str) -> tuple[Any, dict[TopicPartition, int]]:
     return (records, committed_view), offsets
 
 
+_PARTITION_FILES = {".log": "segment", ".index": "offset index", ".timeindex": "time index"}
+_NAMED_FILES = {
+    ("manifest",): "manifest",
+    ("t-0", "recovery.checkpoint"): "recovery.checkpoint",
+    ("t-0", "partition.state"): "partition.state",
+    ("__transactions", "decisions.log"): "decisions.log",
+}
+_GROUP_FILES = {"state": "state", "offsets.log": "committed offsets"}
+
+
+def _kind(rel: str) -> str | None:
+    """The kind of the file at ``rel``, a path relative to the log root (never the absolute path: the
+    directory holding the log may itself be called ``t-0`` or contain it)."""
+    parts = tuple(rel.split(os.sep))
+    if parts in _NAMED_FILES:
+        return _NAMED_FILES[parts]
+    if len(parts) == 2 and parts[0] == "t-0":
+        return _PARTITION_FILES.get(os.path.splitext(parts[1])[1])
+    if len(parts) == 3 and parts[0] == "__groups":
+        return _GROUP_FILES.get(parts[2])
+    return None
+
+
 def _files(root: str) -> dict[str, list[str]]:
     kinds: dict[str, list[str]] = {}
     for d, _, names in os.walk(root):
         for name in names:
             path = os.path.join(d, name)
-            if name.endswith(".log") and "t-0" in d:
-                kind = "segment"
-            elif name.endswith(".index"):
-                kind = "offset index"
-            elif name.endswith(".timeindex"):
-                kind = "time index"
-            elif name in ("recovery.checkpoint", "partition.state", "manifest", "state", "decisions.log"):
-                kind = name
-            elif name == "offsets.log":
-                kind = "committed offsets"
-            else:
-                continue
-            if os.path.getsize(path):
+            kind = _kind(os.path.relpath(path, root))
+            if kind is not None and os.path.getsize(path):
                 kinds.setdefault(kind, []).append(path)
     return kinds
 
@@ -83,7 +95,9 @@ def _read_all(root: str) -> tuple[Any, dict[TopicPartition, int], Any]:
 
 
 def test_every_single_bit_flip_is_detected_or_harmless(tmp_path: object) -> None:
-    base = str(tmp_path)
+    # The log lives in a directory named like its own partition directory, so that a classification of
+    # files by their absolute path (rather than their path inside the log) cannot go unnoticed.
+    base = os.path.join(str(tmp_path), "t-0")
     pristine = os.path.join(base, "pristine")
     model, offsets = _build(pristine)
     rng = random.Random(11)
