@@ -23,12 +23,14 @@ if simply tried again.
     ├── LogClosedError                           the Log, Producer or Consumer was closed
     ├── ForkedProcessError                       an object opened before fork() used in the child
     ├── LockError                                a lock on the log directory could not be taken
+    ├── NotALogDirectoryError (ValueError)       a path that is not (and cannot become) a pylog log directory
     ├── CorruptRecordError                       a stored batch fails its CRC, bounds or offset checks
     │   └── CorruptIndexError                    an index file fails its sanity check (rebuildable)
     ├── UnsupportedFormatError                   a file written by a newer/unknown format version
     ├── StorageError                             the operating system refused an I/O operation
     │   └── DiskFullError                        ENOSPC / EDQUOT
     ├── KafkaTimeoutError (TimeoutError)         a wait ran out (future.get, flush)
+    ├── DeliveryError                            records accepted by send() that could not be written
     ├── IllegalStateError                        a call that does not fit the object's state
     ├── NoOffsetForPartitionError                auto_offset_reset="none" and no position is known
     ├── CommitFailedError                        the member was fenced by a newer group generation
@@ -51,6 +53,7 @@ __all__ = [
     "CorruptIndexError",
     "CorruptRecordError",
     "DeserializationError",
+    "DeliveryError",
     "DiskFullError",
     "ForkedProcessError",
     "GroupNotEmptyError",
@@ -63,6 +66,7 @@ __all__ = [
     "LockError",
     "LogClosedError",
     "NoOffsetForPartitionError",
+    "NotALogDirectoryError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "ProducerFencedError",
@@ -74,6 +78,7 @@ __all__ = [
     "TopicExistsError",
     "UnknownGroupError",
     "UnknownPartitionError",
+    "UnknownEntryWarning",
     "UnknownTopicError",
     "UnsupportedFormatError",
 ]
@@ -162,6 +167,22 @@ class LockError(PylogError):
     retriable = True
 
 
+class NotALogDirectoryError(PylogError, ValueError):
+    """``pylog.open(path)`` was given a path that is not a pylog log directory: a file, or a non-empty directory
+    without a pylog manifest. pylog never initialises (or deletes anything in) such a directory: pass an empty
+    or new directory, or the directory of an existing log. A log whose manifest was lost can be rebuilt with
+    ``pylog repair``."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class UnknownEntryWarning(UserWarning):
+    """A log directory holds an entry pylog did not create (a stray file or folder, a partition directory of no
+    topic). pylog keeps it untouched and warns once per open; move it out of the log directory."""
+
+
 class CorruptRecordError(PylogError):
     """A stored batch failed its checks (CRC, length bounds, increasing offsets). ``path`` and ``position`` name
     the place. Run ``Log.verify()`` for a full report; ``pylog.repair(path)`` is the only call that drops such data."""
@@ -195,6 +216,19 @@ class KafkaTimeoutError(PylogError, TimeoutError):
     """A wait ran out before the operation completed."""
 
     retriable = True
+
+
+class DeliveryError(PylogError):
+    """Records accepted by ``send()`` could not be written and nobody looked at their futures (``get()``,
+    ``exception()``, an errback). Raised by the next ``flush()`` or ``close()`` of the producer (and by
+    ``Log.close()`` for the producers it closes), so a failed record never goes unnoticed. ``count`` is how many
+    records failed, ``errors`` the distinct errors (the first is chained as ``__cause__``). The records were not
+    written: send them again if they are still wanted."""
+
+    def __init__(self, message: str, *, count: int = 0, errors: list[BaseException] | None = None) -> None:
+        super().__init__(message)
+        self.count = count
+        self.errors = list(errors or [])
 
 
 class IllegalStateError(PylogError):
