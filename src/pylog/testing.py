@@ -6,7 +6,9 @@ What is here:
 - Hypothesis strategies: :func:`records` (``(key, value, headers, timestamp)`` tuples), :func:`topic_configs`
   (small segments, indexes and retention so that rolls and deletions happen in short tests) and
   :func:`workloads` (lists of :data:`Step` values: appends, flushes, rolls, clock moves, retention,
-  truncation), executed with :func:`apply_step`.
+  truncation), executed with :func:`apply_step`. Only these need Hypothesis (``pip install
+  'pylog[testing]'``); without it they raise :class:`ModuleNotFoundError` saying so, and everything else
+  here works.
 - :class:`TopicModel`: a reference model of a topic. It does not predict segment layouts; it tracks what the
   log has promised (records acknowledged by ``append``, made durable by ``flush``, possibly removed by
   retention or truncation), from which :func:`merge_expectations` builds the arguments of the checks.
@@ -66,6 +68,7 @@ file descriptors were closed (as the death of the process would) and the numbers
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno as _errno
 import os
@@ -75,9 +78,7 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
-
-from hypothesis import strategies as st
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pylog import fs
 from pylog.clock import Clock, ManualClock
@@ -87,6 +88,9 @@ from pylog.log import Log, open_log
 from pylog.partition import files
 from pylog.partition.log import AppendInfo, PartitionLog
 from pylog.record import DecodedBatch, encode_batch, encode_headers
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 __all__ = [
     "MUTATING_OPS",
@@ -155,24 +159,47 @@ def batch_records(batch: DecodedBatch) -> list[tuple[int, Record]]:
     ]
 
 
-@st.composite
+_HYPOTHESIS_MISSING = "pylog.testing's strategies need Hypothesis: pip install 'pylog[testing]'"
+
+
+@contextlib.contextmanager
+def _hypothesis_extra() -> Iterator[None]:
+    """Around the import of Hypothesis (the ``testing`` extra): its absence becomes an error saying what to
+    install. Only the strategies need it; the rest of this module works without it."""
+    try:
+        yield
+    except ImportError as exc:
+        raise ModuleNotFoundError(_HYPOTHESIS_MISSING, name="hypothesis") from exc
+
+
 def records(
-    draw: st.DrawFn, *, max_key: int = 16, max_value: int = 64, min_ts: int = 0, max_ts: int = 2**41
-) -> Record:
+    *, max_key: int = 16, max_value: int = 64, min_ts: int = 0, max_ts: int = 2**41
+) -> SearchStrategy[Record]:
     """A record: an optional key, a value (None only when there is a key), up to two headers, a timestamp."""
-    key = draw(st.none() | st.binary(max_size=max_key))
-    value = draw(st.binary(max_size=max_value) if key is None else st.none() | st.binary(max_size=max_value))
-    headers = draw(
-        st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=2).map(tuple)
-    )
-    ts = draw(st.integers(min_value=min_ts, max_value=max_ts))
-    return (key, value, headers, ts)
+    with _hypothesis_extra():
+        from hypothesis import strategies as st
+
+    @st.composite
+    def draw_record(draw: st.DrawFn) -> Record:
+        key = draw(st.none() | st.binary(max_size=max_key))
+        value = draw(
+            st.binary(max_size=max_value) if key is None else st.none() | st.binary(max_size=max_value)
+        )
+        headers = draw(
+            st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=2).map(tuple)
+        )
+        ts = draw(st.integers(min_value=min_ts, max_value=max_ts))
+        return (key, value, headers, ts)
+
+    return draw_record()
 
 
-def topic_configs(**fixed: Any) -> st.SearchStrategy[TopicConfig]:
+def topic_configs(**fixed: Any) -> SearchStrategy[TopicConfig]:
     """Topic configs sized for tests: segments of 256 B - 4 KiB (so rolls happen), dense indexes, optional
     time/size retention, flush policies and LogAppendTime. ``fixed`` overrides any field."""
-    fields: dict[str, st.SearchStrategy[Any]] = {
+    with _hypothesis_extra():
+        from hypothesis import strategies as st
+    fields: dict[str, SearchStrategy[Any]] = {
         "segment_bytes": st.integers(256, 4096),
         "index_interval_bytes": st.sampled_from([0, 64, 256, 4096]),
         "retention_ms": st.sampled_from([-1, 1_000, 60_000]),
@@ -242,12 +269,14 @@ def workloads(
     max_batch: int = 4,
     truncate: bool = True,
     start_ms: int = 1_700_000_000_000,
-) -> st.SearchStrategy[list[Step]]:
+) -> SearchStrategy[list[Step]]:
     """Lists of steps for a topic with ``partitions`` partitions. Record timestamps stay near ``start_ms`` so
     retention and time lookups have something to do."""
+    with _hypothesis_extra():
+        from hypothesis import strategies as st
     part = st.integers(0, partitions - 1)
     rec = records(min_ts=start_ms - 5_000, max_ts=start_ms + 120_000)
-    choices: list[st.SearchStrategy[Step]] = [
+    choices: list[SearchStrategy[Step]] = [
         st.builds(Append, part, st.lists(rec, min_size=1, max_size=max_batch).map(tuple)),
         st.builds(Append, part, st.lists(rec, min_size=1, max_size=max_batch).map(tuple)),
         st.builds(Flush, part),

@@ -1,0 +1,94 @@
+"""``pylog.testing`` is a feature for users: everything but its Hypothesis strategies works on a plain
+``pip install pylog``, and the strategies say which extra to install when Hypothesis is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+
+from pylog.testing import records, topic_configs, workloads
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Runs with Hypothesis made unimportable; prints what worked and what each strategy raised, as JSON.
+_WITHOUT_HYPOTHESIS = """
+import json, os, sys
+sys.modules["hypothesis"] = None
+import pylog
+from pylog import fs
+from pylog import testing
+from pylog.testing import Append, FaultyFileSystem, Flush, TopicModel, apply_step, check_invariants
+
+root = os.path.join(sys.argv[1], "log")
+with pylog.open(root) as log:
+    log.create_topic("t")
+model = TopicModel("t", 1)
+with fs.install(FaultyFileSystem(root)), pylog.open(root) as log:
+    for step in [Append(0, ((b"k", b"v", (), 1_000),)), Flush(0)]:
+        apply_step(log, "t", step, model)
+state = check_invariants(root, model.acked_records(), model.durable_records())
+raised = {}
+for name in ("records", "topic_configs", "workloads"):
+    try:
+        getattr(testing, name)()
+    except ImportError as exc:
+        raised[name] = [type(exc).__name__, exc.name, str(exc)]
+print(json.dumps({"records": len(state.partitions[("t", 0)][2]), "raised": raised}))
+"""
+
+
+def _run_without_hypothesis(tmp_path: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_HYPOTHESIS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    result: dict[str, Any] = json.loads(r.stdout.splitlines()[-1])
+    return result
+
+
+def test_everything_but_the_strategies_works_without_hypothesis(tmp_path: Path) -> None:
+    result = _run_without_hypothesis(tmp_path)
+    assert result["records"] == 1
+
+
+def test_each_strategy_names_the_extra_when_hypothesis_is_missing(tmp_path: Path) -> None:
+    raised = _run_without_hypothesis(tmp_path)["raised"]
+    assert set(raised) == {"records", "topic_configs", "workloads"}
+    for kind, module, message in raised.values():
+        assert (kind, module) == ("ModuleNotFoundError", "hypothesis")
+        assert "pip install 'pylog[testing]'" in message
+
+
+def test_the_testing_extra_installs_hypothesis() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["testing"]
+    assert any(req.replace(" ", "").startswith("hypothesis>=") for req in extra)
+
+
+@settings(max_examples=50, deadline=None)
+@given(r=records(max_key=4, max_value=8, min_ts=10, max_ts=20))
+def test_records_keep_their_bounds(r: Any) -> None:
+    key, value, headers, ts = r
+    assert key is not None or value is not None
+    assert len(key or b"") <= 4 and len(value or b"") <= 8 and 10 <= ts <= 20
+    assert len(headers) <= 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(config=topic_configs(segment_bytes=1_000), steps=workloads(partitions=3, max_steps=8))
+def test_configs_and_workloads_keep_their_bounds(config: Any, steps: Any) -> None:
+    assert config.segment_bytes == 1_000
+    assert len(steps) <= 8
+    assert all(getattr(step, "partition", 0) in range(3) for step in steps)
