@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -284,6 +285,120 @@ def test_sticky_general_path_shifts_along_a_chain_when_no_single_move_helps() ->
     result = StickyAssignor().assign({"t0": 2, "t1": 4}, members)
     assert show(result)["C1"] == "t0-0 t0-1"
     assert sorted(len(parts) for parts in result.values()) == [2, 2, 2]
+
+
+def per_topic(assignment: Assignment, topics: dict[str, int]) -> dict[str, dict[str, int]]:
+    """member -> topic -> how many of the topic's partitions the member got."""
+    return {m: {t: sum(tp.topic == t for tp in parts) for t in topics} for m, parts in assignment.items()}
+
+
+def everything(topics: dict[str, int], *only: str) -> str:
+    """All partitions of ``topics`` (or of the ``only`` ones), in the notation of :func:`tps`."""
+    return " ".join(f"{t}-{p}" for t in (only or topics) for p in range(topics[t]))
+
+
+def topic_spreads(assignment: Assignment, topics: dict[str, int]) -> dict[str, int]:
+    counts = per_topic(assignment, topics)
+    return {
+        t: max(row[t] for row in counts.values()) - min(row[t] for row in counts.values()) for t in topics
+    }
+
+
+STICKY_ASSIGNORS = [StickyAssignor, CooperativeStickyAssignor]
+
+
+def settle(cls: type[Assignor], topics: dict[str, int], members: dict[str, Subscription]) -> Assignment:
+    """Rebalance until the assignment stops changing (one rebalance for sticky, two for cooperative)."""
+    result = cls().assign(topics, members)
+    for generation in range(2, 5):
+        members = {m: replace(s, owned=tuple(result[m]), generation=generation) for m, s in members.items()}
+        again = cls().assign(topics, members)
+        if again == result:
+            return result
+        result = again
+    raise AssertionError(f"{cls.name} did not settle")
+
+
+@pytest.mark.parametrize("cls", STICKY_ASSIGNORS)
+def test_sticky_joining_member_gets_half_of_each_topic_not_a_whole_topic(cls: type[Assignor]) -> None:
+    # consumer1 owns both topics; trimming it to its quota keeps half of each, not all of topic1.
+    topics = {"topic1": 12, "topic2": 12}
+    members = {"consumer1": sub(*topics, owned=everything(topics), generation=1), "consumer2": sub(*topics)}
+    first = cls().assign(topics, members)
+    assert per_topic(first, topics)["consumer1"] == {"topic1": 6, "topic2": 6}
+    result = settle(cls, topics, members)
+    assert per_topic(result, topics) == {m: {"topic1": 6, "topic2": 6} for m in members}
+    assert set(result["consumer1"]) == set(first["consumer1"])  # only the revoked half moved
+
+
+@pytest.mark.parametrize("cls", STICKY_ASSIGNORS)
+@pytest.mark.parametrize("sizes", [(12, 12), (13, 7), (5, 9, 10)])
+def test_sticky_two_members_join_an_owner_of_everything(cls: type[Assignor], sizes: tuple[int, ...]) -> None:
+    topics = {f"topic{i + 1}": n for i, n in enumerate(sizes)}
+    members = {
+        "consumer1": sub(*topics, owned=everything(topics), generation=1),
+        "consumer2": sub(*topics),
+        "consumer3": sub(*topics),
+    }
+    result = settle(cls, topics, members)
+    low, extra = divmod(sum(sizes), 3)
+    assert sorted(len(parts) for parts in result.values()) == [low] * (3 - extra) + [low + 1] * extra
+    assert len(result["consumer1"]) == low + (extra > 0)  # it kept all it could
+    assert all(spread <= 1 for spread in topic_spreads(result, topics).values()), per_topic(result, topics)
+
+
+@pytest.mark.parametrize("cls", STICKY_ASSIGNORS)
+@pytest.mark.parametrize(("sizes", "names"), [((4, 4), "AB"), ((13, 7), "ABC"), ((1, 3, 8, 2), "ABCDE")])
+def test_sticky_fresh_assignment_deals_every_topic_over_the_members(
+    cls: type[Assignor], sizes: tuple[int, ...], names: str
+) -> None:
+    topics = {f"t{i}": n for i, n in enumerate(sizes)}
+    result = cls().assign(topics, {name: sub(*topics) for name in names})
+    assert sorted(tp for parts in result.values() for tp in parts) == tps(everything(topics))
+    assert all(spread <= 1 for spread in topic_spreads(result, topics).values()), per_topic(result, topics)
+
+
+def numbered(topic: str, numbers: range) -> str:
+    return " ".join(f"{topic}-{p}" for p in numbers)
+
+
+@pytest.mark.parametrize("cls", STICKY_ASSIGNORS)
+def test_sticky_spreads_topics_of_different_sizes_by_their_share(cls: type[Assignor]) -> None:
+    # Quotas are 8. C1 owns only big partitions, so it keeps 8 of them. C0 and C2 share the other 12 big and
+    # the 4 small ones: 6 and 2 each. C0 keeps only partitions it owned.
+    topics = {"big": 20, "small": 4}
+    members = {
+        "C0": sub(
+            *topics, owned=numbered("big", range(10)) + " " + numbered("small", range(4)), generation=1
+        ),
+        "C1": sub(*topics, owned=numbered("big", range(10, 20)), generation=1),
+        "C2": sub(*topics),
+    }
+    result = settle(cls, topics, members)
+    assert per_topic(result, topics) == {
+        "C0": {"big": 6, "small": 2},
+        "C1": {"big": 8, "small": 0},
+        "C2": {"big": 6, "small": 2},
+    }
+    for member in ("C0", "C1"):
+        assert set(result[member]) <= set(members[member].owned)
+
+
+def test_sticky_members_with_the_same_topics_share_each_topic() -> None:
+    # Different subscriptions (the general path). C0 and C3 subscribe to the same three topics and get 5
+    # partitions each; between them each topic splits as evenly as it can, instead of C0 taking 3 of t0 and
+    # none of t1 while C3 takes 2 of t1.
+    topics = {"t0": 7, "t1": 7, "t2": 6}
+    members = {
+        "C0": sub("t0", "t1", "t2"),
+        "C1": sub("t0", "t2"),
+        "C2": sub("t1"),
+        "C3": sub("t0", "t1", "t2"),
+    }
+    result = StickyAssignor().assign(topics, members)
+    assert sorted(len(parts) for parts in result.values()) == [5, 5, 5, 5]
+    counts = per_topic(result, topics)
+    assert all(abs(counts["C0"][t] - counts["C3"][t]) <= 1 for t in topics), counts
 
 
 # --- cooperative-sticky -------------------------------------------------------------------------------------

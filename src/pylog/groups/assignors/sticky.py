@@ -2,9 +2,11 @@
 
 The assignment is as balanced as the subscriptions allow and, within that, keeps as many partitions as
 possible with the member that owns them now (``Subscription.owned``), so a rebalance does not throw away
-caches, open files and in-flight work for partitions that did not need to move.
+caches, open files and in-flight work for partitions that did not need to move. Within those two, each topic
+is spread over the members that subscribe to it (:mod:`pylog.groups.assignors.topic_spread`), so no member
+ends up with all of one topic's traffic and none of another's.
 
-The algorithm, in three steps:
+The algorithm, in four steps:
 
 1. **Who owns what now.** Each member's ``owned`` partitions are claims from generation ``generation``. A
    claim on a partition that no longer exists is dropped. When several members claim a partition, the claim
@@ -13,11 +15,15 @@ The algorithm, in three steps:
    generation"). A winner that no longer subscribes to the partition's topic frees it too.
 2. **Uniform subscriptions** (every member subscribes to the same existing topics; Kafka's "constrained"
    path). With ``P`` partitions and ``N`` members every member gets ``P // N`` partitions and ``P % N`` of
-   them one more. Going through the members in id order, each keeps its owned partitions up to ``P // N``,
-   plus one more while ``P % N`` such slots are left; the rest of what it owns is freed. The free partitions,
-   sorted, then fill members up to ``P // N`` and finally hand out the remaining one-more slots. Nothing that
-   could stay moves, so when a member leaves only its partitions move, and when one joins exactly the minimum
-   number needed for balance moves. Cost: ``O(P log P + N)``.
+   them one more; the larger quotas go first to members that own more than ``P // N`` (in id order), then to
+   the others. A member that owns at least its quota keeps that many of its partitions and gets nothing new;
+   it gives up partitions of the topic where it holds the most above its fair share first, round the topics
+   (as Kafka does since KAFKA-16277), so what it keeps is spread over its topics. A member that owns less keeps
+   all of it. The free partitions are then dealt topic by topic, each to the member with room that holds the
+   fewest of that topic, and swaps that keep every count above even out the topics further (step 4). Nothing
+   that could stay moves, so when a member leaves only its partitions move, and when one joins exactly the
+   minimum number needed for balance moves. With no owned partitions every topic's partitions are dealt over
+   the members: each member's count of each topic differs from any other's by at most 1.
 3. **Different subscriptions** (Kafka's "general" path). Members keep every valid owned partition, and each
    free partition goes to the least-loaded member subscribed to its topic (topics with the fewest subscribers
    first, since they have the least choice). Then the balance is improved along *cost-reducing paths*: a chain
@@ -37,6 +43,13 @@ The algorithm, in three steps:
    a topic from members above the group average to members below it, then steepest descent with lazy heaps, a
    few heap operations per move) and searches for longer paths only for what is left; a search costs
    ``O(members + topics + subscriptions)``.
+4. **Spread each topic** over members with the same topics: a member holding two more partitions of a topic
+   than another with the same subscription hands one over in exchange for one of another topic (a *swap*),
+   whenever the swap evens out the topics (it lowers the sum of squared per-topic counts). Swaps keep every
+   member's total, so balance is unchanged, and they only ever move partitions that would not have stayed
+   with their owner anyway: in step 2 a member that owns at least its quota may trade a kept partition for
+   one of its own freed ones, any other member only partitions it did not own; in step 3 a member only
+   trades partitions it did not own. The result: no such swap is left.
 
 Worked example: three members share topic ``t0`` with six partitions, then ``C0`` leaves.
 
@@ -54,6 +67,14 @@ C2: t0-1, t0-4, t0-5
 
 Only C0's partitions moved. The range assignor would have answered ``C1: t0-0..2, C2: t0-3..5`` and also moved
 ``t0-3`` away from C1.
+
+With two topics, a member that joins an owner of everything gets half of each topic, not one whole topic:
+
+>>> both, owner = frozenset({"t0", "t1"}), tuple(TopicPartition(t, p) for t in ("t0", "t1") for p in range(4))
+>>> joined = {"C0": Subscription(both, owned=owner, generation=1), "C1": Subscription(both)}
+>>> print(format_assignment(StickyAssignor().assign({"t0": 4, "t1": 4}, joined)))
+C0: t0-0, t0-1, t1-0, t1-1
+C1: t0-2, t0-3, t1-2, t1-3
 """
 
 from __future__ import annotations
@@ -63,6 +84,7 @@ from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 from pylog.groups.assignors.base import Assignment, Assignor, Subscription, subscribed_topics
+from pylog.groups.assignors.topic_spread import Counts, fill, spread_topics, trim
 from pylog.structs import TopicPartition
 
 __all__ = ["StickyAssignor", "current_owners", "sticky_assignment"]
@@ -130,34 +152,67 @@ def sticky_assignment(
     return {member: sorted(result[member]) for member in members}
 
 
+def _by_topic(partitions: list[TopicPartition], topics: list[str]) -> dict[str, list[int]]:
+    """Partition numbers per topic, in the order given."""
+    numbers: dict[str, list[int]] = {topic: [] for topic in topics}
+    for tp in partitions:
+        numbers[tp.topic].append(tp.partition)
+    return numbers
+
+
+def _quotas(total: int, members: list[str], owned: Mapping[str, int]) -> dict[str, int]:
+    """Step 2's totals: ``total // len(members)`` each; the ``total % len(members)`` larger quotas go first to
+    members that own more than the smaller one (in id order), then to the others (in id order)."""
+    min_quota, extra = divmod(total, len(members))
+    quota = dict.fromkeys(members, min_quota)
+    for member in [m for m in members if owned[m] > min_quota] + [
+        m for m in members if owned[m] <= min_quota
+    ]:
+        if extra == 0:
+            break
+        quota[member] += 1
+        extra -= 1
+    return quota
+
+
 def _assign_uniform(
     partitions_per_topic: Mapping[str, int],
     topics: frozenset[str],
     members: list[str],
     owned: Mapping[str, list[TopicPartition]],
 ) -> dict[str, list[TopicPartition]]:
-    """Step 2: exact quotas, keeping owned partitions up to them."""
+    """Step 2: exact quotas, keeping owned partitions up to them, each topic spread over the members."""
     if not members:
         return {}
-    partitions = [TopicPartition(t, p) for t in sorted(topics) for p in range(partitions_per_topic[t])]
-    min_quota, max_slots = divmod(len(partitions), len(members))
-    result: dict[str, list[TopicPartition]] = {}
+    names = sorted(topics)
+    quota = _quotas(sum(partitions_per_topic[t] for t in names), members, {m: len(owned[m]) for m in members})
+    mine = {m: _by_topic(owned[m], names) for m in members}
+    counts: Counts = {}
+    lower: Counts = {}
+    upper: Counts = {}
     for member in members:
-        keep = min(len(owned[member]), min_quota)
-        if len(owned[member]) > min_quota and max_slots > 0:
-            keep += 1
-            max_slots -= 1
-        result[member] = owned[member][:keep]
-    taken = {tp for partitions_kept in result.values() for tp in partitions_kept}
-    free = iter([tp for tp in partitions if tp not in taken])
-    for member in members:
-        result[member].extend(next(free) for _ in range(min_quota - len(result[member])))
-    for member in members:
-        if max_slots == 0:
-            break
-        if len(result[member]) == min_quota:
-            result[member].append(next(free))
-            max_slots -= 1
+        held = {topic: len(mine[member][topic]) for topic in names}
+        if len(owned[member]) >= quota[member]:  # keeps quota of its own, gets nothing new
+            counts[member] = trim(held, quota[member], partitions_per_topic, len(members))
+            lower[member], upper[member] = dict.fromkeys(names, 0), held
+        else:  # keeps everything it owns, gets the rest of its quota
+            counts[member] = dict(held)
+            lower[member], upper[member] = held, {topic: partitions_per_topic[topic] for topic in names}
+    free = {
+        topic: partitions_per_topic[topic] - sum(row[topic] for row in counts.values()) for topic in names
+    }
+    fill(counts, {m: quota[m] - sum(counts[m].values()) for m in members}, free)
+    spread_topics(counts, lower, upper)
+    result: dict[str, list[TopicPartition]] = {member: [] for member in members}
+    for topic in names:
+        kept = {m: mine[m][topic][: counts[m][topic]] for m in members}
+        taken = {p for numbers in kept.values() for p in numbers}
+        free_numbers = iter([p for p in range(partitions_per_topic[topic]) if p not in taken])
+        for member in members:
+            numbers = kept[member] + [
+                next(free_numbers) for _ in range(counts[member][topic] - len(kept[member]))
+            ]
+            result[member].extend(TopicPartition(topic, p) for p in numbers)
     return result
 
 
@@ -166,8 +221,52 @@ def _assign_general(
     topics_of: Mapping[str, frozenset[str]],
     owned: Mapping[str, list[TopicPartition]],
 ) -> dict[str, list[TopicPartition]]:
-    """Step 3 of the module docstring."""
-    return _General(partitions_per_topic, topics_of, owned).assign()
+    """Step 3 of the module docstring, then step 4 within each group of members with the same topics."""
+    result = _General(partitions_per_topic, topics_of, owned).assign()
+    classes: dict[frozenset[str], list[str]] = {}
+    for member in sorted(topics_of):
+        classes.setdefault(topics_of[member], []).append(member)
+    for topics, members in classes.items():
+        if len(members) > 1 and len(topics) > 1:
+            _spread_class(sorted(topics), members, owned, result)
+    return result
+
+
+def _spread_class(
+    topics: list[str],
+    members: list[str],
+    owned: Mapping[str, list[TopicPartition]],
+    result: dict[str, list[TopicPartition]],
+) -> None:
+    """Step 4: even out the topics between members with the same topics, moving only partitions the giver did
+    not own (so every member keeps what it kept), and giving a partition back to its owner when one asks."""
+    held = {m: _by_topic(sorted(result[m]), topics) for m in members}
+    previous = {tp: m for m in members for tp in owned[m]}
+    counts = {m: {t: len(held[m][t]) for t in topics} for m in members}
+    lower = {
+        m: {t: sum(previous.get(TopicPartition(t, p)) == m for p in held[m][t]) for t in topics}
+        for m in members
+    }
+    everything = {t: sum(len(held[m][t]) for m in members) for t in topics}
+    upper = {m: dict(everything) for m in members}
+    before = {m: dict(row) for m, row in counts.items()}
+    spread_topics(counts, lower, upper)
+    for topic in topics:
+        pool: list[int] = []
+        for member in members:
+            surplus = before[member][topic] - counts[member][topic]
+            movable = [p for p in held[member][topic] if previous.get(TopicPartition(topic, p)) != member]
+            for p in movable[len(movable) - surplus :] if surplus > 0 else []:
+                held[member][topic].remove(p)
+                pool.append(p)
+        for member in members:
+            for _ in range(counts[member][topic] - before[member][topic]):
+                back = [p for p in pool if previous.get(TopicPartition(topic, p)) == member]
+                number = back[0] if back else min(pool)
+                pool.remove(number)
+                held[member][topic].append(number)
+    for member in members:
+        result[member] = [TopicPartition(t, p) for t in topics for p in held[member][t]]
 
 
 class _General:
