@@ -17,25 +17,34 @@ Thread-safety: not thread-safe (like Kafka's consumer): use one consumer per thr
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
 
+from pylog.consumer_config import check_consumer_settings, group_config
 from pylog.deadletter import DeadLetters
 from pylog.errors import (
     ConfigError,
     DeserializationError,
     IllegalStateError,
     InvalidOffsetError,
+    InvalidTimestampError,
     LogClosedError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    StorageError,
     UnknownPartitionError,
+    UnknownTopicError,
 )
+from pylog.groups.member import GroupMember, topic_names
+from pylog.groups.store import validate_group_id
 from pylog.record import ATTR_TRANSACTIONAL, BatchHeader, DecodedBatch, RecordLists, decode_lists
 from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -46,6 +55,8 @@ if TYPE_CHECKING:
 __all__ = ["Consumer"]
 
 _DEFAULT: Any = object()
+_T = TypeVar("_T")
+_MAX_TIMESTAMP = (1 << 63) - 1
 
 
 def _unpack(raw: bytes) -> Any:
@@ -69,42 +80,42 @@ class Consumer:
         on_deserialization_error: str = "raise",
         dead_letter_topic: str | None = None,
         isolation_level: str = "read_uncommitted",
-        **group_config: Any,
+        **group_config_settings: Any,
     ) -> None:
-        if auto_offset_reset not in ("earliest", "latest", "none", "smallest", "largest"):
-            raise ConfigError(
-                f"auto_offset_reset must be earliest, latest or none, got {auto_offset_reset!r}"
-            )
-        if (
-            isinstance(max_poll_records, bool)
-            or not isinstance(max_poll_records, int)
-            or max_poll_records < 1
-        ):
-            raise ConfigError(f"max_poll_records must be an int >= 1, got {max_poll_records!r}")
+        checked = check_consumer_settings(
+            {
+                "auto_offset_reset": auto_offset_reset,
+                "consumer_timeout_ms": consumer_timeout_ms,
+                "max_poll_records": max_poll_records,
+                "max_partition_fetch_bytes": max_partition_fetch_bytes,
+                "key_deserializer": key_deserializer,
+                "value_deserializer": None if value_deserializer is _DEFAULT else value_deserializer,
+                "isolation_level": isolation_level,
+            }
+        )
+        if group_id is not None:
+            validate_group_id(group_id)
+        config = group_config(group_id, group_config_settings)
         self.log = log
         self.group_id = group_id
-        self.auto_offset_reset = {"smallest": "earliest", "largest": "latest"}.get(
-            auto_offset_reset, auto_offset_reset
-        )
-        self.consumer_timeout_ms = consumer_timeout_ms
+        self.auto_offset_reset: str = checked["auto_offset_reset"]
+        self.consumer_timeout_ms: float = checked["consumer_timeout_ms"]
         self.max_poll_records = max_poll_records
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.isolation_level = isolation_level
         self._key_deser = key_deserializer
         self._value_deser: Callable[[bytes], Any] | None = (
             _unpack if value_deserializer is _DEFAULT else value_deserializer
         )
+        self._dead_letters = DeadLetters(log, dead_letter_topic, on_deserialization_error)
+        for name in topics:  # before anything is created: a consumer of a missing topic leaves no trace
+            log.topic(name)
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int | None] = {}
         self._paused: set[TopicPartition] = set()
         self._buffers: dict[TopicPartition, _Buffer] = {}
         self._current: _Buffer | None = None  # where next() takes records from without a poll
         self._poison: dict[TopicPartition, DeserializationError] = {}
-        self._dead_letters = DeadLetters(log, dead_letter_topic, on_deserialization_error)
-        if isolation_level not in ("read_uncommitted", "read_committed"):
-            raise ConfigError(
-                f"isolation_level must be read_uncommitted or read_committed, got {isolation_level!r}"
-            )
-        self.isolation_level = isolation_level
         self._txns: Any = log.transactions() if isolation_level == "read_committed" else None
         self._next_expiry_check = 0.0
         self._subscription: set[str] = set()
@@ -112,15 +123,15 @@ class Consumer:
         self._next_meta_check = 0.0
         self._rr = 0
         self._closed = False
-        self._group: Any = None
+        self._group: GroupMember | None = None
         if group_id is not None:
-            from pylog.groups.member import GroupMember
-
-            self._group = GroupMember(self, group_id, **group_config)
-        elif group_config:
-            raise ConfigError(f"unknown consumer config {', '.join(sorted(group_config))}")
+            self._group = GroupMember(self, group_id, config)
         if topics:
-            self.subscribe(list(topics))
+            try:
+                self.subscribe(list(topics))
+            except BaseException:
+                self.close(autocommit=False)  # refused by the group: release what was opened
+                raise
 
     # -- assignment -------------------------------------------------------------------------------------
 
@@ -159,8 +170,13 @@ class Consumer:
         if isinstance(topics, str):
             topics = [topics]
         topics = list(topics)
-        if bool(topics) == (pattern is not None):
-            raise IllegalStateError("subscribe() needs either topics or a pattern, not both")
+        if topics and pattern is not None:
+            raise IllegalStateError("subscribe() takes topics or a pattern, not both")
+        if not topics and pattern is None:
+            raise ConfigError(
+                "subscribe() needs topics (a list of topic names) or pattern= (a regular expression matching "
+                "whole topic names); to stop consuming, call unsubscribe()"
+            )
         for name in topics:
             self.log.topic(name)
         try:
@@ -175,6 +191,10 @@ class Consumer:
             self._update_subscription_assignment(force=True)
 
     def subscription(self) -> set[str]:
+        """The subscribed topics: the names given to ``subscribe()``, or the existing topics its pattern
+        matches now."""
+        if self._pattern is not None:
+            return set(self._subscribed_topics())
         return set(self._subscription)
 
     def unsubscribe(self) -> None:
@@ -187,7 +207,7 @@ class Consumer:
     def _subscribed_topics(self) -> list[str]:
         if self._pattern is None:
             return sorted(self._subscription)
-        return [t for t in self.log.topics() if self._pattern.fullmatch(t)]
+        return [t for t in topic_names(self.log) if self._pattern.fullmatch(t)]
 
     def _update_subscription_assignment(self, force: bool = False) -> None:
         now = self.log.clock.monotonic_ms()
@@ -196,9 +216,48 @@ class Consumer:
         self._next_meta_check = now + 500
         if not self._subscription and self._pattern is None:
             return
-        tps = [tp for t in self._subscribed_topics() for tp in self.log.topic(t).partitions()]
+        existing = set(topic_names(self.log))  # a subscribed topic deleted since leaves the assignment
+        tps = []
+        for name in self._subscribed_topics():
+            if name in existing:
+                with contextlib.suppress(UnknownTopicError):
+                    tps.extend(self.log.topic(name).partitions())
         if tps != self._assignment:
             self._set_assignment(tps)
+
+    def _subscribed_mode(self) -> bool:
+        return bool(self._subscription) or self._pattern is not None
+
+    def _guarded(self, tp: TopicPartition, read: Callable[[], _T]) -> _T:
+        """Run ``read`` (a read of ``tp``), turning files that vanished under it into the typed error of what
+        happened: the topic or the partition was deleted (by another Log object or process)."""
+        try:
+            return read()
+        except (FileNotFoundError, LogClosedError) as exc:
+            if self.log.closed or self._closed:
+                raise
+            raise self._vanished(tp, exc) from exc
+
+    def _vanished(self, tp: TopicPartition, exc: Exception) -> Exception:
+        if tp.topic not in topic_names(self.log):
+            return UnknownTopicError(f"topic {tp.topic!r} was deleted while this consumer read it")
+        if tp.partition >= self.log.topic(tp.topic).num_partitions:
+            return UnknownPartitionError(f"partition {tp.partition} of topic {tp.topic!r} no longer exists")
+        if isinstance(exc, LogClosedError):
+            return exc
+        return StorageError(f"cannot read {tp.topic}-{tp.partition}: {exc}")
+
+    def _skip_vanished(self, tp: TopicPartition, exc: Exception) -> None:
+        """A subscribed topic or partition that no longer exists is skipped: it leaves the assignment at the
+        next metadata check (without a group) or rebalance (with one), as in Kafka. Under ``assign()`` the
+        error is raised: the caller chose the partition."""
+        if not self._subscribed_mode():
+            raise exc
+        self._positions[tp] = None  # a topic created again under this name starts from its own offsets
+        self._drop_buffer(tp)
+        self._next_meta_check = 0.0
+        if self._group is not None:
+            self._group.check_topics()
 
     # -- positions --------------------------------------------------------------------------------------
 
@@ -281,7 +340,7 @@ class Consumer:
     # -- metadata ---------------------------------------------------------------------------------------
 
     def topics(self) -> set[str]:
-        return set(self.log.topics())
+        return set(topic_names(self.log))
 
     def partitions_for_topic(self, topic: str) -> set[int]:
         return set(range(self.log.topic(topic).num_partitions))
@@ -298,8 +357,10 @@ class Consumer:
         """For each partition the earliest offset whose timestamp is >= the given one, or None."""
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp, ts in timestamps.items():
-            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-                raise InvalidOffsetError(f"timestamp must be an int >= 0, got {ts!r}")
+            if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= _MAX_TIMESTAMP:
+                raise InvalidTimestampError(
+                    f"timestamp for {tp!r} must be an int of milliseconds in 0 .. 2**63-1, got {ts!r}"
+                )
             tp = _topic_partition(tp)
             hit = self._plog(tp).offset_for_time(ts)
             out[tp] = None if hit is None else OffsetAndTimestamp(*hit)
@@ -318,7 +379,7 @@ class Consumer:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(f"max_records must be an int >= 1, got {max_records!r}")
         clock = self.log.clock
-        deadline = clock.monotonic_ms() + max(timeout_ms, 0)
+        deadline = clock.monotonic_ms() + _wait_ms(timeout_ms)
         spins = 0
         while True:
             if self._group is not None:
@@ -355,7 +416,11 @@ class Consumer:
                     if out:
                         continue  # return what is ready; the next poll raises
                     raise poison
-                recs = self._fetch(tp)
+                try:
+                    recs = self._guarded(tp, partial(self._fetch, tp))
+                except (UnknownTopicError, UnknownPartitionError) as exc:
+                    self._skip_vanished(tp, exc)
+                    continue
                 if not recs:
                     self._buffers.pop(tp, None)
                     if tp in self._poison and not out:
@@ -604,7 +669,7 @@ class Consumer:
         self._check()
         limit = self.max_partition_fetch_bytes if max_bytes is None else max_bytes
         clock = self.log.clock
-        deadline = clock.monotonic_ms() + max(timeout_ms, 0)
+        deadline = clock.monotonic_ms() + _wait_ms(timeout_ms)
         spins = 0
         while True:
             if self._group is not None:
@@ -612,21 +677,16 @@ class Consumer:
             else:
                 self._update_subscription_assignment()
             out: dict[TopicPartition, Any] = {}
-            for tp in self._assignment:
+            for tp in list(self._assignment):
                 if tp in self._paused:
                     continue
-                self._positions[tp] = self.position(tp)
-                self._drop_buffer(tp)
-                batches = self._read(tp, self._positions[tp] or 0, limit)
-                if self._txns is not None:
-                    batches, skip_to = self._committed_only(batches)
-                    if not batches:
-                        if skip_to is not None:
-                            self._positions[tp] = skip_to
-                        continue
+                try:
+                    batches, start = self._guarded(tp, partial(self._arrow_batches, tp, limit))
+                except (UnknownTopicError, UnknownPartitionError) as exc:
+                    self._skip_vanished(tp, exc)
+                    continue
                 if not batches:
                     continue
-                start = self._positions[tp] or 0
                 rb = batches_to_arrow(
                     tp.topic, tp.partition, batches, start_offset=start, include_headers=include_headers
                 )
@@ -641,6 +701,17 @@ class Consumer:
             spins += 1
             if spins > 200:
                 clock.sleep(min(0.001 * (spins - 200) / 50, 0.005, (deadline - now) / 1000))
+
+    def _arrow_batches(self, tp: TopicPartition, limit: int) -> tuple[list[DecodedBatch], int]:
+        """The visible batches from the position of ``tp`` (which moves past aborted ones), and that position."""
+        self._positions[tp] = self.position(tp)
+        self._drop_buffer(tp)
+        batches = self._read(tp, self._positions[tp] or 0, limit)
+        if self._txns is not None:
+            batches, skip_to = self._committed_only(batches)
+            if not batches and skip_to is not None:
+                self._positions[tp] = skip_to
+        return batches, self._positions[tp] or 0
 
     # -- iteration --------------------------------------------------------------------------------------
 
@@ -782,6 +853,15 @@ def _sizes(items: list[bytes | None]) -> list[int]:
         return list(map(len, items))  # type: ignore[arg-type]
     except TypeError:  # some None among them
         return [-1 if x is None else len(x) for x in items]
+
+
+def _wait_ms(timeout_ms: object) -> float:
+    """A poll's ``timeout_ms`` as a number of milliseconds (a negative one waits not at all)."""
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float) or math.isnan(timeout_ms):
+        raise ConfigError(
+            f"timeout_ms must be an int or float (float('inf') waits forever), got {timeout_ms!r}"
+        )
+    return max(float(timeout_ms), 0.0)
 
 
 def _topic_partition(value: Any) -> TopicPartition:

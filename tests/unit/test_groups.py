@@ -778,3 +778,77 @@ def test_state_reader_is_not_fooled_by_an_identical_stat(log_dir: str) -> None:
     assert reader.read_state()["generation"] == 2
     writer.close()
     reader.close()
+
+
+# -- topics deleted under a consumer (by another Log object on the same directory) ---------------------------
+
+
+def _fill(log: pylog.Log, topic: str, partitions: int, n: int) -> dict[TopicPartition, int]:
+    log.create_topic(topic, partitions=partitions)
+    producer = log.producer()
+    for i in range(n):
+        producer.send(topic, i, key=str(i))
+    producer.close()
+    return _ends(log, topic)
+
+
+def _drain(consumer: Any, ends: dict[TopicPartition, int]) -> dict[TopicPartition, list[Any]]:
+    """Poll (running heartbeats) until the consumer's position reached ``ends`` on every partition in it."""
+    got: dict[TopicPartition, list[Any]] = {tp: [] for tp in ends}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        consumer._group.heartbeat()
+        for tp, records in consumer.poll(timeout_ms=5).items():
+            got.setdefault(tp, []).extend(r.value for r in records)
+        assigned = consumer.assignment()
+        if set(ends) <= assigned and all(consumer.position(tp) >= end for tp, end in ends.items()):
+            return got
+    raise AssertionError("the consumer did not reach the log end")
+
+
+def test_a_deleted_topic_leaves_the_assignment_and_comes_back_with_its_new_partitions(log_dir: str) -> None:
+    with pylog.open(log_dir) as mine, pylog.open(log_dir) as other:
+        old_t, u = _fill(mine, "t", 3, 60), _fill(mine, "u", 2, 20)
+        rec = Recorder()
+        c = mine.consumer(group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=100)
+        c.subscribe(["t", "u"], listener=rec)
+        _drain(c, old_t | u)
+        other.delete_topic("t")
+        _settle([c], lambda: c.assignment() == set(u))  # polls go on without an error
+        assert {tp for name, tps in rec.calls if name == "revoked" for tp in tps} == set(old_t)
+        new_t = _fill(other, "t", 1, 5)
+        assert set(new_t) < set(old_t)
+        got = _drain(c, new_t)  # the new topic is read from its beginning (auto_offset_reset="earliest")
+        assert sorted(got[TopicPartition("t", 0)]) == list(range(5))
+        assert c.assignment() == set(u) | set(new_t)
+        c.close()
+        offsets = {tp: om.offset for tp, om in mine.group_offsets("g").items()}
+        assert {tp: offsets[tp] for tp in u} == u
+        assert offsets[TopicPartition("t", 0)] == new_t[TopicPartition("t", 0)]
+
+
+def test_close_commits_what_it_can_after_a_topic_is_deleted_and_created_again(log_dir: str) -> None:
+    with pylog.open(log_dir) as mine, pylog.open(log_dir) as other:
+        old_t, u = _fill(mine, "t", 3, 60), _fill(mine, "u", 2, 20)
+        c = mine.consumer(group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=100)
+        c.subscribe(["t", "u"])
+        _drain(c, old_t | u)
+        other.delete_topic("t")
+        c._group.heartbeat()  # this process notices the deletion
+        other.create_topic("t", partitions=1)
+        c.close()  # the positions of t's old partitions are not committed: they do not exist any more
+        offsets = {tp: om.offset for tp, om in mine.group_offsets("g").items()}
+        assert offsets == u
+
+
+def test_polling_assigned_partitions_of_a_deleted_topic_is_unknown_topic_error(log_dir: str) -> None:
+    with pylog.open(log_dir) as mine, pylog.open(log_dir) as other:
+        _fill(mine, "t", 2, 40)
+        c = mine.consumer(auto_offset_reset="earliest", max_partition_fetch_bytes=1)
+        c.assign(sorted(_tps("t", 2)))
+        assert c.poll(timeout_ms=100, max_records=1)
+        other.delete_topic("t")
+        for _ in range(3):
+            with pytest.raises(UnknownTopicError):
+                c.poll(timeout_ms=0)
+        c.close()

@@ -32,9 +32,10 @@ import socket
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pylog.consumer_config import GroupConfig
 from pylog.errors import (
     CommitFailedError,
     ConfigError,
@@ -42,80 +43,49 @@ from pylog.errors import (
     LogClosedError,
     PylogError,
     RebalanceInProgressError,
+    UnknownPartitionError,
     UnknownTopicError,
 )
 from pylog.groups import coordinator
-from pylog.groups.assignors import DEFAULT_ASSIGNOR, Assignor, get_assignor
+from pylog.groups.assignors import Assignor
 from pylog.groups.store import GroupStore, to_topic_partition
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from pylog.consumer import Consumer
+    from pylog.log import Log
 
-__all__ = ["GroupMember"]
+__all__ = ["GroupMember", "topic_names"]
 
 _CHECK_S = 0.05  # how often the heartbeat thread looks at the group's state file (one stat)
 _COUNTER = itertools.count(1)
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
-    return value
+def topic_names(log: Log) -> list[str]:
+    """``log.topics()``, which also refreshes the Log's view of topics changed by other processes. Closing a
+    topic that another process deleted can fail to flush its (removed) files: the topic is dropped all the
+    same, so the second look succeeds."""
+    try:
+        return log.topics()
+    except FileNotFoundError:
+        return log.topics()
 
 
 class GroupMember:
-    """See the module docstring. Config names and defaults are kafka-python's / Kafka's, except
-    ``group_initial_rebalance_delay_ms`` (a broker setting in Kafka, default 3000), which is 0 here: an
-    embedded group has no broker start-up to wait for. It is also the debounce window: each join during a
-    rebalance extends the wait for more members by this much, up to the rebalance deadline."""
+    """See the module docstring. ``config`` holds the checked settings (:class:`~pylog.consumer_config.GroupConfig`);
+    ``group_initial_rebalance_delay_ms`` is also the debounce window: each join during a rebalance extends the
+    wait for more members by this much, up to the rebalance deadline."""
 
-    def __init__(
-        self,
-        consumer: Consumer,
-        group_id: str,
-        *,
-        session_timeout_ms: int = 45_000,
-        heartbeat_interval_ms: int = 3_000,
-        max_poll_interval_ms: int = 300_000,
-        enable_auto_commit: bool = True,
-        auto_commit_interval_ms: int = 5_000,
-        partition_assignment_strategy: str | Assignor | Iterable[str | Assignor] = DEFAULT_ASSIGNOR,
-        group_instance_id: str | None = None,
-        client_id: str = "pylog",
-        group_initial_rebalance_delay_ms: int = 0,
-        **unknown: Any,
-    ) -> None:
-        if unknown:
-            raise ConfigError(f"unknown consumer config {', '.join(sorted(unknown))}")
-        self.session_timeout_ms = _positive_int("session_timeout_ms", session_timeout_ms)
-        self.heartbeat_interval_ms = _positive_int("heartbeat_interval_ms", heartbeat_interval_ms)
-        self.max_poll_interval_ms = _positive_int("max_poll_interval_ms", max_poll_interval_ms)
-        self.auto_commit_interval_ms = _positive_int("auto_commit_interval_ms", auto_commit_interval_ms)
-        self.rebalance_delay_ms = _positive_int(
-            "group_initial_rebalance_delay_ms", group_initial_rebalance_delay_ms
-        )
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
-        if not isinstance(enable_auto_commit, bool):
-            raise ConfigError(f"enable_auto_commit must be a bool, got {enable_auto_commit!r}")
-        if group_instance_id is not None and (
-            not isinstance(group_instance_id, str) or not group_instance_id
-        ):
-            raise ConfigError(f"group_instance_id must be a non-empty str, got {group_instance_id!r}")
-        if not isinstance(client_id, str):
-            raise ConfigError(f"client_id must be a str, got {client_id!r}")
-        strategy = partition_assignment_strategy
-        if not isinstance(strategy, str | Assignor):
-            strategies = list(strategy)
-            if not strategies:
-                raise ConfigError("partition_assignment_strategy is empty")
-            strategy = strategies[0]
-        self.assignor: Assignor = get_assignor(strategy) if isinstance(strategy, str) else strategy
-        get_assignor(self.assignor.name)  # only named assignors: every member must be able to run it
-        self.enable_auto_commit = enable_auto_commit
-        self.group_instance_id = group_instance_id
-        self.client_id = client_id
+    def __init__(self, consumer: Consumer, group_id: str, config: GroupConfig) -> None:
+        self.session_timeout_ms = config.session_timeout_ms
+        self.heartbeat_interval_ms = config.heartbeat_interval_ms
+        self.max_poll_interval_ms = config.max_poll_interval_ms
+        self.auto_commit_interval_ms = config.auto_commit_interval_ms
+        self.rebalance_delay_ms = config.group_initial_rebalance_delay_ms
+        self.assignor: Assignor = config.partition_assignment_strategy
+        self.enable_auto_commit = config.enable_auto_commit
+        self.group_instance_id = config.group_instance_id
+        self.client_id = config.client_id
         self.consumer = consumer
         self.log = consumer.log
         self.clock = consumer.log.clock
@@ -368,7 +338,7 @@ class GroupMember:
             self.store.remove_member_lock(member_id)
 
     def _partitions(self, state: Mapping[str, Any]) -> dict[str, int]:
-        names = self.log.topics()
+        names = topic_names(self.log)
         wanted = coordinator.wanted_topics(dict(state), names)
         out = {}
         for name in sorted(wanted):
@@ -533,12 +503,51 @@ class GroupMember:
             self._commit_quietly(positions)
 
     def _commit_quietly(self, offsets: Mapping[TopicPartition, int]) -> None:
-        with contextlib.suppress(CommitFailedError, RebalanceInProgressError):
-            self.commit(dict(offsets))
+        """Commit what can be committed (auto-commit, revocation, close): partitions of deleted topics are
+        left out, and a refusal (fenced, rebalancing, a topic deleted or re-created meanwhile) is not an
+        error here: the records are delivered again, nothing is lost."""
+        alive = self._committable(offsets)
+        with contextlib.suppress(
+            CommitFailedError,
+            RebalanceInProgressError,
+            UnknownTopicError,
+            UnknownPartitionError,
+            InvalidOffsetError,
+        ):
+            self.commit(alive)
+
+    def _committable(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """``offsets`` without the partitions that no longer exist (their topic was deleted, or created again
+        with fewer partitions or a shorter log)."""
+        names = set(topic_names(self.log))
+        out = {}
+        for tp, offset in offsets.items():
+            if tp.topic not in names:
+                continue
+            try:
+                end = self.log.topic(tp.topic).partition(tp.partition).log_end_offset
+            except (UnknownTopicError, UnknownPartitionError):
+                continue
+            if offset <= end:
+                out[tp] = offset
+        return out
+
+    def check_topics(self) -> None:
+        """Called from the user's thread when a subscribed topic or partition vanished under a fetch: start the
+        rebalance that takes it out of the assignment now, instead of at the next heartbeat."""
+        if self.member_id is None or self._closed:
+            return
+        with self.store.lock():
+            state = self.store.read_state()
+            if state["state"] == "Stable" and self._partitions(state) != state["topics"]:
+                reason = f"{self.member_id}: topic metadata changed"
+                coordinator.start_rebalance(state, self.clock.time_ms(), reason, self.rebalance_delay_ms)
+                self.store.write_state(state)
+        self.wants_poll = True
 
     def _normalize(self, offsets: Mapping[Any, Any] | None) -> dict[TopicPartition, OffsetAndMetadata]:
-        if offsets is None:
-            return {tp: OffsetAndMetadata(p) for tp, p in self._positions().items()}
+        if offsets is None:  # the positions of the assigned partitions that still exist
+            return {tp: OffsetAndMetadata(p) for tp, p in self._committable(self._positions()).items()}
         if not isinstance(offsets, Mapping):
             raise InvalidOffsetError(f"offsets must be a dict of TopicPartition -> offset, got {offsets!r}")
         out = {}
