@@ -1,11 +1,32 @@
 from __future__ import annotations
 
+import os
 import random
+import shutil
 from typing import Any
+
+import pytest
 
 import pylog
 
 BASE_TS = 1_700_000_000_000
+
+
+def _java_tool(name: str) -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    path = os.environ.get("PATH", "")
+    return shutil.which(name, path=f"{home}/bin{os.pathsep}{path}" if home else path)
+
+
+#: Spark runs in a JVM; pylog's JVM reader is compiled on first use. Machines without them skip, saying why.
+HAS_JAVA = _java_tool("java") is not None
+HAS_JAVAC = _java_tool("javac") is not None
+needs_java = pytest.mark.skipif(
+    not HAS_JAVA, reason="Spark needs a Java runtime: no java on PATH or in JAVA_HOME"
+)
+needs_javac = pytest.mark.skipif(
+    not HAS_JAVAC, reason="pylog's JVM reader is built with javac (a JDK): none on PATH or in JAVA_HOME"
+)
 
 Record = tuple[Any, ...]
 

@@ -19,11 +19,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from spark_helpers import needs_java, needs_javac
 
 import pylog
 
 pyspark = pytest.importorskip("pyspark")
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, needs_java, needs_javac]
 
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 

@@ -10,12 +10,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from spark_helpers import BASE_TS, expected, make_log, rows, strip_headers
+from spark_helpers import BASE_TS, expected, make_log, needs_javac, rows, strip_headers
 
 import pylog
 from pylog.spark import jvm
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, needs_javac]
 
 
 def read(spark: Any, path: str, **options: Any) -> Any:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from spark_helpers import BASE_TS, expected, make_log, rows, strip_headers
+from spark_helpers import BASE_TS, HAS_JAVAC, expected, make_log, rows, strip_headers
 
 import pylog
 
@@ -19,6 +19,8 @@ def reader_path(request: pytest.FixtureRequest, spark: Any) -> Iterator[str]:
     (which takes the reads it supports; the others stay on the Python path)."""
     from pylog.spark import jvm
 
+    if request.param == "jvm" and not HAS_JAVAC:
+        pytest.skip("pylog's JVM reader is built with javac (a JDK): none on PATH or in JAVA_HOME")
     spark.conf.set(jvm.ENABLED, "true" if request.param == "jvm" else "false")
     yield request.param
     spark.conf.set(jvm.ENABLED, "true")
