@@ -11,11 +11,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from typing import Any
 
+import pytest
+
 import pylog
-from pylog.errors import CommitFailedError
+from pylog.errors import CommitFailedError, UnknownPartitionError
 from pylog.structs import TopicPartition
 
 RECORDS = 6000
@@ -163,3 +168,59 @@ def test_a_frozen_worker_is_expelled_and_cannot_commit_when_it_wakes(tmp_path: o
     _check_g1_and_coverage(journals)
     fenced = [e for e in journals[0] if e[0] == "fenced"]
     assert fenced, "G2: the frozen member's commit after waking was not refused"
+
+
+_DELETE = 'import sys, pylog\nwith pylog.open(sys.argv[1]) as log:\n    log.delete_topic("jobs")\n'
+_CREATE = textwrap.dedent(
+    """
+    import sys
+    import pylog
+
+    with pylog.open(sys.argv[1]) as log:
+        log.create_topic("jobs", partitions=2)
+        producer = log.producer()
+        for i in range(10):
+            producer.send("jobs", -i, key=str(i))
+        producer.close()
+    """
+)
+
+
+def _poll_until(consumer: Any, done: Any, timeout: float = 30) -> list[Any]:
+    values: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while not done(values) and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=50).items():
+            values += [r.value for r in records if tp.topic == "jobs"]
+    return values
+
+
+def test_a_topic_deleted_by_another_process_leaves_the_group_and_comes_back(tmp_path: object) -> None:
+    """Another process deletes a subscribed topic, then (once the member's assignment has let go of it)
+    creates it again with fewer partitions: the member's polls go on, its assignment follows the new
+    partitions, it reads the new records, and close() succeeds."""
+    path = _setup(str(tmp_path))
+    with pylog.open(path) as log:
+        log.create_topic("other")
+        consumer = log.consumer(
+            group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=100, max_poll_records=1000
+        )
+        consumer.subscribe(["jobs", "other"])
+        reader = log.consumer(auto_offset_reset="earliest")
+        reader.assign([TopicPartition("jobs", 5)])
+        assert len(_poll_until(consumer, lambda v: len(v) >= RECORDS)) == RECORDS
+        subprocess.run([sys.executable, "-c", _DELETE, path], check=True, timeout=60)
+        _poll_until(consumer, lambda _: consumer.assignment() == {TopicPartition("other", 0)})
+        assert consumer.assignment() == {TopicPartition("other", 0)}
+        subprocess.run([sys.executable, "-c", _CREATE, path], check=True, timeout=60)
+        new_values = _poll_until(consumer, lambda v: len(v) >= 10)
+        assert sorted(new_values) == sorted(-i for i in range(10))
+        assert consumer.assignment() == {
+            TopicPartition("jobs", 0),
+            TopicPartition("jobs", 1),
+            TopicPartition("other", 0),
+        }
+        consumer.close()
+        with pytest.raises(UnknownPartitionError):  # partition 5 is gone: the topic has 2 partitions now
+            reader.poll(timeout_ms=0)
+        reader.close()
