@@ -129,7 +129,8 @@ class SerializationError(InvalidRecordError):
 
 
 class InvalidTimestampError(InvalidRecordError):
-    """A timestamp is not an integer number of milliseconds in ``0 .. 2**63-1``. Nothing was written."""
+    """A timestamp is not an integer number of milliseconds in ``0 .. 2**63-1`` (a record's, or one given to
+    ``offsets_for_times``). Nothing was written."""
 
 
 class DeserializationError(PylogError):
@@ -232,7 +233,10 @@ class DeliveryError(PylogError):
 
 
 class IllegalStateError(PylogError):
-    """The call does not fit the object's current state (for example ``poll`` with nothing assigned)."""
+    """The call does not fit the object's current state: ``seek()``, ``position()`` or ``pause()`` of a partition
+    not assigned to the consumer, ``commit()``/``committed()`` without a ``group_id``, ``assign()`` after
+    ``subscribe()`` (or ``subscribe()`` with both topics and a pattern), a transactional producer's calls out
+    of order. Fix the call; nothing was changed."""
 
 
 class NoOffsetForPartitionError(PylogError):
