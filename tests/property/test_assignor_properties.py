@@ -3,6 +3,10 @@
 Groups have 1-20 members, 1-5 topics of 1-50 partitions, random (or identical) subscriptions, sometimes a
 subscribed topic that does not exist, static members, and random prior ownership: overlapping claims from
 different and equal generations, claims on unsubscribed topics and on partitions that no longer exist.
+
+Rebalances (last section) start from a *valid* previous generation instead (nobody, random subscribers, one
+subscriber per whole topic, or the sticky assignment of the previous members owns each partition), with members
+leaving and joining: they check stickiness against a reference count and how each topic is spread.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from random import Random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +25,7 @@ from pylog.groups.assignors import (
     Assignor,
     CooperativeStickyAssignor,
     RangeAssignor,
+    RoundRobinAssignor,
     StickyAssignor,
     Subscription,
 )
@@ -309,3 +315,200 @@ def test_generated_groups_cover_the_interesting_cases() -> None:
 
     sample()
     assert all(seen[key] > 0 for key in ("contested", "non-uniform", "missing topic", "static")), seen
+
+
+# --- rebalances from a valid previous generation: per-topic spread and stickiness ---------------------------
+
+
+@dataclass(frozen=True)
+class Rebalance:
+    """A group whose members took part in a valid previous generation (each partition owned at most once, by
+    a subscriber), after some members left and others joined. ``owner`` is the previous owner of each
+    partition, members that left included."""
+
+    group: Group
+    owner: dict[TopicPartition, str]
+
+    @property
+    def fresh(self) -> bool:
+        return not any(s.owned for s in self.group.subscriptions.values())
+
+
+PREVIOUS_OWNERSHIP = ["fresh", "random", "whole topics", "sticky"]
+
+
+@st.composite
+def rebalances(draw: st.DrawFn, *, uniform: bool) -> Rebalance:
+    """2-10 members now, 1-5 topics of 1-30 partitions; the previous owners are nobody, random subscribers,
+    one subscriber per whole topic, or the sticky assignment of the previous members."""
+    partitions_per_topic = {f"t{i}": draw(st.integers(1, 30)) for i in range(draw(st.integers(1, 5)))}
+    names = sorted(partitions_per_topic)
+    rng = draw(st.randoms(use_true_random=False))
+    common = frozenset(rng.sample(names, rng.randint(1, len(names))))
+
+    def topics() -> frozenset[str]:
+        if uniform:
+            return common
+        return frozenset(t for t in names if rng.random() < 0.6) or frozenset({rng.choice(names)})
+
+    previous = {f"m{i}": topics() for i in range(draw(st.integers(1, 10)))}
+    staying = [m for m in previous if rng.random() < 0.8]
+    joining = draw(st.integers(max(0, 2 - len(staying)), min(3, 10 - len(staying))))
+    owner = _previous_owners(draw(st.sampled_from(PREVIOUS_OWNERSHIP)), partitions_per_topic, previous, rng)
+    owned: dict[str, list[TopicPartition]] = {m: [] for m in previous}
+    for tp, member in sorted(owner.items()):
+        owned[member].append(tp)
+    subscriptions = {m: Subscription(previous[m], tuple(owned[m]), 1) for m in staying}
+    subscriptions.update({f"n{i}": Subscription(topics()) for i in range(joining)})
+    return Rebalance(Group(partitions_per_topic, subscriptions), owner)
+
+
+def _previous_owners(
+    how: str, partitions_per_topic: dict[str, int], previous: dict[str, frozenset[str]], rng: Random
+) -> dict[TopicPartition, str]:
+    subscribers = {t: [m for m in sorted(previous) if t in previous[m]] for t in partitions_per_topic}
+    if how == "sticky":
+        assignment = StickyAssignor().assign(
+            partitions_per_topic, {m: Subscription(t) for m, t in previous.items()}
+        )
+        return {tp: m for m, parts in assignment.items() for tp in parts}
+    owner = {}
+    for topic, count in partitions_per_topic.items():
+        whole = rng.choice(subscribers[topic]) if subscribers[topic] else None
+        for p in range(count):
+            if how == "random" and subscribers[topic] and rng.random() < 0.85:
+                owner[TopicPartition(topic, p)] = rng.choice(subscribers[topic])
+            elif how == "whole topics" and whole is not None:
+                owner[TopicPartition(topic, p)] = whole
+    return owner
+
+
+def per_topic_counts(group: Group, assignment: Assignment) -> dict[str, Counter[str]]:
+    return {m: Counter(tp.topic for tp in parts) for m, parts in assignment.items()}
+
+
+def same_subscription_classes(group: Group) -> list[list[str]]:
+    classes: dict[frozenset[str], list[str]] = {}
+    for member, subscription in sorted(group.subscriptions.items()):
+        classes.setdefault(subscription.topics & set(group.partitions_per_topic), []).append(member)
+    return list(classes.values())
+
+
+def stays(rebalance: Rebalance, assignment: Assignment) -> int:
+    """Partitions assigned to their previous owner."""
+    return sum(rebalance.owner.get(tp) == m for m, parts in assignment.items() for tp in parts)
+
+
+def most_that_can_stay(rebalance: Rebalance) -> int:
+    """Reference for identical subscriptions: with P partitions over N members each gets P // N or one more,
+    and exactly P % N get one more, so member m keeps at most min(owned_m, its quota); the larger quotas only
+    help members that own more than P // N."""
+    group = rebalance.group
+    owned = Counter(m for m in rebalance.owner.values() if m in group.subscriptions)
+    total = len(group.topic_partitions(next(iter(group.subscriptions.values())).topics))
+    low, extra = divmod(total, len(group.subscriptions))
+    counts = [owned[m] for m in group.subscriptions]
+    return sum(min(c, low) for c in counts) + min(extra, sum(c > low for c in counts))
+
+
+def verify_no_swap_evens_out_topics(
+    rebalance: Rebalance, assignment: Assignment, *, trade_kept: bool
+) -> None:
+    """No stickiness-neutral swap between two members with the same subscription evens out the topics.
+
+    A swap gives a partition ``p`` of topic ``t`` from ``a`` to ``b`` and a partition ``q`` of another topic
+    ``u`` from ``b`` to ``a``. It keeps both totals (so balance), and it evens out the topics (lowers the sum of
+    squared per-topic counts) iff ``(c[a][t] - c[b][t]) + (c[b][u] - c[a][u]) >= 3``. It is neutral when it
+    does not lower the number of partitions that stay with their previous owner. With ``trade_kept`` any
+    neutral swap counts (a member may trade a partition it owned for another it owned); without, only swaps
+    of partitions neither giver owned.
+    """
+    counts = per_topic_counts(rebalance.group, assignment)
+    owner = rebalance.owner
+    for members in same_subscription_classes(rebalance.group):
+        for a, b in ((a, b) for a in members for b in members if a != b):
+            for p, q in ((p, q) for p in assignment[a] for q in assignment[b] if p.topic != q.topic):
+                gap = counts[a][p.topic] - counts[b][p.topic] + counts[b][q.topic] - counts[a][q.topic]
+                if gap < 3:
+                    continue
+                before = (owner.get(p) == a) + (owner.get(q) == b)
+                after = (owner.get(p) == b) + (owner.get(q) == a)
+                neutral = after >= before if trade_kept else before == 0
+                assert not neutral, f"swapping {p} of {a} for {q} of {b} evens out the topics"
+
+
+def verify_fresh_topics_dealt(rebalance: Rebalance, assignment: Assignment) -> None:
+    """Fresh assignment: among members with the same subscription each topic's counts differ by at most 1."""
+    counts = per_topic_counts(rebalance.group, assignment)
+    for members in same_subscription_classes(rebalance.group):
+        for topic in rebalance.group.partitions_per_topic:
+            assert spread([counts[m][topic] for m in members]) <= 1, (topic, {m: counts[m] for m in members})
+
+
+REBALANCE_SETTINGS = settings(max_examples=60, deadline=None)
+
+
+@REBALANCE_SETTINGS
+@given(rebalances(uniform=True))
+def test_sticky_rebalance_with_identical_subscriptions(rebalance: Rebalance) -> None:
+    """Validity, total balance (max - min <= 1), the most stickiness any balanced assignment allows (the
+    reference count above), and the per-topic spread.
+
+    The per-topic invariant chosen: no stickiness-neutral swap evens out the topics. Balance fixes each
+    member's total and stickiness how many of its owned partitions it keeps, not which; the swaps are the
+    smallest changes that keep both, so an assignment one of them improves spreads a topic worse than
+    stickiness requires. A fresh assignment has no owners, every swap is neutral, and the invariant implies
+    that each topic's counts differ by at most 1: checked directly, and against the round-robin assignor, whose
+    per-topic counts for identical subscriptions are the reference.
+    """
+    group = rebalance.group
+    result = StickyAssignor().assign(group.partitions_per_topic, group.subscriptions)
+    verify_validity(group, result, complete=True)
+    assert spread({m: len(p) for m, p in result.items()}) <= 1
+    assert stays(rebalance, result) == most_that_can_stay(rebalance)
+    verify_no_swap_evens_out_topics(rebalance, result, trade_kept=True)
+    if rebalance.fresh:
+        verify_fresh_topics_dealt(rebalance, result)
+        reference = RoundRobinAssignor().assign(group.partitions_per_topic, group.subscriptions)
+        for topic in group.partitions_per_topic:
+            ours, theirs = per_topic_counts(group, result), per_topic_counts(group, reference)
+            assert sorted(c[topic] for c in ours.values()) == sorted(c[topic] for c in theirs.values())
+
+
+@REBALANCE_SETTINGS
+@given(rebalances(uniform=True))
+def test_cooperative_rebalance_with_identical_subscriptions(rebalance: Rebalance) -> None:
+    """The first rebalance revokes exactly what the sticky target moves; after the follow-up the assignment is
+    valid, balanced, as sticky as possible, and no neutral swap evens out its topics."""
+    group, ppt = rebalance.group, rebalance.group.partitions_per_topic
+    cooperative = CooperativeStickyAssignor()
+    target = StickyAssignor().assign(ppt, group.subscriptions)
+    first = cooperative.assign(ppt, group.subscriptions)
+    verify_no_partition_taken_from_a_holder(group, first)
+    for member, subscription in group.subscriptions.items():
+        assert set(subscription.owned) - set(first[member]) == set(subscription.owned) - set(target[member])
+    after_first = next_generation(group, first)
+    second = cooperative.assign(ppt, after_first.subscriptions)
+    verify_no_partition_taken_from_a_holder(after_first, second)
+    verify_validity(group, second, complete=True)
+    assert spread({m: len(p) for m, p in second.items()}) <= 1
+    assert stays(rebalance, second) == most_that_can_stay(rebalance)
+    owners_now = {tp: m for m, parts in first.items() for tp in parts}
+    verify_no_swap_evens_out_topics(Rebalance(after_first, owners_now), second, trade_kept=True)
+    if rebalance.fresh:
+        verify_fresh_topics_dealt(rebalance, second)
+
+
+@REBALANCE_SETTINGS
+@given(rebalances(uniform=False))
+def test_sticky_rebalance_with_different_subscriptions(rebalance: Rebalance) -> None:
+    """Validity and best balance; among members with the same subscription no swap of partitions that
+    neither giver owned evens out the topics (moving them keeps every partition that stayed with its owner),
+    and on a fresh assignment each topic's counts differ by at most 1 between such members."""
+    group = rebalance.group
+    result = StickyAssignor().assign(group.partitions_per_topic, group.subscriptions)
+    verify_validity(group, result, complete=True)
+    verify_best_balance(group, result)
+    verify_no_swap_evens_out_topics(rebalance, result, trade_kept=False)
+    if rebalance.fresh:
+        verify_fresh_topics_dealt(rebalance, result)

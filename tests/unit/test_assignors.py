@@ -489,7 +489,7 @@ def test_format_assignment() -> None:
 
 # --- doctests -----------------------------------------------------------------------------------------------
 
-DOCUMENTED = ["", ".base", ".range", ".roundrobin", ".sticky", ".cooperative_sticky"]
+DOCUMENTED = ["", ".base", ".range", ".roundrobin", ".sticky", ".cooperative_sticky", ".topic_spread"]
 
 
 @pytest.mark.parametrize("suffix", DOCUMENTED)

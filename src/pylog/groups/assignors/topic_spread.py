@@ -23,6 +23,19 @@ A swap is taken when it lowers the sum of squared counts, that is when
 Without bounds (a fresh assignment) and with totals that differ by at most 1, every topic's counts then
 differ by at most 1: if ``a`` holds two more of ``t`` than ``b`` and at most one more partition in all, ``b``
 holds more than ``a`` of some other topic ``u``, and swapping ``t`` for ``u`` would have a gap of 3.
+
+>>> lopsided = {"a": {"t0": 2, "t1": 0}, "b": {"t0": 0, "t1": 2}}
+>>> nothing, everything = ({m: {"t0": n, "t1": n} for m in "ab"} for n in (0, 2))
+>>> spread_topics(lopsided, nothing, everything)
+>>> lopsided
+{'a': {'t0': 1, 't1': 1}, 'b': {'t0': 1, 't1': 1}}
+
+When ``a`` must keep both of its ``t0`` partitions (they stay with their owner), nothing can move:
+
+>>> lopsided = {"a": {"t0": 2, "t1": 0}, "b": {"t0": 0, "t1": 2}}
+>>> spread_topics(lopsided, {"a": {"t0": 2, "t1": 0}, "b": {"t0": 0, "t1": 0}}, everything)
+>>> lopsided
+{'a': {'t0': 2, 't1': 0}, 'b': {'t0': 0, 't1': 2}}
 """
 
 from __future__ import annotations
