@@ -18,7 +18,8 @@ a partition that has to change hands moves in two steps:
    property tests check this, including for members with different subscriptions.
 
 No partition is ever assigned to two members at once, and members that keep their partitions are never
-stopped.
+stopped. The target spreads each topic over the members as the sticky assignment does, so a member trimmed to
+its quota revokes partitions of the topics it holds the most of, not the tail of one topic.
 
 Worked example: ``C0`` owns all four partitions of ``t0``; ``C1`` joins.
 
