@@ -10,7 +10,10 @@ A consumer sees records appended by other threads and other processes as soon as
 with backoff), without system calls on the fast path.
 
 Without ``group_id``, ``subscribe()`` (or topics given to the constructor) assigns every partition of the
-matching topics to this consumer, and picks up partitions and topics created later.
+matching topics to this consumer, and picks up partitions and topics created later. A subscribed topic that
+is deleted (by any process) leaves the assignment, with or without a group; a partition given to ``assign()``
+whose topic was deleted is an :class:`~pylog.errors.UnknownTopicError` from ``poll()``. Settings are checked
+when the consumer is created (:mod:`pylog.consumer_config`).
 
 Thread-safety: not thread-safe (like Kafka's consumer): use one consumer per thread.
 """

@@ -3,28 +3,27 @@
 A bad setting is a :class:`~pylog.errors.ConfigError` naming the setting, the value given and what is
 allowed, raised before the consumer creates anything (no group directory, no transaction log).
 
-==================================  =====================  ===================================================
-setting                             default                allowed
-==================================  =====================  ===================================================
-``group_id``                        None                   None or a str of 1-200 characters
-``auto_offset_reset``               ``"latest"``           ``"earliest"``, ``"latest"``, ``"none"`` (and the
-                                                           old names ``"smallest"``, ``"largest"``)
-``consumer_timeout_ms``             ``float("inf")``       an int or float >= 0 (``inf``: wait forever)
-``max_poll_records``                500                    an int >= 1
-``max_partition_fetch_bytes``       1048576                an int >= 1 (a larger first batch is still returned)
-``key_deserializer``                None                   None or a callable
-``value_deserializer``              msgpack                None or a callable
-``isolation_level``                 ``"read_uncommitted"``  ``"read_uncommitted"``, ``"read_committed"``
-``session_timeout_ms``              45000                  an int >= 1, above ``heartbeat_interval_ms``
-``heartbeat_interval_ms``           3000                   an int >= 1
-``max_poll_interval_ms``            300000                 an int >= 1
-``enable_auto_commit``              True                   a bool
-``auto_commit_interval_ms``         5000                   an int >= 0
-``partition_assignment_strategy``   ``"cooperative-sticky"``  a name, an assignor, or a non-empty list of them
-``group_instance_id``               None                   None or a non-empty str; needs a ``group_id``
-``client_id``                       ``"pylog"``            a str
-``group_initial_rebalance_delay_ms``  0                    an int >= 0
-==================================  =====================  ===================================================
+Setting, default, allowed values::
+
+    group_id                          None                   None or a str of 1-200 characters
+    auto_offset_reset                 "latest"               "earliest", "latest", "none" (old names:
+                                                             "smallest", "largest")
+    consumer_timeout_ms               float("inf")           an int or float >= 0 (inf: wait forever)
+    max_poll_records                  500                    an int >= 1
+    max_partition_fetch_bytes         1048576                an int >= 1 (a larger first batch is still returned)
+    key_deserializer                  None                   None or a callable
+    value_deserializer                msgpack                None or a callable
+    isolation_level                   "read_uncommitted"     "read_uncommitted", "read_committed"
+    session_timeout_ms                45000                  an int >= 1, above heartbeat_interval_ms
+    heartbeat_interval_ms             3000                   an int >= 1
+    max_poll_interval_ms              300000                 an int >= 1
+    enable_auto_commit                True                   a bool
+    auto_commit_interval_ms           5000                   an int >= 0
+    partition_assignment_strategy     "cooperative-sticky"   a strategy name, an Assignor, or a non-empty
+                                                             list of them (the first is used)
+    group_instance_id                 None                   None or a non-empty str; needs a group_id
+    client_id                         "pylog"                a str
+    group_initial_rebalance_delay_ms  0                      an int >= 0
 
 The group settings are accepted without a ``group_id`` too, as kafka-python does (they are checked, and have
 no effect: without a group nothing is committed automatically), except ``group_instance_id``, which names a
