@@ -8,23 +8,35 @@ implementation of those methods (the last tests of this file).
 
 from __future__ import annotations
 
+import argparse
+import base64
 import concurrent.futures
 import contextlib
+import io
 import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import pylog
-from pylog.cli import _groups, main
+from pylog.cli import _formats, _groups, _topics, main
+from pylog.cli._app import build_parser
+from pylog.errors import PylogError, StorageError, UnknownGroupError
+from pylog.partition.log import PartitionLog
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 
@@ -212,6 +224,7 @@ def test_raw_and_json_values_are_stored_as_the_python_api_expects(cli: Pylog) ->
     assert summary == {
         "topic": "t",
         "records": 3,
+        "failed": 0,
         "partitions": {"0": {"records": 3, "first_offset": 2, "last_offset": 4}},
     }
     with pylog.open(cli.dir) as log:
@@ -230,7 +243,7 @@ def test_raw_and_json_values_are_stored_as_the_python_api_expects(cli: Pylog) ->
         'null\t{"page":"/","n":1}',
         "null\t[1,2]",
         "null\tstr",
-        "gA==\t/wD+",
+        "\\x80\t\\xff\x00\\xfe",  # bytes that are not UTF-8 escaped, the rest as it is
     ]
     last = json.loads(cli.ok("consume", "t", "--partition", "0", "--offset", "5", "--json"))
     assert (last["key"], last["key_encoding"], last["value"], last["value_encoding"]) == (
@@ -270,7 +283,7 @@ def test_produce_from_a_file_and_its_errors(cli: Pylog, tmp_path: Any) -> None:
     assert len(keys) == 7
 
     line = cli.fails("produce", "t", "--key-separator", ":", stdin="a:1\nb:2\nno separator\n")
-    assert "line 3: no key separator ':' found (2 earlier records were produced)" in line
+    assert "line 3: no key separator ':' found (2 records were produced)" in line
     assert "line 1: invalid JSON" in cli.fails("produce", "t", "--json", stdin="{oops\n")
     assert "key and value cannot both be None" in cli.fails("produce", "t", "--json", stdin="null\n")
 
@@ -424,6 +437,8 @@ class AdminLog(pylog.Log):
         self.reset_calls.append((group_id, dict(offsets)))
 
     def delete_group(self, group_id: str) -> None:
+        if group_id not in self.offsets:
+            raise UnknownGroupError(f"unknown consumer group {group_id!r}")
         del self.offsets[group_id]
 
 
@@ -510,3 +525,367 @@ def test_groups_reset_shift_by_and_its_errors(admin: AdminLog, capsys: pytest.Ca
     assert code == 2 and "one of the arguments --to-earliest" in err
     code, _, err = _main(capsys, "groups", "reset-offsets", "idle", "--all-topics", "--to-latest")
     assert code == 1 and "has no committed offsets" in err
+
+
+def test_groups_delete_attempts_every_group_and_fails_if_any_failed(
+    admin: AdminLog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    admin.offsets.update({"g3": {}, "g4": {}})
+    code, out, err = _main(capsys, "groups", "delete", "g3", "missing", "g4")
+    assert code == 1
+    assert out == "Deleted consumer group g3.\nDeleted consumer group g4.\n"
+    assert err.count("\n") == 1 and err.startswith("pylog: error: could not delete 1 of 3 groups: missing")
+    assert "UnknownGroupError" in err
+    assert admin.list_groups() == ["busy", "idle"]
+
+    code, out, _ = _main(capsys, "--json", "groups", "delete", "idle", "g3")
+    assert code == 1 and json.loads(out)["deleted"] == ["idle"] and list(json.loads(out)["failed"]) == ["g3"]
+    assert admin.list_groups() == ["busy"]
+
+
+def test_groups_list_and_describe_report_the_same_state(
+    admin: AdminLog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _main(capsys, "--json", "groups", "list")
+    assert code == 0
+    listed = {g["group"]: g["state"] for g in json.loads(out)}
+    code, out, _ = _main(capsys, "--json", "groups", "describe", "--all-groups")
+    assert code == 0
+    described = {g["group"]: g["state"] for g in json.loads(out)}
+    assert listed == described == {"busy": "Stable", "idle": "Empty"}
+
+
+def test_groups_list_shows_the_state_of_a_live_group(
+    log_dir: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real group with a live member (this process): list and describe agree it is Stable."""
+    with pylog.open(log_dir) as log:
+        log.create_topic("t", 2)
+        consumer = log.consumer("t", group_id="g", auto_offset_reset="earliest")
+        try:
+            for _ in range(100):
+                consumer.poll(timeout_ms=100)
+                if consumer.assignment():
+                    break
+            assert consumer.assignment()
+            _, out, _ = _main(capsys, "--dir", log_dir, "--json", "groups", "list")
+            (listed,) = json.loads(out)
+            _, out, _ = _main(capsys, "--dir", log_dir, "--json", "groups", "describe", "g")
+            (described,) = json.loads(out)
+            assert listed == {"group": "g", "state": described["state"]}
+            assert described["state"] == "Stable" and len(described["members"]) == 1
+        finally:
+            consumer.close()
+
+
+# -- formats: text lines, JSON, base64 and hex round-trip -------------------------------------------------
+
+# A text line: any characters but the line terminators (and surrogates, which UTF-8 cannot encode).
+LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=40)
+CONTROL = {chr(c) for c in [*range(0x09), *range(0x0A, 0x20), 0x7F]}
+
+
+@contextlib.contextmanager
+def _std(stdin: bytes) -> Iterator[tuple[io.BytesIO, io.StringIO]]:
+    """Runs ``main`` in-process with bytes on stdin; yields the bytes written to stdout and stderr's text."""
+    out, err = io.BytesIO(), io.StringIO()
+    saved = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
+    sys.stderr = err
+    try:
+        yield out, err
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved
+
+
+def _run(argv: list[str], stdin: bytes = b"") -> tuple[int, bytes, str]:
+    with _std(stdin) as (out, err):
+        code = main(argv)
+        sys.stdout.flush()
+        return code, out.getvalue(), err.getvalue()
+
+
+def _round_trip(stdin: bytes, produce: list[str], consume: list[str]) -> bytes:
+    """What ``consume`` prints of the records ``produce`` made of ``stdin``, in a fresh log."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "log")
+        assert _run(["--dir", d, "topics", "create", "t"])[0] == 0
+        code, _, err = _run(["--dir", d, "produce", "t", *produce], stdin)
+        assert code == 0, err
+        code, out, err = _run(["--dir", d, "consume", "t", "--from-beginning", *consume])
+        assert code == 0, err
+        return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(LINE, max_size=8))
+def test_text_lines_round_trip_with_the_default_formats(lines: list[str]) -> None:
+    """Lines produced with the defaults print back as they were, like kafka-console-producer/-consumer.
+    The one documented exception of ``auto``: a line of a single control character (a msgpack integer)."""
+    stdin = "".join(line + "\n" for line in lines).encode()
+    assert _round_trip(stdin, [], ["--value-format", "text"]) == stdin
+    shown = [str(ord(line)) if line in CONTROL else line for line in lines]
+    assert _round_trip(stdin, [], []) == "".join(line + "\n" for line in shown).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(LINE)
+def test_auto_shows_every_text_line_as_text(line: str) -> None:
+    assume(line not in CONTROL)
+    raw = line.encode()
+    assert _formats.show_text(raw, "auto") == line == _formats.show_text(raw, "text")
+    assert _formats.show_json(raw, "auto") == (line, "text")
+
+
+JSONABLE = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | LINE,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(LINE, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSONABLE)
+def test_values_of_the_python_api_are_shown_decoded(value: Any) -> None:
+    """A value stored by the default serializer is shown as its JSON by ``json``, and by ``auto`` whenever
+    it is not also valid UTF-8 (which ``auto`` shows as text, the documented ambiguity)."""
+    raw = msgpack.packb(value, use_bin_type=True)
+    assert json.loads(_formats.show_text(raw, "json")) == value
+    assert _formats.show_json(raw, "json") == (value, "msgpack")
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        assert _formats.show_json(raw, "auto") == (value, "msgpack")
+    else:
+        expected = value if len(raw) == 1 and raw.decode() in CONTROL else text
+        assert _formats.show_text(raw, "auto") == str(expected)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(JSONABLE.filter(lambda v: v is not None), min_size=1, max_size=5))
+def test_json_values_round_trip(values: list[Any]) -> None:
+    """``produce --value-format json`` stores what ``Producer.send(topic, obj)`` stores; ``consume
+    --value-format json`` prints it back as JSON."""
+    stdin = "".join(json.dumps(v) + "\n" for v in values).encode()
+    out = _round_trip(stdin, ["--value-format", "json"], ["--value-format", "json"])
+    assert [json.loads(line) for line in out.decode().split("\n")[:-1]] == values  # not splitlines: U+0085
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=20)), max_size=5))
+def test_binary_keys_and_values_round_trip_as_base64_and_hex(records: list[tuple[bytes, bytes]]) -> None:
+    stdin = "".join(f"{k.hex()} {base64.b64encode(v).decode()}\n" for k, v in records).encode()
+    out = _round_trip(
+        stdin,
+        ["--key-separator", " ", "--key-format", "hex", "--value-format", "base64"],
+        ["--print-key", "--key-format", "hex", "--value-format", "base64"],
+    )
+    assert out == stdin.replace(b" ", b"\t")
+
+
+def test_bad_input_formats_name_the_line(cli: Pylog) -> None:
+    cli.ok("topics", "create", "t")
+    line = cli.fails("produce", "t", "--value-format", "hex", stdin="00\nzz\n")
+    assert "line 2: invalid hex value" in line and "(1 record was produced)" in line
+    line = cli.fails("produce", "t", "--key-separator", ":", "--key-format", "base64", stdin="%%:v\n")
+    assert "line 1: invalid base64 key" in line
+    cli.ok("produce", "t", stdin="plain text\n")
+    assert "a value is not msgpack" in cli.fails("consume", "t", "--from-beginning", "--value-format", "json")
+    assert (
+        cli.ok("consume", "t", "--from-beginning", "--value-format", "hex")
+        == "00\n" + b"plain text".hex() + "\n"
+    )
+
+
+# -- dump recognises what it is given ---------------------------------------------------------------------
+
+
+def test_dump_refuses_files_that_are_not_segment_files(cli: Pylog, tmp_path: Any) -> None:
+    cli.ok("topics", "create", "t")
+    cli.ok("produce", "t", stdin="a\nb\n")
+    partition = os.path.dirname(_segment(cli.dir, "t"))
+    notes = os.path.join(str(tmp_path), "app.log")
+    with open(notes, "w") as f:
+        f.write("2024-05-01 12:00:00 INFO an application's own log, long enough to fill a batch header\n")
+    expected = {
+        os.path.join(cli.dir, "manifest"): "manifest",
+        os.path.join(partition, "partition.state"): "publication state",
+        os.path.join(partition, "recovery.checkpoint"): "recovery-point checkpoint",
+        notes: "does not start with a record batch",
+        cli.dir: "a log directory",
+    }
+    for path, what in expected.items():
+        for extra in ([], ["--verify-index-only"]):
+            code, out, err = _run(["dump", path, *extra])
+            assert code == 1 and out == b"" and err.count("\n") == 1, (path, err)
+            assert "not a segment file" in err or "no segment files" in err, err
+            assert err.startswith(f"pylog: error: {path}") and what in err, err
+    # refused before anything is dumped, even after a good file
+    code, out, _ = _run(["dump", _segment(cli.dir, "t"), os.path.join(cli.dir, "manifest")])
+    assert code == 1 and out == b""
+
+    copy = os.path.join(str(tmp_path), "backup.bin")  # a segment under another name: known by its batches
+    shutil.copyfile(_segment(cli.dir, "t"), copy)
+    assert "Summary: 1 batches, 2 records" in cli.ok("dump", copy)
+
+
+# -- produce: failures, interrupts, errors ----------------------------------------------------------------
+
+
+def test_produce_reports_records_that_failed_to_be_written(
+    log_dir: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails makes produce exit 1 saying how many records failed, at which line and why; the
+    count of produced records it prints is what the log holds."""
+    with pylog.open(log_dir) as log:
+        log.create_topic("t")
+    lines = [f"line {i}" for i in range(3000)]
+    lines[1700] = "POISON"
+    path = os.path.join(str(tmp_path), "in.txt")
+    with open(path, "w") as f:
+        f.writelines(line + "\n" for line in lines)
+    append = PartitionLog.append
+
+    def failing_append(self: PartitionLog, batch: bytes | bytearray) -> Any:
+        if b"POISON" in batch:
+            raise StorageError("the disk refused the write")
+        return append(self, batch)
+
+    monkeypatch.setattr(PartitionLog, "append", failing_append)
+    code, out, err = _run(["--dir", log_dir, "--json", "produce", "t", "--file", path])
+    monkeypatch.undo()
+    assert code == 1
+    summary = json.loads(out)
+    (message,) = err.splitlines()
+    m = re.fullmatch(
+        r"pylog: error: (\d+) records? failed, the first at line (\d+) \(StorageError: the disk refused the "
+        r"write\) \((\d+) records? were produced\)",
+        message,
+    )
+    assert m is not None, message
+    failed, first, produced = (int(g) for g in m.groups())
+    assert first <= 1701 and failed >= 1 and produced == summary["records"] and failed == summary["failed"]
+    with pylog.open(log_dir) as log:
+        consumer = log.consumer(
+            "t", auto_offset_reset="earliest", value_deserializer=None, consumer_timeout_ms=0
+        )
+        stored = [r.value.decode() for r in consumer]
+        consumer.close()
+    assert len(stored) == produced and "POISON" not in stored
+    assert set(stored) <= set(lines) and stored == sorted(stored, key=lines.index)  # in input order
+
+
+def test_produce_of_large_lines_reports_what_happened_to_each(cli: Pylog) -> None:
+    """Six 20 KB lines to a topic whose batches may hold at most 100000 bytes: whatever the producer does,
+    the command's exit status and counts agree with the log."""
+    cli.ok("topics", "create", "big", "--config", "max_message_bytes=100000")
+    lines = [chr(ord("a") + i) * 20_000 for i in range(6)]
+    r = cli.run("produce", "big", stdin="".join(line + "\n" for line in lines))
+    assert "Traceback" not in r.stderr
+    produced = int(re.match(r"Produced (\d+) record", r.stdout).group(1))  # type: ignore[union-attr]
+    if r.returncode == 0:
+        assert r.stderr == "" and produced == 6
+    else:
+        (message,) = r.stderr.splitlines()
+        failed = int(re.search(r"(\d+) records? failed", message).group(1))  # type: ignore[union-attr]
+        assert r.returncode == 1 and "RecordTooLargeError" in message and produced + failed == 6
+    values = cli.ok("consume", "big", "--from-beginning").splitlines()
+    assert len(values) == produced and set(values) <= set(lines)
+
+
+def _wait_for_records(path: str, proc: subprocess.Popen[str]) -> None:
+    """Until the segment file holds data (or the process ended)."""
+    while proc.poll() is None and not (os.path.exists(path) and os.path.getsize(path) > 0):
+        time.sleep(0.02)
+
+
+def test_ctrl_c_while_producing_a_big_file_keeps_every_acknowledged_record(cli: Pylog, tmp_path: Any) -> None:
+    cli.ok("topics", "create", "big")
+    path = os.path.join(str(tmp_path), "big.txt")
+    with open(path, "w") as f:
+        f.writelines(f"{i}\n" for i in range(1_000_000))
+    proc = subprocess.Popen(
+        cli.argv("produce", "big", "--file", path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cli.env,
+    )  # fmt: skip
+    _wait_for_records(_segment(cli.dir, "big"), proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    (message,) = err.splitlines()
+    m = re.fullmatch(r"pylog: error: interrupted by SIGINT after line (\d+): (\d+) records were produced "
+                     r"\(acknowledged\)", message)  # fmt: skip
+    assert m is not None, message
+    produced = int(m.group(2))
+    assert 0 < produced < 1_000_000 and int(m.group(1)) == produced
+    assert out.startswith(f"Produced {produced} records to big")
+    with pylog.open(cli.dir) as log:
+        assert log.topic("big").partition(0).log_end_offset == produced
+        consumer = log.consumer(
+            "big", auto_offset_reset="earliest", value_deserializer=None, consumer_timeout_ms=0
+        )
+        assert [int(r.value) for r in consumer] == list(range(produced))  # the first lines, in order
+        consumer.close()
+
+
+def test_ctrl_c_while_waiting_for_input_reports_what_was_produced(cli: Pylog) -> None:
+    cli.ok("topics", "create", "t")
+    proc = subprocess.Popen(
+        cli.argv("produce", "t"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=cli.env,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write("one\ntwo\nthree\n")
+    proc.stdin.flush()
+    _wait_for_records(_segment(cli.dir, "t"), proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and out == "Produced 3 records to t (partition 0: offsets 0-2).\n"
+    assert err == "pylog: error: interrupted by SIGINT after line 3: 3 records were produced (acknowledged)\n"
+    assert cli.ok("consume", "t", "--from-beginning") == "one\ntwo\nthree\n"
+
+
+# -- every error is one line naming its cause -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (PylogError(), "pylog: error: PylogError (no message)"),
+        (StorageError(), "pylog: error: StorageError (no message)"),
+        (OSError(), "pylog: error: OSError (no message)"),
+        (RuntimeError(), "pylog: error: unexpected RuntimeError: RuntimeError (no message)"),
+        (KeyboardInterrupt(), "pylog: error: interrupted by Ctrl-C (KeyboardInterrupt)"),
+        (UnknownGroupError(), "pylog: error: UnknownGroupError (no message)"),
+    ],
+)
+def test_errors_without_a_message_name_their_type(
+    exc: BaseException, expected: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def failing(args: Any) -> int:
+        raise exc
+
+    monkeypatch.setattr(_topics, "list_topics", failing)
+    monkeypatch.delenv("PYLOG_DEBUG", raising=False)
+    code, _, err = _main(capsys, "topics", "list")
+    assert err.startswith(expected) and err.count("\n") == 1
+    assert code == (130 if isinstance(exc, KeyboardInterrupt) else 1)
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: list[str]) -> Iterator[list[str]]:
+    yield prefix
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, [*prefix, name])
+
+
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    commands = list(_commands(build_parser(), []))
+    assert ["groups", "delete"] in commands and ["produce"] in commands
+    for command in commands:
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, "--help"])
+        out = capsys.readouterr().out
+        assert exit_.value.code == 0 and out.startswith("usage: pylog"), command

@@ -1,19 +1,22 @@
 """The ``pylog`` command: the argument parser, dispatch, and turning failures into one line on stderr.
 
 Exit status: 0 success; 1 an error (a pylog error, a problem found by ``verify``/``dump``, an I/O error);
-2 a usage error or a feature this pylog does not have; 130 interrupted.
+2 a usage error or a feature this pylog does not have; 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM
+where a command handles it. Every failure is one line on stderr naming its cause, or its type when it has no
+message.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _topics
-from pylog.cli._common import DEFAULT_DIR, CliError, Parents, UsageError
+from pylog.cli._common import DEFAULT_DIR, CliError, Parents, UsageError, describe_error
 from pylog.errors import PylogError
 
 __all__ = ["build_parser", "main"]
@@ -82,11 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return status
     except CliError as exc:
-        return _fail(str(exc), exc.exit_code)
+        return _fail(describe_error(exc), exc.exit_code)
     except PylogError as exc:
-        return _fail(str(exc), 1)
+        return _fail(describe_error(exc), 1)
     except KeyboardInterrupt:
-        return 130
+        return _fail("interrupted by Ctrl-C (KeyboardInterrupt)", 130)
     except BrokenPipeError:
         # the reader of our stdout went away (`pylog consume ... | head`): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -94,14 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        return _fail(f"{where}{exc.strerror or exc}", 1)
+        return _fail(f"{where}{exc.strerror or describe_error(exc)}", 1)
     except Exception as exc:
         if os.environ.get("PYLOG_DEBUG"):
             raise
-        return _fail(f"unexpected {type(exc).__name__}: {exc} (set PYLOG_DEBUG=1 for a traceback)", 1)
+        message = f"unexpected {type(exc).__name__}: {describe_error(exc)}"
+        return _fail(f"{message} (set PYLOG_DEBUG=1 for a traceback)", 1)
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stdout.flush()
+    with contextlib.suppress(OSError):  # stdout may be a closed pipe; the error line matters more
+        sys.stdout.flush()
     sys.stderr.write("pylog: error: " + " ".join(message.split()) + "\n")
     return code

@@ -1,35 +1,35 @@
-"""What every ``pylog`` subcommand shares: errors, the log directory, output (rich tables or JSON), and how
-stored bytes are shown.
+"""What every ``pylog`` subcommand shares: errors, the log directory and output (rich tables or JSON).
 
 Output rules: human output goes to stdout as plain lines or rich tables; ``--json`` replaces it with one JSON
 document (commands that stream records or batches print one JSON object per line instead). Notes and
-progress go to stderr. Errors are one line on stderr, ``pylog: error: ...``.
+progress go to stderr. Errors are one line on stderr, ``pylog: error: ...``, naming the cause (or, when an
+error carries no message, its type). How stored keys and values are shown is :mod:`pylog.cli._formats`.
 
-How bytes are shown (keys, values, header values), each with its encoding named in JSON output:
+The command's own errors belong to pylog's exception tree::
 
-- ``text``: the bytes decoded as UTF-8;
-- ``base64``: standard base64 of bytes that are not valid UTF-8;
-- ``msgpack`` (values only): the value decoded from msgpack (pylog's default serializer) and shown as JSON.
-  A value is taken as msgpack only when the whole of it is exactly one msgpack object. Raw values of ONE
-  printable ASCII character are also a valid msgpack integer (``b"5"`` is 53); ``--value-format text`` shows
-  them as text.
-- ``hex``: when asked for with ``--value-format hex``.
+    PylogError
+    └── CliError                             a failure of a command (exit status 1)
+        ├── UsageError (ValueError)          the command line is wrong (exit status 2)
+        ├── InputError (ValueError)          a line of input cannot be produced as asked
+        ├── NotASegmentFileError (ValueError)  ``pylog dump`` was given a file that holds no segment data
+        ├── Unavailable                      a feature this pylog does not have (exit status 2)
+        └── Interrupted                      SIGINT or SIGTERM ended the command (exit status 128 + signal)
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import datetime
 import json
 import os
 import re
+import signal
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
-import msgpack
+from pylog.errors import PylogError
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -41,17 +41,19 @@ if TYPE_CHECKING:
     Subparsers: TypeAlias = argparse._SubParsersAction[Any]
 
 __all__ = [
-    "CliError",
     "DEFAULT_DIR",
+    "CliError",
+    "InputError",
+    "Interrupted",
+    "NotASegmentFileError",
     "Output",
     "Parents",
     "Unavailable",
     "UsageError",
-    "VALUE_FORMATS",
     "config_name",
+    "describe_error",
     "json_default",
     "json_line",
-    "jsonable",
     "log_dir",
     "note",
     "open_log",
@@ -59,32 +61,53 @@ __all__ = [
     "parse_datetime_ms",
     "parse_headers",
     "parse_value",
-    "render_bytes",
-    "render_value",
-    "value_text",
     "want_json",
 ]
 
 DEFAULT_DIR = "./pylog-data"
-VALUE_FORMATS = ("auto", "msgpack", "text", "base64", "hex")
 
 
-class CliError(Exception):
+class CliError(PylogError):
     """A failure to report as one line on stderr; ``exit_code`` is the process exit status."""
 
     exit_code = 1
 
 
-class UsageError(CliError):
-    """The command line itself is wrong."""
+class UsageError(CliError, ValueError):
+    """The command line itself is wrong: fix the arguments (``pylog COMMAND --help`` lists them)."""
 
     exit_code = 2
+
+
+class InputError(CliError, ValueError):
+    """A line of input cannot be produced as asked (no key separator, not JSON, not base64): fix the line;
+    the records before it were produced, the line and those after it were not."""
+
+
+class NotASegmentFileError(CliError, ValueError):
+    """``pylog dump`` was given a file that is not a segment file (``.log``, ``.index``, ``.timeindex``)."""
 
 
 class Unavailable(CliError):
     """The command needs a feature this pylog does not have."""
 
     exit_code = 2
+
+
+class Interrupted(CliError):
+    """SIGINT (Ctrl-C) or SIGTERM ended the command; the exit status is 128 + the signal number."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line naming the cause of ``exc``: its message, or its type when it has no message."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and text == repr(exc.args[0]):
+        text = str(exc.args[0])  # KeyError quotes its message
+    return text or f"{type(exc).__name__} (no message)"
 
 
 class Parents(NamedTuple):
@@ -177,61 +200,6 @@ def parse_datetime_ms(text: str) -> int:
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-# -- showing stored bytes ---------------------------------------------------------------------------------
-
-
-def render_bytes(raw: bytes | None) -> tuple[str | None, str | None]:
-    """``(shown, encoding)``: UTF-8 text when it decodes, else base64."""
-    if raw is None:
-        return None, None
-    try:
-        return raw.decode("utf-8"), "text"
-    except UnicodeDecodeError:
-        return base64.b64encode(raw).decode("ascii"), "base64"
-
-
-def render_value(raw: bytes | None, mode: str = "auto") -> tuple[Any, str | None]:
-    """``(shown, encoding)`` of a stored value under ``--value-format`` ``mode`` (see the module docstring)."""
-    if raw is None:
-        return None, None
-    if mode == "hex":
-        return raw.hex(), "hex"
-    if mode == "base64":
-        return base64.b64encode(raw).decode("ascii"), "base64"
-    if mode == "text":
-        return raw.decode("utf-8", errors="backslashreplace"), "text"
-    try:
-        return jsonable(msgpack.unpackb(raw, raw=False, strict_map_key=False)), "msgpack"
-    except Exception:
-        if mode == "msgpack":
-            raise CliError("a value is not msgpack; try --value-format auto or text") from None
-    return render_bytes(raw)
-
-
-def jsonable(obj: Any) -> Any:
-    """A decoded msgpack object made JSON-ready: bytes as UTF-8 text (or base64), map keys as strings."""
-    if isinstance(obj, bytes):
-        return render_bytes(obj)[0]
-    if isinstance(obj, Mapping):
-        return {k if isinstance(k, str) else json.dumps(jsonable(k)): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, msgpack.Timestamp):
-        return obj.to_datetime().isoformat()
-    if isinstance(obj, msgpack.ExtType):
-        return {"ext": obj.code, "data": base64.b64encode(obj.data).decode("ascii")}
-    return obj
-
-
-def value_text(shown: Any, encoding: str | None) -> str:
-    """How a rendered value appears in text output: strings as they are, other msgpack values as JSON."""
-    if encoding is None:
-        return "null"
-    if isinstance(shown, str):
-        return shown
-    return json.dumps(shown, ensure_ascii=False, separators=(",", ":"))
-
-
 def json_line(obj: Any) -> str:
     """``obj`` as one line of compact JSON, newline included."""
     return json.dumps(obj, default=json_default, ensure_ascii=False, separators=(",", ":")) + "\n"
@@ -239,7 +207,7 @@ def json_line(obj: Any) -> str:
 
 def json_default(obj: Any) -> Any:
     if isinstance(obj, bytes):
-        return render_bytes(obj)[0]
+        return obj.decode("utf-8", errors="backslashreplace")
     if isinstance(obj, set | frozenset):
         return sorted(obj)
     if hasattr(obj, "_asdict"):

@@ -13,11 +13,16 @@ Text output is, per record, the selected fields separated by tabs: ``CreateTime:
 ``Offset:<o>``, headers ``k:v,k2:v2`` (or ``NO_HEADERS``), the key (``null`` if none), then the value.
 ``--format json`` (or ``--json``) prints one JSON object per record with every field.
 
-How keys, values and header values are shown, named per record in JSON (``key_encoding``, ``value_encoding``):
-keys and header values as UTF-8 text, or base64 when they are not valid UTF-8. Values (``--value-format
-auto``): decoded from msgpack (pylog's default serializer) and shown as JSON when the whole value is one
-msgpack object, else as UTF-8 text, else base64. A raw value of a single ASCII character is also a valid
-msgpack integer (``b"5"`` is 53): use ``--value-format text`` for raw text values.
+How keys and values are shown (``--key-format``, ``--value-format``): by default a value
+is text when it is valid UTF-8 (so text lines come back exactly as ``pylog produce`` stored them), else
+decoded from msgpack (pylog's default serializer) and shown as JSON when it is one msgpack object, else text
+with the bytes that are not UTF-8 escaped (``\\xff``). A value of one control byte is shown as the msgpack
+integer it also is. ``--value-format json`` always decodes msgpack (a Python API topic of small integers),
+``--value-format text`` never does. In JSON output each key and value names its encoding (``key_encoding``,
+``value_encoding``: ``text``, ``msgpack``, ``base64`` or ``hex``).
+
+Value formats: auto (default), text, json (also msgpack), base64, hex. Key formats: text (default), base64,
+hex.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pylog.cli._common import (
-    VALUE_FORMATS,
     CliError,
     Parents,
     Unavailable,
@@ -40,11 +44,9 @@ from pylog.cli._common import (
     json_line,
     note,
     open_log,
-    render_bytes,
-    render_value,
-    value_text,
     want_json,
 )
+from pylog.cli._formats import KEY_FORMATS, SHOW_VALUE_FORMATS, show_json, show_text
 from pylog.errors import CorruptRecordError
 from pylog.structs import ConsumerRecord, TopicPartition
 
@@ -80,9 +82,13 @@ def register(sub: Subparsers, parents: Parents) -> None:
     p.add_argument("--format", choices=["text", "json"], help="text (default) or json: one object per record")
     p.add_argument(
         "--value-format",
-        choices=VALUE_FORMATS,
+        choices=SHOW_VALUE_FORMATS,
         default="auto",
-        help="how values are shown: auto (msgpack, else UTF-8 text, else base64), msgpack, text, base64, hex",
+        help="how values are shown: auto (default: UTF-8 text, else msgpack as JSON, else escaped text), "
+        "text, json (msgpack decoded, as JSON), base64, hex",
+    )
+    p.add_argument(
+        "--key-format", choices=KEY_FORMATS, default="text", help="how keys are shown (default: text)"
     )
     p.set_defaults(func=consume)
 
@@ -212,6 +218,7 @@ class _Printer:
         self.stream = stream
         self.json = (args.format or ("json" if want_json(args) else "text")) == "json"
         self.value_format: str = args.value_format
+        self.key_format: str = args.key_format
         self.count = 0
 
     def emit(self, r: ConsumerRecord) -> None:
@@ -222,8 +229,8 @@ class _Printer:
             self.stream.write(self.as_text(r) + "\n")
 
     def as_dict(self, r: ConsumerRecord) -> dict[str, Any]:
-        key, key_encoding = render_bytes(r.key)
-        value, value_encoding = render_value(r.value, self.value_format)
+        key, key_encoding = show_json(r.key, self.key_format)
+        value, value_encoding = show_json(r.value, self.value_format)
         return {
             "topic": r.topic,
             "partition": r.partition,
@@ -249,11 +256,11 @@ class _Printer:
         if a.print_offset:
             fields.append(f"Offset:{r.offset}")
         if a.print_headers:
-            shown = [f"{k}:{'null' if v is None else render_bytes(v)[0]}" for k, v in r.headers]
+            shown = [f"{k}:{show_text(v, 'text')}" for k, v in r.headers]
             fields.append(",".join(shown) or "NO_HEADERS")
         if a.print_key:
-            fields.append(value_text(*render_bytes(r.key)))
-        fields.append(value_text(*render_value(r.value, self.value_format)))
+            fields.append(show_text(r.key, self.key_format))
+        fields.append(show_text(r.value, self.value_format))
         return "\t".join(fields)
 
 
@@ -262,5 +269,5 @@ def _timestamp_type(code: int) -> str:
 
 
 def _header(key: str, value: bytes | None) -> dict[str, Any]:
-    shown, encoding = render_bytes(value)
+    shown, encoding = show_json(value, "text")
     return {"key": key, "value": shown, "encoding": encoding}

@@ -2,9 +2,12 @@
 ``kafka-dump-log --files ... --print-data-log``).
 
 ``PATH`` is a ``.log`` segment, an ``.index`` or ``.timeindex`` file, or a partition directory (all of its
-segments in offset order). For each batch: base and last offset, record count, byte position and size,
+segments in offset order). A file is recognised by its name (``00000000000000000000.log``, also with a
+``.swap``/``.cleaned``/``.deleted`` suffix), else by its first bytes (a record batch); any other file, such as
+the log's ``manifest`` or a partition's ``partition.state``, is refused as not a segment file (exit status 1)
+before anything is printed. For each batch: base and last offset, record count, byte position and size,
 timestamps, compression, CRC and whether it is valid; with ``--print-data`` each record's offset, timestamp,
-key, headers and value (shown as ``pylog consume`` shows them). A batch whose header is unreadable ends the
+key, headers and value (shown as ``pylog consume`` shows them, ``--value-format`` as there). A batch whose header is unreadable ends the
 walk of that file (batch lengths after it cannot be trusted) and is reported with its position.
 
 ``--verify-index-only`` checks each segment's ``.index`` and ``.timeindex`` against its ``.log`` instead: every
@@ -30,19 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pylog.cli._common import (
-    VALUE_FORMATS,
-    CliError,
-    Output,
-    Parents,
-    render_bytes,
-    render_value,
-    value_text,
-)
+from pylog.cli._common import CliError, NotASegmentFileError, Output, Parents
+from pylog.cli._formats import SHOW_VALUE_FORMATS, show_json, show_text
 from pylog.errors import CorruptRecordError, UnsupportedFormatError
 from pylog.partition import files
 from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY
-from pylog.record import BatchHeader, DecodedBatch, check_crc, decode_batch, decode_header
+from pylog.record import HEADER_SIZE, BatchHeader, DecodedBatch, check_crc, decode_batch, decode_header
 
 if TYPE_CHECKING:
     from pylog.cli._common import Subparsers
@@ -69,7 +65,12 @@ def register(sub: Subparsers, parents: Parents) -> None:
         action="store_true",
         help="check the .index and .timeindex files against the log",
     )
-    p.add_argument("--value-format", choices=VALUE_FORMATS, default="auto", help="how values are shown")
+    p.add_argument(
+        "--value-format",
+        choices=SHOW_VALUE_FORMATS,
+        default="auto",
+        help="how values are shown, as in 'pylog consume' (default: auto)",
+    )
     p.set_defaults(func=dump)
 
 
@@ -77,11 +78,9 @@ def dump(args: argparse.Namespace) -> int:
     out = Output(args)
     targets = [t for path in args.paths for t in _targets(path)]
     ok = True
-    for path in targets:
-        kind = _kind(path)
+    for path, kind in targets:
         if args.verify_index_only:
-            log_path = path if kind == files.LOG else path[: -len(kind)] + files.LOG
-            ok &= _verify_indexes(log_path, out)
+            ok &= _verify_indexes(_sibling(path, kind, files.LOG), out)
         elif kind == files.LOG:
             ok &= _dump_log(path, args, out)
         else:
@@ -89,26 +88,94 @@ def dump(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _targets(path: str) -> list[str]:
+def _targets(path: str) -> list[tuple[str, str]]:
+    """``(file, kind)`` to dump for ``path``: its segments for a partition directory, else the file itself."""
     if os.path.isdir(path):
-        logs = []
-        for name in os.listdir(path):
-            parsed = files.parse_segment_name(name)
-            if parsed is not None and parsed[1] == files.LOG and not parsed[2]:
-                logs.append((parsed[0], os.path.join(path, name)))
-        if not logs:
-            raise CliError(f"{path}: no segment files (expected a partition directory such as topic-0)")
-        return [p for _, p in sorted(logs)]
+        return _directory_targets(path)
     if not os.path.exists(path):
         raise CliError(f"{path}: no such file or directory")
-    return [path]
+    return [(path, _kind(path))]
+
+
+def _directory_targets(path: str) -> list[tuple[str, str]]:
+    logs = []
+    for name in os.listdir(path):
+        parsed = files.parse_segment_name(name)
+        if parsed is not None and parsed[1] == files.LOG and not parsed[2]:
+            logs.append((parsed[0], os.path.join(path, name)))
+    if not logs:
+        root = os.path.exists(os.path.join(path, _MANIFEST))
+        hint = "a log directory" if root else "not a partition directory"
+        raise NotASegmentFileError(
+            f"{path}: no segment files here ({hint}; name a partition directory such as <log-dir>/topic-0)"
+        )
+    return [(p, files.LOG) for _, p in sorted(logs)]
+
+
+_MANIFEST = "manifest"
+
+# Files of a log directory that are not segments, by name and by their first bytes.
+_NOT_SEGMENTS = {
+    _MANIFEST: "the log's manifest (topics and their configs)",
+    files.STATE: "a partition's shared publication state",
+    files.CHECKPOINT: "a partition's recovery-point checkpoint",
+    files.CLEANER_CHECKPOINT: "a partition's compaction checkpoint",
+    files.CLEANER_LOCK: "a partition's compaction lock file",
+    ".lock": "the log directory's lock file",
+    ".open.lock": "the log directory's open lock file",
+    ".clean-shutdown": "the log directory's clean-shutdown marker",
+}
+_MAGICS = {
+    b"pylog-manifest ": _NOT_SEGMENTS[_MANIFEST],
+    b"PLPSTAT1": _NOT_SEGMENTS[files.STATE],
+    b"PLRP": _NOT_SEGMENTS[files.CHECKPOINT],
+    b"PLCC": _NOT_SEGMENTS[files.CLEANER_CHECKPOINT],
+    b"pylog-group ": "a consumer group's state",
+}
 
 
 def _kind(path: str) -> str:
+    """``.log``, ``.index`` or ``.timeindex`` for a segment file; NotASegmentFileError for anything else."""
+    name = os.path.basename(path)
+    parsed = files.parse_segment_name(name)
+    if parsed is not None:
+        return parsed[1]
+    head = _head(path)
+    what = _NOT_SEGMENTS.get(name) or next((w for m, w in _MAGICS.items() if head.startswith(m)), None)
+    if what is not None:
+        raise NotASegmentFileError(f"{path}: not a segment file: it is {what}")
     for suffix in (files.TIMEINDEX, files.INDEX):
-        if path.endswith(suffix):
+        if name.endswith(suffix):
             return suffix
-    return files.LOG
+    if _starts_with_batch(path, head) or (name.endswith(files.LOG) and not head):
+        return files.LOG
+    raise NotASegmentFileError(
+        f"{path}: not a segment file (its name is not <base offset>.log, .index or .timeindex and it does not "
+        "start with a record batch)"
+    )
+
+
+def _head(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(HEADER_SIZE)
+
+
+def _starts_with_batch(path: str, head: bytes) -> bool:
+    if len(head) < HEADER_SIZE:
+        return False
+    try:
+        decode_header(head, 0, os.path.getsize(path))
+    except (CorruptRecordError, UnsupportedFormatError):
+        return False
+    return True
+
+
+def _sibling(path: str, kind: str, suffix: str) -> str:
+    """The file of the same segment with ``suffix`` (``.log``, ``.index``, ``.timeindex``)."""
+    parsed = files.parse_segment_name(os.path.basename(path))
+    if parsed is not None:
+        return files.segment_path(os.path.dirname(path), parsed[0], suffix)
+    return path[: -len(kind)] + suffix if path.endswith(kind) else path + suffix
 
 
 def _base_offset(path: str) -> int:
@@ -168,7 +235,7 @@ def _dump_log(path: str, args: argparse.Namespace, out: Output) -> bool:
             batches += 1
             records += h.record_count
             bad += problem is not None
-            data = _records(buf, pos, args.value_format) if args.print_data else None
+            data = _records(buf, pos, args.value_format, out.json) if args.print_data else None
             _emit_batch(out, path, pos, h, problem, data)
         size = len(buf)
     summary = {"file": path, "batches": batches, "records": records, "bytes": size, "corrupt": bad}
@@ -233,8 +300,7 @@ def _emit_batch(
             out.line(
                 f"| offset: {r['offset']} {d['timestamp_type']}: {r['timestamp']} keySize: {r['key_size']} "
                 f"valueSize: {r['value_size']} headerKeys: [{keys}] "
-                f"key: {value_text(r['key'], r['key_encoding'])} "
-                f"payload: {value_text(r['value'], r['value_encoding'])}"
+                f"key: {r['key']} payload: {r['value']}"
             )
 
 
@@ -245,40 +311,48 @@ def _emit_error(out: Output, path: str, pos: int, message: str) -> None:
         out.line(f"Error at position {pos}: {message}")
 
 
-def _records(buf: Buffer, pos: int, value_format: str) -> list[dict[str, Any]] | str:
+def _records(buf: Buffer, pos: int, value_format: str, as_json: bool) -> list[dict[str, Any]] | str:
     try:
         b = decode_batch(buf, pos, verify_crc=False)
     except (CorruptRecordError, UnsupportedFormatError) as exc:
         return str(exc)
     try:
-        return _record_dicts(b, value_format)
+        return _record_dicts(b, value_format, as_json)
     finally:
         del b
 
 
-def _record_dicts(b: DecodedBatch, value_format: str) -> list[dict[str, Any]]:
+def _record_dicts(b: DecodedBatch, value_format: str, as_json: bool) -> list[dict[str, Any]]:
+    """Each record of the batch, its key, value and header values shown for JSON or for text output."""
     out = []
     keys, values, headers = b.keys(), b.values(), b.headers()
     for i, (offset, ts) in enumerate(zip(b.offsets.tolist(), b.timestamps.tolist(), strict=True)):
-        key, key_encoding = render_bytes(keys[i])
-        value, value_encoding = render_value(values[i], value_format)
-        out.append(
-            {
-                "offset": offset,
-                "timestamp": ts,
-                "key_size": -1 if keys[i] is None else len(keys[i] or b""),
-                "value_size": -1 if values[i] is None else len(values[i] or b""),
-                "key": key,
-                "key_encoding": key_encoding,
-                "value": value,
-                "value_encoding": value_encoding,
-                "headers": [
-                    {"key": k, "value": render_bytes(v)[0], "encoding": render_bytes(v)[1]}
-                    for k, v in headers[i]
-                ],
-            }
-        )
+        key, value = keys[i], values[i]
+        record = {
+            "offset": offset,
+            "timestamp": ts,
+            "key_size": -1 if key is None else len(key),
+            "value_size": -1 if value is None else len(value),
+        }
+        record.update(_shown("key", key, "text", as_json))
+        record.update(_shown("value", value, value_format, as_json))
+        record["headers"] = [_header(k, v, as_json) for k, v in headers[i]]
+        out.append(record)
     return out
+
+
+def _shown(name: str, raw: bytes | None, fmt: str, as_json: bool) -> dict[str, Any]:
+    if not as_json:
+        return {name: show_text(raw, fmt)}
+    shown, encoding = show_json(raw, fmt)
+    return {name: shown, f"{name}_encoding": encoding}
+
+
+def _header(key: str, raw: bytes | None, as_json: bool) -> dict[str, Any]:
+    if not as_json:
+        return {"key": key, "value": show_text(raw, "text")}
+    shown, encoding = show_json(raw, "text")
+    return {"key": key, "value": shown, "encoding": encoding}
 
 
 # -- .index and .timeindex --------------------------------------------------------------------------------
@@ -335,8 +409,8 @@ def _verify_indexes(log_path: str, out: Output) -> bool:
             rels.append(h.base_offset - base)
             maxes.append(running)
             running = max(running, h.max_timestamp)
-    problems += _check_offset_index(log_path[: -len(files.LOG)] + files.INDEX, base, starts)
-    problems += _check_time_index(log_path[: -len(files.LOG)] + files.TIMEINDEX, base, rels, maxes, running)
+    problems += _check_offset_index(_sibling(log_path, files.LOG, files.INDEX), base, starts)
+    problems += _check_time_index(_sibling(log_path, files.LOG, files.TIMEINDEX), base, rels, maxes, running)
     if out.json:
         out.json_line({"file": log_path, "ok": not problems, "problems": problems})
     elif problems:

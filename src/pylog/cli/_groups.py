@@ -10,6 +10,12 @@ mappings or objects with the Kafka field names (``group_id``, ``state``, ``gener
 ``describe`` shows Kafka's columns: GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID, where
 CURRENT-OFFSET is the committed offset (the next to read) and LAG = LOG-END-OFFSET - CURRENT-OFFSET.
 
+``list --json`` and ``describe`` report the same ``state`` (Kafka's names: ``Empty``, ``PreparingRebalance``,
+``Stable``), computed by one function from ``describe_group``.
+
+``delete`` attempts every group named, prints the outcome of each, and exits with status 1 if any could not be
+deleted (an unknown group, a group with live members), as ``kafka-consumer-groups --delete`` does.
+
 ``reset-offsets`` computes new committed offsets per partition and only prints them (a dry run) unless
 ``--execute`` is given. Offsets outside a partition's range are moved into it. ``--to-datetime`` takes ISO
 8601 (``2024-05-01T12:00:00Z``; local time without an offset) and picks the earliest offset whose timestamp is
@@ -28,11 +34,12 @@ from pylog.cli._common import (
     Parents,
     Unavailable,
     UsageError,
+    describe_error,
     note,
     open_log,
     parse_datetime_ms,
 )
-from pylog.errors import UnknownPartitionError, UnknownTopicError
+from pylog.errors import PylogError, UnknownGroupError, UnknownPartitionError, UnknownTopicError
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -171,13 +178,34 @@ def _end_offset(log: Log, tp: TopicPartition) -> int | None:
 def list_groups(args: argparse.Namespace) -> int:
     out = Output(args)
     with open_log(args) as log:
-        items = list(_require(log, "list_groups")())
+        names = [_group_id(i) for i in _require(log, "list_groups")()]
+        states = _states(log, names) if out.json else {}
     if out.json:
-        out.document([{"group": _group_id(i), "state": _get(i, "state")} for i in items])
+        out.document([{"group": name, "state": state} for name, state in states.items()])
     else:
-        for item in items:
-            out.line(_group_id(item))
+        for name in names:
+            out.line(name)
     return 0
+
+
+def _states(log: Log, names: list[str]) -> dict[str, str | None]:
+    states = {}
+    for name in names:
+        try:
+            states[name] = _state(log, name)
+        except UnknownGroupError:
+            continue  # deleted since it was listed
+    return states
+
+
+def _state(log: Log, group: str) -> str | None:
+    """The group's state as ``describe`` reports it: the one place both commands take it from."""
+    return _state_of(_require(log, "describe_group")(group))
+
+
+def _state_of(description: Any) -> str | None:
+    state = _get(description, "state")
+    return None if state is None else str(state)
 
 
 def describe(args: argparse.Namespace) -> int:
@@ -229,7 +257,7 @@ def _describe_one(log: Log, group: str) -> dict[str, Any]:
         )
     return {
         "group": group,
-        "state": _get(description, "state"),
+        "state": _state_of(description),
         "generation": _get(description, "generation", "generation_id"),
         "members": members,
         "partitions": rows,
@@ -303,13 +331,23 @@ def _new_offset(log: Log, tp: TopicPartition, args: argparse.Namespace, current:
 
 def delete(args: argparse.Namespace) -> int:
     out = Output(args)
+    failed: dict[str, str] = {}
+    deleted: list[str] = []
     with open_log(args) as log:
         remove = _require(log, "delete_group")
-        for group in args.groups:
-            remove(group)
+        for group in dict.fromkeys(args.groups):
+            try:
+                remove(group)
+            except PylogError as exc:
+                failed[group] = f"{type(exc).__name__}: {describe_error(exc)}"
+            else:
+                deleted.append(group)
     if out.json:
-        out.document({"deleted": args.groups})
+        out.document({"deleted": deleted, "failed": failed})
     else:
-        for group in args.groups:
+        for group in deleted:
             out.line(f"Deleted consumer group {group}.")
+    if failed:
+        reasons = "; ".join(f"{group} ({why})" for group, why in failed.items())
+        raise CliError(f"could not delete {len(failed)} of {len(deleted) + len(failed)} groups: {reasons}")
     return 0
