@@ -185,35 +185,49 @@ def _assign_uniform(
     if not members:
         return {}
     names = sorted(topics)
-    quota = _quotas(sum(partitions_per_topic[t] for t in names), members, {m: len(owned[m]) for m in members})
     mine = {m: _by_topic(owned[m], names) for m in members}
-    counts: Counts = {}
-    lower: Counts = {}
-    upper: Counts = {}
-    for member in members:
-        held = {topic: len(mine[member][topic]) for topic in names}
-        if len(owned[member]) >= quota[member]:  # keeps quota of its own, gets nothing new
-            counts[member] = trim(held, quota[member], partitions_per_topic, len(members))
-            lower[member], upper[member] = dict.fromkeys(names, 0), held
-        else:  # keeps everything it owns, gets the rest of its quota
-            counts[member] = dict(held)
-            lower[member], upper[member] = held, {topic: partitions_per_topic[topic] for topic in names}
-    free = {
-        topic: partitions_per_topic[topic] - sum(row[topic] for row in counts.values()) for topic in names
-    }
-    fill(counts, {m: quota[m] - sum(counts[m].values()) for m in members}, free)
-    spread_topics(counts, lower, upper)
+    counts = _uniform_counts(partitions_per_topic, names, members, mine)
     result: dict[str, list[TopicPartition]] = {member: [] for member in members}
     for topic in names:
         kept = {m: mine[m][topic][: counts[m][topic]] for m in members}
         taken = {p for numbers in kept.values() for p in numbers}
-        free_numbers = iter([p for p in range(partitions_per_topic[topic]) if p not in taken])
+        free = iter([p for p in range(partitions_per_topic[topic]) if p not in taken])
         for member in members:
-            numbers = kept[member] + [
-                next(free_numbers) for _ in range(counts[member][topic] - len(kept[member]))
-            ]
-            result[member].extend(TopicPartition(topic, p) for p in numbers)
+            given = [next(free) for _ in range(counts[member][topic] - len(kept[member]))]
+            result[member].extend(TopicPartition(topic, p) for p in kept[member] + given)
     return result
+
+
+def _uniform_counts(
+    partitions_per_topic: Mapping[str, int],
+    topics: list[str],
+    members: list[str],
+    mine: Mapping[str, dict[str, list[int]]],
+) -> Counts:
+    """How many partitions of each topic each member gets (step 2 on counts).
+
+    A member that owns at least its quota keeps that many of its own (trimmed round the topics) and gets
+    nothing new: its bounds are 0 and what it owns. Any other member keeps all it owns and gets the rest of its
+    quota: its bounds are what it owns and the topic's size.
+    """
+    owned = {m: {topic: len(mine[m][topic]) for topic in topics} for m in members}
+    quota = _quotas(
+        sum(partitions_per_topic[t] for t in topics), members, {m: sum(owned[m].values()) for m in members}
+    )
+    counts: Counts = {}
+    lower: Counts = {}
+    upper: Counts = {}
+    for member in members:
+        if sum(owned[member].values()) >= quota[member]:
+            counts[member] = trim(owned[member], quota[member], partitions_per_topic, len(members))
+            lower[member], upper[member] = dict.fromkeys(topics, 0), owned[member]
+        else:
+            counts[member] = dict(owned[member])
+            lower[member], upper[member] = owned[member], {t: partitions_per_topic[t] for t in topics}
+    free = {t: partitions_per_topic[t] - sum(row[t] for row in counts.values()) for t in topics}
+    fill(counts, {m: quota[m] - sum(counts[m].values()) for m in members}, free)
+    spread_topics(counts, lower, upper)
+    return counts
 
 
 def _assign_general(
@@ -238,35 +252,44 @@ def _spread_class(
     owned: Mapping[str, list[TopicPartition]],
     result: dict[str, list[TopicPartition]],
 ) -> None:
-    """Step 4: even out the topics between members with the same topics, moving only partitions the giver did
-    not own (so every member keeps what it kept), and giving a partition back to its owner when one asks."""
+    """Step 4 after step 3, for members with the same topics: swaps move only partitions the giver did not
+    own, so every member keeps all of its own that it kept (its lower bound); ``result`` is updated."""
     held = {m: _by_topic(sorted(result[m]), topics) for m in members}
     previous = {tp: m for m in members for tp in owned[m]}
-    counts = {m: {t: len(held[m][t]) for t in topics} for m in members}
+    before = {m: {t: len(held[m][t]) for t in topics} for m in members}
     lower = {
         m: {t: sum(previous.get(TopicPartition(t, p)) == m for p in held[m][t]) for t in topics}
         for m in members
     }
-    everything = {t: sum(len(held[m][t]) for m in members) for t in topics}
-    upper = {m: dict(everything) for m in members}
-    before = {m: dict(row) for m, row in counts.items()}
-    spread_topics(counts, lower, upper)
+    everything = {t: sum(before[m][t] for m in members) for t in topics}
+    counts = {m: dict(row) for m, row in before.items()}
+    spread_topics(counts, lower, {m: dict(everything) for m in members})
     for topic in topics:
-        pool: list[int] = []
-        for member in members:
-            surplus = before[member][topic] - counts[member][topic]
-            movable = [p for p in held[member][topic] if previous.get(TopicPartition(topic, p)) != member]
-            for p in movable[len(movable) - surplus :] if surplus > 0 else []:
-                held[member][topic].remove(p)
-                pool.append(p)
-        for member in members:
-            for _ in range(counts[member][topic] - before[member][topic]):
-                back = [p for p in pool if previous.get(TopicPartition(topic, p)) == member]
-                number = back[0] if back else min(pool)
-                pool.remove(number)
-                held[member][topic].append(number)
+        owner = {tp.partition: m for tp, m in previous.items() if tp.topic == topic}
+        _move(topic, {m: counts[m][topic] - before[m][topic] for m in members}, held, owner)
     for member in members:
         result[member] = [TopicPartition(t, p) for t in topics for p in held[member][t]]
+
+
+def _move(
+    topic: str, change: Mapping[str, int], held: dict[str, dict[str, list[int]]], owner: Mapping[int, str]
+) -> None:
+    """Carry out the count ``change`` of each member for ``topic``: members that lose partitions give up their
+    highest-numbered ones they did not own; members that gain take back one they owned, if any, else the
+    lowest-numbered."""
+    pool: list[int] = []
+    for member, delta in change.items():
+        if delta < 0:
+            movable = [p for p in held[member][topic] if owner.get(p) != member]
+            for number in movable[delta:]:
+                held[member][topic].remove(number)
+                pool.append(number)
+    for member, delta in change.items():
+        for _ in range(max(delta, 0)):
+            back = [p for p in pool if owner.get(p) == member]
+            number = back[0] if back else min(pool)
+            pool.remove(number)
+            held[member][topic].append(number)
 
 
 class _General:
