@@ -691,7 +691,10 @@ def test_bad_input_formats_name_the_line(cli: Pylog) -> None:
     line = cli.fails("produce", "t", "--key-separator", ":", "--key-format", "base64", stdin="%%:v\n")
     assert "line 1: invalid base64 key" in line
     cli.ok("produce", "t", stdin="plain text\n")
-    assert "a value is not msgpack" in cli.fails("consume", "t", "--from-beginning", "--value-format", "json")
+    line = cli.fails("consume", "t", "--from-beginning", "--value-format", "json")
+    assert "t-0 offset 1: a value is not msgpack" in line
+    line = cli.fails("dump", _segment(cli.dir, "t"), "--print-data", "--value-format", "json")
+    assert "offset 1: a value is not msgpack" in line
     assert (
         cli.ok("consume", "t", "--from-beginning", "--value-format", "hex")
         == "00\n" + b"plain text".hex() + "\n"

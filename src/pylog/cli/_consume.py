@@ -222,11 +222,12 @@ class _Printer:
         self.count = 0
 
     def emit(self, r: ConsumerRecord) -> None:
+        try:
+            line = json_line(self.as_dict(r)) if self.json else self.as_text(r) + "\n"
+        except CliError as exc:  # a value not in the --value-format asked for
+            raise CliError(f"{r.topic}-{r.partition} offset {r.offset}: {exc}") from exc
+        self.stream.write(line)
         self.count += 1
-        if self.json:
-            self.stream.write(json_line(self.as_dict(r)))
-        else:
-            self.stream.write(self.as_text(r) + "\n")
 
     def as_dict(self, r: ConsumerRecord) -> dict[str, Any]:
         key, key_encoding = show_json(r.key, self.key_format)

@@ -335,7 +335,10 @@ def _record_dicts(b: DecodedBatch, value_format: str, as_json: bool) -> list[dic
             "value_size": -1 if value is None else len(value),
         }
         record.update(_shown("key", key, "text", as_json))
-        record.update(_shown("value", value, value_format, as_json))
+        try:
+            record.update(_shown("value", value, value_format, as_json))
+        except CliError as exc:  # a value not in the --value-format asked for
+            raise CliError(f"offset {offset}: {exc}") from exc
         record["headers"] = [_header(k, v, as_json) for k, v in headers[i]]
         out.append(record)
     return out
