@@ -1,11 +1,87 @@
+"""Fixtures shared by every test, and what keeps the suite independent of the machine and of test order.
+
+- Each test runs in an empty working directory of its own and without ``PYLOG_*`` variables from the
+  environment, so no test reads or writes the checkout, ``./pylog-data`` or another test's files. A test
+  that leaves a file in its working directory fails: pylog writes only where it is told to.
+- Hypothesis keeps no example database by default (a run does not depend on earlier runs) and prints the
+  blob that reproduces a failure; ``HYPOTHESIS_PROFILE=dev`` keeps the database in ``.hypothesis/`` of the
+  checkout instead. Its other files go to a temporary directory.
+- ``--order=reverse`` or ``--order=random[:SEED]`` runs the collected tests in reverse or shuffled order, to
+  show that no test depends on another having run first (``random`` prints the seed it chose).
+"""
+
 from __future__ import annotations
 
 import os
+import random
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 import pylog
+
+ROOT = Path(__file__).resolve().parents[1]
+ISOLATED_ENV = ("PYLOG_DIR", "PYLOG_DEBUG", "PYLOG_BENCH_COLD")
+
+hypothesis.settings.register_profile("pylog", database=None, print_blob=True)
+hypothesis.settings.register_profile(
+    "dev", database=DirectoryBasedExampleDatabase(str(ROOT / ".hypothesis" / "examples")), print_blob=True
+)
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pylog"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--order",
+        default="file",
+        help="file (default), reverse, or random[:SEED]: the order the collected tests run in",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    order = config.getoption("--order")
+    if order == "random":
+        config.option.order = f"random:{random.SystemRandom().randrange(2**32)}"
+    elif order not in ("file", "reverse") and not _is_seeded(order):
+        raise pytest.UsageError(f"--order must be file, reverse, random or random:SEED, not {order!r}")
+    home = tempfile.mkdtemp(prefix="pylog-tests-hypothesis-")
+    hypothesis.configuration.set_hypothesis_home_dir(home)
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
+def _is_seeded(order: str) -> bool:
+    kind, _, seed = order.partition(":")
+    return kind == "random" and seed.isdigit()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"test order: {config.getoption('--order')}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    order = config.getoption("--order")
+    if order == "reverse":
+        items.reverse()
+    elif order.startswith("random:"):
+        random.Random(int(order.partition(":")[2])).shuffle(items)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """An empty working directory and no ``PYLOG_*`` settings from outside; fails a test that leaves files
+    in its working directory."""
+    for name in ISOLATED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    cwd = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(cwd)
+    yield
+    left = sorted(os.listdir(cwd))
+    assert not left, f"files left in the working directory: {left}"
 
 
 @pytest.fixture

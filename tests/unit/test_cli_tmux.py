@@ -4,6 +4,7 @@ cleanly on Ctrl-C."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,13 +38,16 @@ def test_consume_follow_prints_new_records_and_stops_on_ctrl_c(log_dir: str) -> 
         log.create_topic("t", partitions=2)
     session = f"pylog-{uuid.uuid4().hex[:8]}"
     status = os.path.join(os.path.dirname(log_dir), "status")
+    # The pane's shell has the tmux server's environment, not this one's: name the pylog under test. The
+    # consumer reads from the beginning, so records produced before it has started are shown all the same.
+    src = os.path.dirname(os.path.dirname(pylog.__file__))
     command = (
-        f"{sys.executable} -m pylog.cli --dir {log_dir} consume t --follow --value-format text; "
-        f"echo $? > {status}; echo EXITED; sleep 60"
+        f"env PYTHONPATH={shlex.quote(src)} {shlex.quote(sys.executable)} -m pylog.cli "
+        f"--dir {shlex.quote(log_dir)} consume t --from-beginning --follow --value-format text; "
+        f"echo $? > {shlex.quote(status)}; echo EXITED; sleep 60"
     )
     _tmux("new-session", "-d", "-s", session, "-x", "200", "-y", "50", command)
     try:
-        time.sleep(1.0)  # the consumer is running and waiting for records
         with pylog.open(log_dir) as log:
             producer = log.producer(value_serializer=None)
             for word in ("alpha", "beta", "gamma"):
