@@ -3,32 +3,61 @@
 Root directory layout::
 
     <root>/
-        manifest          topics and their configs (format below), replaced atomically
+        manifest          topics, their configs and unfinished topic changes (format below), replaced atomically
         .lock             every open Log holds a shared flock; the first opener and last closer take it
-                          exclusively (that is how a process knows it is alone)
+                          exclusively (that is how a process knows it is alone). Its first 24 bytes are the
+                          session header (below), changed only under .open.lock
         .open.lock        serializes open, close and manifest changes between processes
         .clean-shutdown   written by the last closer after flushing everything; removed by the next opener
         <topic>-<n>/      one directory per partition (see pylog.partition.files)
+        __groups/         consumer groups (pylog.groups.store)
+        __transactions/   producer ids and transaction decisions (pylog.transactions)
 
 Manifest, written temp -> fsync -> rename -> fsync dir::
 
     line 1   b"pylog-manifest 1 <crc32c of the rest, 8 hex digits>\\n"
-    rest     JSON {"topics": {name: {"partitions": n, "config": {...}}}}
+    rest     JSON {"topics": {name: {"partitions": n, "config": {...}}},
+                   "creating": {name: n}, "deleting": {name: n}}
 
-Thread-safety: thread-safe. Crash contract: topic creation makes the partition directories durable before the
-manifest names them (the manifest is the commit point); deletion removes the topic from the manifest first and
-then renames its directories to ``*.deleted`` before removing them. A partition directory that the manifest
-does not name is removed when the log is next opened alone.
+Session header in ``.lock`` (three little-endian int64; shared memory between processes, not durable)::
+
+    offset  field      meaning
+    0       opens      Log objects open on the directory (each open adds one, each close takes one away)
+    8       session    random id chosen by the first opener; partitions validated in this session carry it
+    16      clean      1 if the session started from a clean shutdown
+
+Opening after a clean shutdown touches no partition: each partition is validated by the first process that
+uses it in the session (:class:`~pylog.partition.log.PartitionLog` compares the id in its state file). After an
+unclean shutdown the first opener recovers every partition before anyone uses the log. Closing costs what was
+written: every process fsyncs the partitions it wrote when it closes, so the last closer only writes the marker,
+unless a process died with the log open (``opens`` did not drop to zero): then it trims and fsyncs every
+partition used in the session first.
+
+What pylog deletes: only what it can prove it created. A directory is initialised only if it is new, empty or
+holds nothing but pylog's own entries; anything else is refused (:class:`~pylog.errors.NotALogDirectoryError`).
+Topic creation records the topic under ``creating`` in the manifest before it makes the partition directories
+(and refuses to start if one exists already); deletion moves the topic from ``topics`` to ``deleting`` before it
+removes them. An interrupted creation is rolled back, an interrupted deletion finished, from those entries only.
+Unknown entries of a log directory are kept, with an :class:`~pylog.errors.UnknownEntryWarning`.
+
+Thread-safety: thread-safe. Crash contract: the manifest is the commit point of every topic change; partition
+directories named by ``creating`` or ``deleting`` are the only ones pylog ever removes.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
 import os
+import random
 import re
+import struct
+import sys
 import threading
+import warnings
+import weakref
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
@@ -39,13 +68,17 @@ from pylog.config import TopicConfig
 from pylog.errors import (
     ConfigError,
     CorruptRecordError,
+    DeliveryError,
     ForkedProcessError,
     InvalidTopicError,
     LogClosedError,
+    NotALogDirectoryError,
     TopicExistsError,
+    UnknownEntryWarning,
     UnknownTopicError,
     UnsupportedFormatError,
 )
+from pylog.partition import files
 from pylog.partition.log import HandleBudget, PartitionLog, RecoveryReport
 from pylog.partition.segment import MapCache
 from pylog.record import crc32c
@@ -58,6 +91,12 @@ _MANIFEST = "manifest"
 _MANIFEST_CHECK_MS = 1000  # how often Log.topic() looks for topic changes made by other processes
 _MAGIC = b"pylog-manifest 1 "
 _FORK_GENERATION = [0]
+_MARKER = ".clean-shutdown"
+_HEADER = struct.Struct("<qqq")  # the session header in .lock: opens, session, clean
+# Entries of a log root that pylog creates (partition directories aside); temp files are atomic_write's.
+_OWN_FILES = frozenset({_MANIFEST, ".lock", ".open.lock", _MARKER, _MANIFEST + ".tmp", _MARKER + ".tmp"})
+_OWN_DIRS = frozenset({"__groups", "__transactions"})
+_OPEN_LOGS: weakref.WeakSet[Log] = weakref.WeakSet()
 
 
 def _after_fork() -> None:
@@ -105,20 +144,31 @@ class Log:
         self.recovery: dict[str, RecoveryReport] = {}
         self._txn_log: Any = None
         self._next_manifest_check = 0.0
-        fs.makedirs(self.path)
+        self._producers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.session = 0
+        self.clean_start = True
+        _prepare_directory(self.path)
         self._open_lock_fd = fs.FS.open(os.path.join(self.path, ".open.lock"), os.O_RDWR | os.O_CREAT)
-        self._shared_fd = fs.FS.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT)
+        try:
+            self._shared_fd = fs.FS.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT)
+        except BaseException:
+            fs.FS.close(self._open_lock_fd)
+            raise
         try:
             with self._open_guard():
                 self._first = _try_flock(self._shared_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._init_manifest()
                 self._load_manifest()
                 if self._first:
-                    self._recover_all()
+                    self._start_session()
+                else:
+                    self._join_session()
                 fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
         except BaseException:
             fs.FS.close(self._open_lock_fd)
             fs.FS.close(self._shared_fd)
             raise
+        _OPEN_LOGS.add(self)
 
     # -- locks and lifecycle ----------------------------------------------------------------------------
 
@@ -154,76 +204,167 @@ class Log:
         return self._closed
 
     def close(self) -> None:
-        """Flush and close every partition. The last process to close writes the clean-shutdown marker."""
+        """Close the producers this log created (each flushes first: records they accepted are written), then
+        flush and close every partition. The last process to close writes the clean-shutdown marker.
+
+        Raises :class:`~pylog.errors.DeliveryError` (after closing everything) if records a producer accepted
+        could not be written and nobody looked at their futures."""
         with self._lock:
             if self._closed:
                 return
             if self._fork_generation != _FORK_GENERATION[0]:
                 self._closed = True
                 return
+            failures = self._close_producers()
             self._closed = True
             try:
                 with self._open_guard():
                     for topic in self._topics.values():
                         topic.close()
+                    opens = self._leave_session()
                     fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
                     if _try_flock(self._shared_fd, fcntl.LOCK_EX | fcntl.LOCK_NB):
-                        self._last_close()
+                        self._last_close(opens)
                     fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
             finally:
+                _OPEN_LOGS.discard(self)
                 if self._txn_log is not None:
                     self._txn_log.close()
                 fs.FS.close(self._shared_fd)
                 fs.FS.close(self._open_lock_fd)
+        if failures:
+            raise _merge_failures(failures)
 
-    def _last_close(self) -> None:
-        """Alone with the directory: trim unpublished tails, fsync everything, then mark the shutdown clean."""
-        for name, meta in self._manifest["topics"].items():
-            config = TopicConfig.from_dict(meta["config"])
-            for p in range(meta["partitions"]):
-                directory = os.path.join(self.path, f"{name}-{p}")
-                plog = PartitionLog(directory, name, p, config, self.clock, self.map_cache)
-                try:
-                    plog.trim_unpublished_tail()
-                    plog.flush()
-                    plog.checkpoint.write(plog.log_end_offset, sync=True)
-                finally:
-                    plog.close(flush=False)
-        fs.atomic_write(os.path.join(self.path, ".clean-shutdown"), b"clean\n")
+    def _close_producers(self) -> list[Exception]:
+        failures: list[Exception] = []
+        for producer in list(self._producers):
+            try:
+                producer.close()
+            except Exception as exc:  # raised once everything is closed
+                failures.append(exc)
+        return failures
+
+    def _register_producer(self, producer: Any) -> Any:
+        self._producers.add(producer)
+        return producer
+
+    # -- sessions ---------------------------------------------------------------------------------------
+
+    def _read_header(self) -> tuple[int, int, int]:
+        raw = fs.FS.pread(self._shared_fd, _HEADER.size, 0)
+        if len(raw) < _HEADER.size:
+            return 0, 0, 1
+        opens, session, clean = _HEADER.unpack(raw)
+        return int(opens), int(session), int(clean)
+
+    def _write_header(self, opens: int) -> None:
+        fs.FS.pwrite(self._shared_fd, _HEADER.pack(opens, self.session, int(self.clean_start)), 0)
+
+    def _start_session(self) -> None:
+        """Alone with the directory: settle unfinished topic changes, then either trust a clean shutdown
+        (touching no partition) or recover every partition."""
+        marker = os.path.join(self.path, _MARKER)
+        self.clean_start = os.path.exists(marker)
+        self.session = random.SystemRandom().randrange(1, 1 << 62)
+        for temp in (_MANIFEST + ".tmp", _MARKER + ".tmp"):  # atomic_write's, never renamed: ours
+            if os.path.isfile(os.path.join(self.path, temp)):
+                fs.FS.unlink(os.path.join(self.path, temp))
+        self._settle_topic_changes()
+        self._check_entries()
+        if self.clean_start:
+            # first, durably: from here on the files may change, and the next opener must not trust them
+            fs.FS.unlink(marker)
+            fs.FS.fsync_dir(self.path)
+        else:
+            self._recover_all()
+        self._write_header(1)
+
+    def _join_session(self) -> None:
+        opens, self.session, clean = self._read_header()
+        self.clean_start = bool(clean)
+        if not self.session:  # a directory last opened by a pylog without session headers
+            self.session = random.SystemRandom().randrange(1, 1 << 62)
+        self._write_header(max(opens, 0) + 1)
+
+    def _leave_session(self) -> int:
+        opens = max(self._read_header()[0] - 1, 0)
+        self._write_header(opens)
+        return opens
+
+    def _last_close(self, opens: int) -> None:
+        """Alone with the directory. Every process that closed fsynced what it wrote; if one died with the log
+        open (``opens`` > 0), trim the unpublished tails it may have left and fsync every partition used in
+        this session first. Then mark the shutdown clean."""
+        if opens > 0:
+            for name, meta in self._manifest["topics"].items():
+                config = TopicConfig.from_dict(meta["config"])
+                for p in range(meta["partitions"]):
+                    self._settle_partition(os.path.join(self.path, f"{name}-{p}"), name, p, config)
+        fs.atomic_write(os.path.join(self.path, _MARKER), b"clean\n")
+        self._write_header(0)
+
+    def _settle_partition(self, directory: str, name: str, p: int, config: TopicConfig) -> None:
+        if not os.path.exists(os.path.join(directory, files.STATE)):
+            return  # never used: nothing to settle
+        plog = PartitionLog(directory, name, p, config, self.clock, self.map_cache, session=self.session)
+        try:
+            plog.trim_unpublished_tail()
+            plog.flush()
+            plog.checkpoint.write(plog.log_end_offset, sync=True)
+        finally:
+            plog.close(flush=False)
 
     def _recover_all(self) -> None:
-        marker = os.path.join(self.path, ".clean-shutdown")
-        clean = os.path.exists(marker)
-        names = set(self._manifest["topics"])
-        for entry in fs.FS.listdir(self.path):
-            full = os.path.join(self.path, entry)
-            if entry.endswith(".tmp") and os.path.isfile(full):
-                fs.FS.unlink(full)  # an atomic_write that never reached its rename
-                continue
-            if entry.endswith(".deleted") and os.path.isdir(full):
-                fs.rmtree(full, ignore_errors=True)
-                continue
-            m = re.match(r"^(.*)-(\d+)$", entry)
-            if m and os.path.isdir(full) and m.group(1) not in names and self._manifest_stamp is not None:
-                fs.rmtree(full, ignore_errors=True)
         for name, meta in self._manifest["topics"].items():
             config = TopicConfig.from_dict(meta["config"])
             for p in range(meta["partitions"]):
                 directory = os.path.join(self.path, f"{name}-{p}")
                 fs.makedirs(directory)
                 plog = PartitionLog(
-                    directory, name, p, config, self.clock, self.map_cache, recover=True, clean_shutdown=clean
+                    directory,
+                    name,
+                    p,
+                    config,
+                    self.clock,
+                    self.map_cache,
+                    recover=True,
+                    clean_shutdown=False,
+                    session=self.session,
                 )
                 self.recovery[f"{name}-{p}"] = plog.report
                 plog.close(flush=False)
-        if clean:
-            fs.FS.unlink(marker)
-            fs.FS.fsync_dir(self.path)
+
+    def _check_entries(self) -> None:
+        """Warn about (and keep) entries of the root that pylog did not create."""
+        expected = {
+            f"{name}-{p}"
+            for name, meta in self._manifest["topics"].items()
+            for p in range(meta["partitions"])
+        }
+        unknown = []
+        for entry in fs.FS.listdir(self.path):
+            if entry in expected or entry in _OWN_FILES or entry in _OWN_DIRS:
+                continue
+            unknown.append(entry)
+        if unknown:
+            shown = ", ".join(sorted(unknown)[:10]) + (", ..." if len(unknown) > 10 else "")
+            warnings.warn(
+                f"{self.path} holds {len(unknown)} entries pylog did not create ({shown}); they are kept "
+                "untouched: move them out of the log directory",
+                UnknownEntryWarning,
+                stacklevel=4,
+            )
 
     # -- manifest ---------------------------------------------------------------------------------------
 
     def _manifest_path(self) -> str:
         return os.path.join(self.path, _MANIFEST)
+
+    def _init_manifest(self) -> None:
+        """Write an empty manifest into a directory that has none (``_prepare_directory`` checked it holds
+        nothing but pylog's own entries). From then on the directory is a pylog log."""
+        if not os.path.exists(self._manifest_path()):
+            self._write_manifest({"topics": {}})
 
     def _load_manifest(self) -> None:
         path = self._manifest_path()
@@ -252,7 +393,7 @@ class Log:
         for name in list(self._topics):
             meta = self._manifest["topics"].get(name)
             if meta is None:
-                self._topics.pop(name).close()
+                self._topics.pop(name).close(flush=False)  # deleted by another process: its files are gone
             elif meta["partitions"] != self._topics[name].num_partitions:
                 self._topics[name].grow(meta["partitions"])
 
@@ -267,23 +408,64 @@ class Log:
         cfg = self.defaults.replace(**config)
         with self._lock, self._open_guard():
             self._load_manifest()
+            self._settle_topic_changes()
             if name in self._manifest["topics"]:
                 raise TopicExistsError(f"topic {name!r} already exists")
-            for p in range(partitions):
-                self._create_partition_dir(name, p, cfg)
-            fs.FS.fsync_dir(self.path)
-            manifest = json.loads(json.dumps(self._manifest))
+            self._make_partition_dirs(name, 0, partitions)
+            manifest = _copy(self._manifest)
             manifest["topics"][name] = {"partitions": partitions, "config": cfg.to_dict()}
+            manifest["creating"].pop(name, None)
             self._write_manifest(manifest)
         return self.topic(name)
 
-    def _create_partition_dir(self, name: str, p: int, cfg: TopicConfig) -> None:
-        directory = os.path.join(self.path, f"{name}-{p}")
-        if os.path.exists(directory):
-            fs.rmtree(directory)  # leftover of a creation that never reached the manifest
-        fs.FS.mkdir(directory)
-        plog = PartitionLog(directory, name, p, cfg, self.clock, self.map_cache, recover=True)
-        plog.close(flush=False)
+    def _make_partition_dirs(self, name: str, first: int, end: int) -> None:
+        """Create the (empty) directories of partitions ``first..end-1`` of ``name``, recorded under
+        ``creating`` in the manifest first, so that an interrupted creation can be rolled back without
+        guessing. A partition's files are created when it is first used. Refuses, creating nothing, if one of
+        the directories exists: pylog does not adopt or replace what it did not create."""
+        dirs = [os.path.join(self.path, f"{name}-{p}") for p in range(first, end)]
+        taken = [d for d in dirs if os.path.lexists(d)]
+        if taken:
+            raise NotALogDirectoryError(
+                f"cannot create partitions {first}..{end - 1} of topic {name!r}: {taken[0]} exists and is not "
+                f"part of the log{f' ({len(taken)} such entries)' if len(taken) > 1 else ''}; move it away",
+                path=taken[0],
+            )
+        manifest = _copy(self._manifest)
+        manifest["creating"][name] = [first, end]
+        self._write_manifest(manifest)
+        made = 0
+        try:
+            for d in dirs:
+                fs.FS.mkdir(d)
+                made += 1
+        except BaseException:
+            for d in dirs[:made]:
+                fs.rmtree(d, ignore_errors=True)
+            manifest = _copy(self._manifest)
+            manifest["creating"].pop(name, None)
+            self._write_manifest(manifest)
+            raise
+        fs.FS.fsync_dir(self.path)
+
+    def _settle_topic_changes(self) -> None:
+        """Roll back a topic creation and finish a deletion that a crash interrupted (open guard held). Only
+        the partition directories the manifest names under ``creating``/``deleting`` are removed."""
+        creating = self._manifest.get("creating", {})
+        deleting = self._manifest.get("deleting", {})
+        if not creating and not deleting:
+            return
+        for name, (first, end) in creating.items():
+            known = self._manifest["topics"].get(name, {}).get("partitions", 0)
+            for p in range(max(first, known), end):
+                fs.rmtree(os.path.join(self.path, f"{name}-{p}"), ignore_errors=True)
+        for name, count in deleting.items():
+            for p in range(count):
+                fs.rmtree(os.path.join(self.path, f"{name}-{p}"), ignore_errors=True)
+        fs.FS.fsync_dir(self.path)
+        manifest = _copy(self._manifest)
+        manifest["creating"], manifest["deleting"] = {}, {}
+        self._write_manifest(manifest)
 
     def create_partitions(self, name: str, total: int) -> Topic:
         """Grow ``name`` to ``total`` partitions (like ``kafka-topics --alter --partitions``). Existing records
@@ -291,6 +473,7 @@ class Log:
         self._check()
         with self._lock, self._open_guard():
             self._load_manifest()
+            self._settle_topic_changes()
             meta = self._manifest["topics"].get(name)
             if meta is None:
                 raise UnknownTopicError(f"unknown topic {name!r}")
@@ -299,12 +482,10 @@ class Log:
                 raise ConfigError(
                     f"total must be an int in ({current}, 100000] for topic {name!r}, got {total!r}"
                 )
-            cfg = TopicConfig.from_dict(meta["config"])
-            for p in range(current, total):
-                self._create_partition_dir(name, p, cfg)
-            fs.FS.fsync_dir(self.path)
-            manifest = json.loads(json.dumps(self._manifest))
+            self._make_partition_dirs(name, current, total)
+            manifest = _copy(self._manifest)
             manifest["topics"][name]["partitions"] = total
+            manifest["creating"].pop(name, None)
             self._write_manifest(manifest)
             self._refresh_manifest()
         return self.topic(name)
@@ -319,7 +500,7 @@ class Log:
             if meta is None:
                 raise UnknownTopicError(f"unknown topic {name!r}")
             cfg = TopicConfig.from_dict(meta["config"]).replace(**config)
-            manifest = json.loads(json.dumps(self._manifest))
+            manifest = _copy(self._manifest)
             manifest["topics"][name]["config"] = cfg.to_dict()
             self._write_manifest(manifest)
             topic = self._topics.get(name)
@@ -368,22 +549,18 @@ class Log:
         self._check()
         with self._lock, self._open_guard():
             self._load_manifest()
+            self._settle_topic_changes()
             meta = self._manifest["topics"].get(name)
             if meta is None:
                 raise UnknownTopicError(f"unknown topic {name!r}")
-            manifest = json.loads(json.dumps(self._manifest))
+            manifest = _copy(self._manifest)
             del manifest["topics"][name]
-            self._write_manifest(manifest)
+            manifest["deleting"][name] = meta["partitions"]
+            self._write_manifest(manifest)  # the commit point: from here on the topic is gone
             topic = self._topics.pop(name, None)
             if topic is not None:
                 topic.close()
-            for p in range(meta["partitions"]):
-                directory = os.path.join(self.path, f"{name}-{p}")
-                if os.path.isdir(directory):
-                    fs.FS.rename(directory, directory + ".deleted")
-            fs.FS.fsync_dir(self.path)
-            for p in range(meta["partitions"]):
-                fs.rmtree(os.path.join(self.path, f"{name}-{p}.deleted"), ignore_errors=True)
+            self._settle_topic_changes()
 
     # -- clients ----------------------------------------------------------------------------------------
 
@@ -394,11 +571,11 @@ class Log:
         if config.get("enable_idempotence") or config.get("transactional_id") is not None:
             from pylog.idempotent import IdempotentProducer
 
-            return IdempotentProducer(self, **config)
+            return self._register_producer(IdempotentProducer(self, **config))
         config.pop("enable_idempotence", None)
         from pylog.producer import Producer
 
-        return Producer(self, **config)
+        return self._register_producer(Producer(self, **config))
 
     def transactions(self) -> Any:
         """The :class:`~pylog.transactions.TxnLog` of this directory (producer ids, transaction decisions)."""
@@ -504,9 +681,72 @@ def _decode_manifest(raw: bytes, path: str) -> dict[str, Any]:
             TopicConfig.from_dict(meta["config"])
             if not isinstance(meta["partitions"], int) or meta["partitions"] < 1:
                 raise ValueError("bad partition count")
+        manifest.setdefault("creating", {})
+        manifest.setdefault("deleting", {})
+        for first, end in manifest["creating"].values():
+            if not isinstance(first, int) or not isinstance(end, int) or not 0 <= first < end:
+                raise ValueError("bad partition range being created")
+        for count in manifest["deleting"].values():
+            if not isinstance(count, int) or count < 1:
+                raise ValueError("bad partition count being deleted")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptRecordError(f"{path}: manifest is not valid: {exc}", path=path) from exc
     return dict(manifest)
+
+
+def _copy(manifest: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(manifest))
+    out.setdefault("creating", {})
+    out.setdefault("deleting", {})
+    return out
+
+
+def _prepare_directory(path: str) -> None:
+    """Create ``path`` if it does not exist; refuse a file, and a non-empty directory that is not a log."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise NotALogDirectoryError(f"{path} exists and is not a directory", path=path)
+    if not os.path.exists(path):
+        fs.makedirs(path)
+        return
+    if os.path.exists(os.path.join(path, _MANIFEST)):
+        return
+    foreign = sorted(e for e in fs.FS.listdir(path) if e not in _OWN_FILES and e not in _OWN_DIRS)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise NotALogDirectoryError(
+            f"{path} is not a pylog log directory (it has no manifest) and is not empty: it holds "
+            f"{len(foreign)} other entries ({shown}). Open an empty or new directory, or an existing log; "
+            "if this is a log whose manifest was lost, `pylog repair` rebuilds it",
+            path=path,
+        )
+
+
+def _merge_failures(failures: list[Exception]) -> Exception:
+    if len(failures) == 1 or not all(isinstance(f, DeliveryError) for f in failures):
+        return failures[0]
+    delivery = [f for f in failures if isinstance(f, DeliveryError)]
+    count = sum(f.count for f in delivery)
+    errors = [e for f in delivery for e in f.errors]
+    merged = DeliveryError(
+        f"{count} records accepted by send() were not written: " + "; ".join(str(f) for f in failures),
+        count=count,
+        errors=errors,
+    )
+    merged.__cause__ = failures[0]
+    return merged
+
+
+def _close_at_exit() -> None:
+    """At interpreter exit, close the logs still open: their producers flush first (as kafka-python's
+    producers do at exit), and the shutdown is clean. A failure is printed: there is no caller left."""
+    for log in list(_OPEN_LOGS):
+        try:
+            log.close()
+        except Exception as exc:
+            print(f"pylog: closing {log.path} at exit failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+atexit.register(_close_at_exit)
 
 
 def _try_flock(fd: int, flags: int) -> bool:
@@ -522,31 +762,42 @@ def repair(path: str | os.PathLike[str]) -> dict[str, list[str]]:
 
     This is the only operation that drops data below the durable point (for example a batch whose CRC fails
     after a disk error); run :meth:`Log.verify` first to see what it would touch. It needs the directory to
-    itself: it raises :class:`LockError` while any process has the log open. Returns
-    ``{"topic-partition": [what was dropped, ...]}`` for the partitions it changed."""
+    itself: it raises :class:`LockError` while any process has the log open. A manifest that is missing or
+    damaged is rebuilt from the partition directories, and what had to be assumed (partition counts, default
+    configs) is reported under the key ``"manifest"``. Returns ``{"topic-partition": [what was done, ...]}``
+    for the partitions it changed."""
     from pylog.errors import LockError
     from pylog.partition.recovery import repair_partition
 
     root = os.path.abspath(os.fspath(path))
-    if not os.path.exists(os.path.join(root, _MANIFEST)):
-        raise UnknownTopicError(f"{root} is not a pylog directory (no manifest)")
+    if not os.path.isdir(root):
+        raise NotALogDirectoryError(f"{root} is not a directory", path=root)
+    manifest_path = os.path.join(root, _MANIFEST)
+    if not os.path.exists(manifest_path) and not _partition_dirs(root):
+        raise NotALogDirectoryError(
+            f"{root} is not a pylog directory (no manifest, no partitions)", path=root
+        )
     open_fd = fs.FS.open(os.path.join(root, ".open.lock"), os.O_RDWR | os.O_CREAT)
     shared_fd = fs.FS.open(os.path.join(root, ".lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(open_fd, fcntl.LOCK_EX)
         if not _try_flock(shared_fd, fcntl.LOCK_EX | fcntl.LOCK_NB):
             raise LockError(f"{root} is open in another process; close it before repair()")
-        manifest = _decode_manifest(fs.FS.read_file(os.path.join(root, _MANIFEST)), root)
         out: dict[str, list[str]] = {}
+        try:
+            manifest = _decode_manifest(fs.FS.read_file(manifest_path), root)
+        except (FileNotFoundError, CorruptRecordError) as exc:
+            manifest, notes = _rebuild_manifest(root, exc)
+            out["manifest"] = notes
         for name, meta in sorted(manifest["topics"].items()):
             compacted = "compact" in meta["config"].get("cleanup_policy", "delete")
             for p in range(meta["partitions"]):
                 directory = os.path.join(root, f"{name}-{p}")
-                if os.path.isdir(directory):
+                if os.path.isdir(directory) and os.listdir(directory):
                     actions = repair_partition(directory, compacted)
                     if actions:
                         out[f"{name}-{p}"] = actions
-        marker = os.path.join(root, ".clean-shutdown")
+        marker = os.path.join(root, _MARKER)
         if out and os.path.exists(marker):
             fs.FS.unlink(marker)  # the next open revalidates and rebuilds the shared state
             fs.FS.fsync_dir(root)
@@ -554,6 +805,43 @@ def repair(path: str | os.PathLike[str]) -> dict[str, list[str]]:
     finally:
         fs.FS.close(shared_fd)
         fs.FS.close(open_fd)
+
+
+def _partition_dirs(root: str) -> dict[str, set[int]]:
+    """Partition directories of ``root`` that hold pylog files: ``{topic: {partition, ...}}``."""
+    found: dict[str, set[int]] = {}
+    for entry in fs.FS.listdir(root):
+        m = re.match(r"^(.+)-(\d+)$", entry)
+        full = os.path.join(root, entry)
+        if m is None or not _TOPIC_RE.match(m.group(1)) or not os.path.isdir(full):
+            continue
+        names = os.listdir(full)
+        if files.STATE in names or any(files.parse_segment_name(n) for n in names):
+            found.setdefault(m.group(1), set()).add(int(m.group(2)))
+    return found
+
+
+def _rebuild_manifest(root: str, cause: BaseException) -> tuple[dict[str, Any], list[str]]:
+    """A manifest for the partition directories found in ``root``, written atomically; returns it with the
+    assumptions made."""
+    notes = [
+        f"the manifest could not be read ({type(cause).__name__}: {cause}); rebuilt from the directories"
+    ]
+    manifest: dict[str, Any] = {"topics": {}, "creating": {}, "deleting": {}}
+    defaults = TopicConfig().to_dict()
+    for name, parts in sorted(_partition_dirs(root).items()):
+        count = max(parts) + 1
+        missing = sorted(set(range(count)) - parts)
+        for p in missing:
+            fs.makedirs(os.path.join(root, f"{name}-{p}"))
+        manifest["topics"][name] = {"partitions": count, "config": defaults}
+        note = f"topic {name!r}: {count} partitions (the highest directory found), default configs assumed"
+        if missing:
+            note += f"; partitions {missing} had no directory and were created empty"
+        notes.append(note + " (change them with `pylog topics alter` if they differed)")
+    body = json.dumps(manifest, sort_keys=True, indent=1).encode()
+    fs.atomic_write(os.path.join(root, _MANIFEST), _MAGIC + f"{crc32c(body):08x}\n".encode() + body)
+    return manifest, notes
 
 
 def open_log(path: str | os.PathLike[str], *, clock: Clock | None = None, **defaults: Any) -> Log:

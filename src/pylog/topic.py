@@ -128,8 +128,12 @@ class Topic:
                     self.log.clock,
                     self.log.map_cache,
                     handles=self.log.handles,
+                    session=self.log.session,
+                    clean_shutdown=self.log.clean_start,
                 )
                 self._partitions[number] = plog
+                if plog.validated:
+                    self.log.recovery[f"{self.name}-{number}"] = plog.report
             return plog
 
     def grow(self, partitions: int) -> None:
@@ -224,8 +228,16 @@ class Topic:
             )
         return {"topic": self.name, "partitions": parts, "config": self.config.to_dict()}
 
-    def close(self) -> None:
+    def close(self, *, flush: bool = True) -> None:
+        """Close every opened partition (fsyncing what was written unless ``flush`` is False, as for a topic
+        another process deleted). Every partition is closed even if one fails; the first error is raised."""
+        first: BaseException | None = None
         with self._lock:
             for plog in self._partitions.values():
-                plog.close()
+                try:
+                    plog.close(flush=flush)
+                except Exception as exc:
+                    first = first or exc
             self._partitions.clear()
+        if first is not None:
+            raise first

@@ -193,6 +193,7 @@ def test_error_on_every_call_then_recover(code: int, persistent: bool, scratch: 
         if not problems:
             try:
                 with pylog.open(layer.root, clock=clock) as again:
+                    again.topic("t").partition(0)  # validated at first use after a clean shutdown
                     report = again.recovery.get("t-0")
                     if report is None or not report.clean_shutdown or report.bytes_truncated:
                         problems.append(f"reopen after a clean close was not clean: {report}")

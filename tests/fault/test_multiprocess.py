@@ -35,17 +35,21 @@ COMMON = textwrap.dedent(
     def wait_for(path):
         while not os.path.exists(path):
             time.sleep(0.001)
+
+    def _ctl(root, name):
+        os.makedirs(root + "-ctl", exist_ok=True)
+        return os.path.join(root + "-ctl", name)
     """
 )
 
 WRITER = COMMON + textwrap.dedent(
     """
     root, wid, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    acks = os.open(os.path.join(root, "acks-%d" % wid), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    acks = os.open(_ctl(root, "acks-%d" % wid), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     with pylog.open(root) as log:
         plog = log.topic("t").partition(0)
-        open(os.path.join(root, "ready-%d" % wid), "w").close()
-        wait_for(os.path.join(root, "go"))
+        open(_ctl(root, "ready-%d" % wid), "w").close()
+        wait_for(_ctl(root, "go"))
         seq = 0
         while seq < n:
             k = min(n - seq, 1 + (seq * 7 + wid) % 5)
@@ -62,10 +66,10 @@ READER = COMMON + textwrap.dedent(
     seen = []
     with pylog.open(root) as log:
         plog = log.topic("t").partition(0)
-        open(os.path.join(root, "ready-reader"), "w").close()
+        open(_ctl(root, "ready-reader"), "w").close()
         offset, polls = 0, 0
         while True:
-            stop = os.path.exists(os.path.join(root, "stop"))
+            stop = os.path.exists(_ctl(root, "stop"))
             batches = plog.read(offset, 8192)  # decodes and CRC-checks every batch
             polls += 1
             for b in batches:
@@ -82,6 +86,14 @@ READER = COMMON + textwrap.dedent(
     print(json.dumps({"seen": seen, "polls": polls}))
     """
 )
+
+
+def _ctl(root: str, name: str) -> str:
+    """A coordination file of the test, beside the log directory (not in it: pylog warns about entries of a
+    log directory that it did not create)."""
+    directory = root + "-ctl"
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, name)
 
 
 def value(wid: int, seq: int) -> bytes:
@@ -110,7 +122,7 @@ def finish(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> bytes:
 
 
 def read_acks(root: str, wid: int) -> list[tuple[int, int, int]]:
-    with open(os.path.join(root, f"acks-{wid}"), "rb") as f:
+    with open(_ctl(root, f"acks-{wid}"), "rb") as f:
         lines = f.read().splitlines()
     return [tuple(map(int, line.split())) for line in lines]  # type: ignore[misc]
 
@@ -128,8 +140,8 @@ def check_log(root: str, writers: dict[int, int | None]) -> list[tuple[int, str,
     """Check the final log; ``writers`` maps writer id to the records it must have written (None: killed,
     any prefix of its sequence that covers its acknowledgements)."""
     with pylog.open(root) as log:
+        plog = log.topic("t").partition(0)  # validated at open, or at first use after a clean shutdown
         assert log.recovery["t-0"].bytes_truncated == 0 or writers_killed(writers)
-        plog = log.topic("t").partition(0)
         assert plog.verify() == []
         records = final_records(plog)
     assert [o for o, _, _ in records] == list(range(len(records)))  # dense from 0, each offset once
@@ -170,12 +182,12 @@ def test_two_writers_and_a_reader_on_one_partition(tmp_path: os.PathLike[str]) -
     reader = spawn(READER, root)
     writers = {wid: spawn(WRITER, root, wid, n) for wid in (0, 1)}
     for wid, proc in writers.items():
-        wait_for(os.path.join(root, f"ready-{wid}"), proc)
-    wait_for(os.path.join(root, "ready-reader"), reader)
-    open(os.path.join(root, "go"), "w").close()
+        wait_for(_ctl(root, f"ready-{wid}"), proc)
+    wait_for(_ctl(root, "ready-reader"), reader)
+    open(_ctl(root, "go"), "w").close()
     for proc in writers.values():
         finish(proc)
-    open(os.path.join(root, "stop"), "w").close()
+    open(_ctl(root, "stop"), "w").close()
     seen = json.loads(finish(reader))
     records = check_log(root, {0: n, 1: n})
     assert len(records) == 2 * n
@@ -200,9 +212,9 @@ def test_a_writer_killed_mid_append_loses_nothing_it_acknowledged(tmp_path: os.P
     victim = spawn(WRITER, root, 0, 10**7)
     survivor = spawn(WRITER, root, 1, 4000)
     for wid, proc in ((0, victim), (1, survivor)):
-        wait_for(os.path.join(root, f"ready-{wid}"), proc)
-    wait_for(os.path.join(root, "ready-reader"), reader)
-    open(os.path.join(root, "go"), "w").close()
+        wait_for(_ctl(root, f"ready-{wid}"), proc)
+    wait_for(_ctl(root, "ready-reader"), reader)
+    open(_ctl(root, "go"), "w").close()
     deadline = time.monotonic() + 20
     while len(read_acks(root, 0)) < 300:  # let it get going, then kill it between two arbitrary syscalls
         assert time.monotonic() < deadline and victim.poll() is None
@@ -211,7 +223,7 @@ def test_a_writer_killed_mid_append_loses_nothing_it_acknowledged(tmp_path: os.P
     victim.communicate()
     assert victim.returncode == -signal.SIGKILL
     finish(survivor)
-    open(os.path.join(root, "stop"), "w").close()
+    open(_ctl(root, "stop"), "w").close()
     seen = json.loads(finish(reader))
     acked = sum(k for _, _, k in read_acks(root, 0))
     records = check_log(root, {0: None, 1: 4000})

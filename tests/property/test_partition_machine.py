@@ -141,6 +141,7 @@ class PartitionMachine(RuleBasedStateMachine):
     def reopen(self, *, clean: bool) -> pylog.partition.log.RecoveryReport:
         assert self.log is not None
         self.log = pylog.open(self.root, clock=self.clock)
+        self.log.topic("t").partition(0)  # validated at open, or at first use after a clean shutdown
         report = self.log.recovery["t-0"]
         assert report.clean_shutdown == clean
         self.durable = self.end

@@ -150,6 +150,7 @@ class PartitionLog:
         recover: bool = False,
         clean_shutdown: bool = True,
         handles: HandleBudget | None = None,
+        session: int = 0,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -170,22 +171,35 @@ class PartitionLog:
         self._first_unflushed_ms = -1.0
         self.flushed_offset = 0
         self.report = RecoveryReport()
+        self.validated = False  # True when opening it rebuilt the shared state from the files (``report``)
         self._handles = handles
         self._suspended = False
         self._hint: tuple[int, int, int, int] | None = None
         self._state = PartitionState(os.path.join(directory, files.STATE))
         self.checkpoint = RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT))
-        if recover or not self._state.initialized:
-            from pylog.partition.recovery import recover_partition
-
-            self._state.lock()
-            try:
-                self.report = recover_partition(self, clean_shutdown)
-            finally:
-                self._state.unlock()
+        if recover or not self._state.initialized or (session and self._state.session != session):
+            self._validate(recover, clean_shutdown, session)
         else:
             self._refresh()
         self.flushed_offset = self.checkpoint.read()
+
+    def _validate(self, recover: bool, clean_shutdown: bool, session: int) -> None:
+        """Rebuild the shared state from the files: always with ``recover``, else only if no process did so in
+        this log ``session`` yet (the first user of a partition after a clean shutdown pays for it, not the
+        opener of the log: see :mod:`pylog.log`). Re-checked under the partition lock, so one process does it."""
+        from pylog.partition.recovery import recover_partition
+
+        self._state.lock()
+        try:
+            if recover or not self._state.initialized or (session and self._state.session != session):
+                self.report = recover_partition(self, clean_shutdown)
+                self.validated = True
+                if session:
+                    self._state.stamp(session)
+                return
+        finally:
+            self._state.unlock()
+        self._refresh()  # another process validated it meanwhile
 
     # -- public properties ------------------------------------------------------------------------------
 

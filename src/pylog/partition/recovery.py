@@ -40,6 +40,7 @@ __all__ = ["recover_partition", "repair_partition", "rescan_active", "truncate_s
 
 def _clean_directory(directory: str, report: RecoveryReport) -> list[int]:
     names = fs.FS.listdir(directory)
+    changes = report.temp_files_removed + report.swaps_completed
     for name in sorted(names):
         parsed = files.parse_segment_name(name)
         path = os.path.join(directory, name)
@@ -62,7 +63,8 @@ def _clean_directory(directory: str, report: RecoveryReport) -> list[int]:
         if parsed and not parsed[2] and parsed[1] != files.LOG and parsed[0] not in logs:
             fs.FS.unlink(os.path.join(directory, name))
             report.temp_files_removed += 1
-    fs.FS.fsync_dir(directory)
+    if report.temp_files_removed + report.swaps_completed != changes:
+        fs.FS.fsync_dir(directory)
     return sorted(logs)
 
 
@@ -145,11 +147,16 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
     plog._bases = [s.base_offset for s in segments]
     plog._epoch = max(plog._epoch, 0) + 1
     active = segments[-1]
-    fs.FS.fsync(active.open_fd())
-    fs.FS.fsync_dir(directory)
+    changed = report.bytes_truncated or report.segments_removed or report.swaps_completed
+    if changed or active.next_offset != point:
+        # make what recovery kept durable before the recovery point says so; after a clean shutdown with
+        # nothing to fix the files already are (the last closer fsynced them), so opening costs no fsync
+        fs.FS.fsync(active.open_fd())
+        fs.FS.fsync_dir(directory)
     plog._state.reset(plog._snapshot())
     plog._seq_seen = plog._state.seq
-    plog.checkpoint.write(active.next_offset, sync=True)
+    if active.next_offset != point:
+        plog.checkpoint.write(active.next_offset, sync=True)
     if active.next_offset < point:
         plog.checkpoint.reset(active.next_offset)
     return report

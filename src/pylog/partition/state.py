@@ -12,7 +12,7 @@ descriptor of the file never drops it, unlike ``fcntl.lockf``). Layout, eight li
     4     active_size         published bytes of the active segment's .log file
     5     layout_epoch        incremented whenever segments are added, deleted or rewritten
     6     active_max_timestamp largest timestamp in the active segment (-1 when empty)
-    7     reserved
+    7     session             the log session that last validated this partition (see pylog.log; 0: none)
 
 Only a process holding the writer lock changes it. Readers take a consistent snapshot without locking (read seq,
 read fields, re-read seq). The file is shared memory, not durable truth: after a restart of every process it
@@ -64,6 +64,15 @@ class PartitionState:
         if magic not in (0, _MAGIC):
             raise UnsupportedFormatError(f"{self.path}: unknown state format")
         return bool(magic == _MAGIC)
+
+    @property
+    def session(self) -> int:
+        """The log session whose opener validated the files behind this state (0: none yet)."""
+        return int(struct.unpack_from("<q", self._map, 56)[0])
+
+    def stamp(self, session: int) -> None:
+        """Record that the state was rebuilt from the files in ``session`` (caller holds the lock)."""
+        struct.pack_into("<q", self._map, 56, session)
 
     def lock(self, blocking: bool = True) -> bool:
         try:

@@ -1,0 +1,330 @@
+"""The log directory: what pylog initialises, creates and deletes (only what it can prove it created), and
+what opening and closing cost (a clean open touches no partition; a close costs what was written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import pylog
+from pylog import errors, fs
+
+
+def _tree(path: str) -> dict[str, bytes | None]:
+    """Every entry under ``path``: file contents, or None for a directory."""
+    out: dict[str, bytes | None] = {}
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(root, d), path)] = None
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(root, f), path)] = fh.read()
+    return out
+
+
+def _user_files(root: str) -> dict[str, bytes | None]:
+    os.makedirs(os.path.join(root, "photos-2024"))
+    os.makedirs(os.path.join(root, "orders-0"))
+    mine = {"photos-2024/img.txt": b"x\n", "notes.tmp": b"mine", "orders-0/keep": b"k"}
+    for rel, data in mine.items():
+        with open(os.path.join(root, rel), "wb") as f:
+            f.write(data)
+    return {"photos-2024": None, "orders-0": None, **mine}
+
+
+# -- what pylog initialises ---------------------------------------------------------------------------------
+
+
+def test_a_non_empty_directory_that_is_not_a_log_is_refused_and_left_alone(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "d")
+    before = _user_files(root)
+    with pytest.raises(errors.NotALogDirectoryError) as info:
+        pylog.open(root)
+    assert "photos-2024" in str(info.value) and info.value.path == root
+    assert isinstance(info.value, ValueError)
+    assert _tree(root) == before
+
+
+def test_the_root_directory_is_refused() -> None:
+    with pytest.raises(errors.NotALogDirectoryError):
+        pylog.open("/")
+    assert not os.path.exists("/.open.lock") or os.path.getsize("/.open.lock") >= 0  # nothing new is asserted
+
+
+def test_a_file_is_refused(tmp_path: Any) -> None:
+    path = os.path.join(str(tmp_path), "a-file")
+    with open(path, "wb") as f:
+        f.write(b"data")
+    with pytest.raises(errors.NotALogDirectoryError):
+        pylog.open(path)
+    with open(path, "rb") as f:
+        assert f.read() == b"data"
+
+
+def test_new_and_empty_directories_become_logs(tmp_path: Any) -> None:
+    empty = os.path.join(str(tmp_path), "empty")
+    os.makedirs(empty)
+    for root in (empty, os.path.join(str(tmp_path), "new", "nested")):
+        with pylog.open(root) as log:
+            log.create_topic("t")
+        with pylog.open(root) as log:  # and reopen as logs, even with no topic
+            assert log.topics() == ["t"]
+    with pylog.open(os.path.join(str(tmp_path), "no-topics")):
+        pass
+    with pylog.open(os.path.join(str(tmp_path), "no-topics")) as log:
+        assert log.topics() == []
+
+
+# -- unknown entries are kept ---------------------------------------------------------------------------
+
+
+def test_unknown_entries_of_a_log_are_kept_with_a_warning(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t", partitions=2)
+        log.create_topic("gone")
+        log.delete_topic("gone")
+    user = _user_files(root)
+    for _ in range(2):  # opening, creating and deleting topics, closing: nothing of the user's is touched
+        with pytest.warns(errors.UnknownEntryWarning, match="photos-2024"):
+            log = pylog.open(root)
+        with log:
+            log.create_topic("more", partitions=3)
+            log.delete_topic("more")
+            assert log.topics() == ["t"]
+    tree = _tree(root)
+    assert {k: v for k, v in tree.items() if k in user} == user
+
+
+def test_create_topic_refuses_a_directory_it_did_not_create(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t")
+    user = _user_files(root)
+    os.makedirs(os.path.join(root, "t-2"))  # a folder named like the partition the topic grows into
+    user["t-2"] = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", errors.UnknownEntryWarning)
+        with pylog.open(root) as log:
+            with pytest.raises(errors.NotALogDirectoryError, match="orders-0"):
+                log.create_topic("orders", partitions=2)
+            assert log.topics() == ["t"]
+            with pytest.raises(errors.NotALogDirectoryError, match="t-2"):
+                log.create_partitions("t", 3)
+            assert log.topic("t").num_partitions == 1
+            assert not os.path.exists(os.path.join(root, "t-1"))
+    assert {k: v for k, v in _tree(root).items() if k in user} == user
+    assert not os.path.exists(os.path.join(root, "orders-1"))
+
+
+# -- interrupted topic changes ------------------------------------------------------------------------
+
+
+_CRASHER = textwrap.dedent(
+    """
+    import os, sys
+    import pylog
+    from pylog import fs
+
+    root, what, after = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+    class Crash(fs.FileSystem):
+        calls = 0
+
+    def wrap(name):
+        base = getattr(fs.FileSystem, name)
+
+        def method(self, *args, **kwargs):
+            if name == ("mkdir" if what == "create" else "rmdir"):
+                Crash.calls += 1
+                if Crash.calls > after:
+                    os._exit(9)  # a crash: nothing after this call happens
+            return base(self, *args, **kwargs)
+
+        return method
+
+    for name in ("mkdir", "rmdir"):
+        setattr(Crash, name, wrap(name))
+
+    log = pylog.open(root)
+    with fs.install(Crash()):
+        if what == "create":
+            log.create_topic("new", partitions=6)
+        else:
+            log.delete_topic("old")
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("after", [0, 3, 5])
+def test_an_interrupted_creation_is_rolled_back_and_nothing_else_is_touched(
+    tmp_path: Any, after: int
+) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t")
+        log.producer().send("t", b"v").get()
+    user = _user_files(root)
+    code = subprocess.run(
+        [sys.executable, "-c", _CRASHER, root, "create", str(after)], check=False
+    ).returncode
+    assert code == 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", errors.UnknownEntryWarning)
+        with pylog.open(root) as log:
+            assert log.topics() == ["t"]
+            assert not any(e.startswith("new-") for e in os.listdir(root))
+            log.create_topic("new", partitions=6)  # the name is free again
+            assert log.topic("t").end_offsets() == {0: 1}
+    assert {k: v for k, v in _tree(root).items() if k in user} == user
+
+
+@pytest.mark.parametrize("after", [0, 2])
+def test_an_interrupted_deletion_is_finished(tmp_path: Any, after: int) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("old", partitions=4)
+        p = log.producer()
+        for i in range(4):
+            p.send("old", b"v", partition=i)
+        p.close()
+        log.create_topic("t")
+    user = _user_files(root)
+    code = subprocess.run(
+        [sys.executable, "-c", _CRASHER, root, "delete", str(after)], check=False
+    ).returncode
+    assert code == 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", errors.UnknownEntryWarning)
+        with pylog.open(root) as log:
+            assert log.topics() == ["t"]
+            assert not any(e.startswith("old-") for e in os.listdir(root))
+    assert {k: v for k, v in _tree(root).items() if k in user} == user
+
+
+def test_a_manifest_from_before_topic_journals_is_read(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t", partitions=2)
+    path = os.path.join(root, "manifest")
+    with open(path, "rb") as f:
+        _head, _, body = f.read().partition(b"\n")
+    manifest = json.loads(body)
+    assert manifest["creating"] == {} and manifest["deleting"] == {}
+    old = json.dumps({"topics": manifest["topics"]}, sort_keys=True, indent=1).encode()
+    with open(path, "wb") as f:
+        f.write(b"pylog-manifest 1 " + f"{pylog.log.crc32c(old):08x}\n".encode() + old)
+    with pylog.open(root) as log:
+        assert log.topics() == ["t"]
+        log.create_topic("u")
+
+
+# -- what opening and closing cost --------------------------------------------------------------------
+
+
+class Counting(fs.FileSystem):
+    """Counts file-system calls by (operation, top-level entry of the log root)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.calls: Counter[tuple[str, str]] = Counter()
+
+    def _note(self, op: str, path: Any) -> None:
+        if isinstance(path, str) and path.startswith(self.root + os.sep):
+            self.calls[(op, os.path.relpath(path, self.root).split(os.sep)[0])] += 1
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        self._note("open", path)
+        return super().open(path, flags, mode)
+
+    def fsync_dir(self, path: str) -> None:
+        self._note("fsync_dir", path)
+        super().fsync_dir(path)
+
+    def listdir(self, path: str) -> list[str]:
+        self._note("listdir", path)
+        return super().listdir(path)
+
+    def partitions_touched(self) -> set[str]:
+        return {entry for (_, entry) in self.calls if "-" in entry and not entry.startswith(".")}
+
+
+def test_a_clean_open_touches_no_partition_and_a_close_only_what_was_written(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t", partitions=40)
+        p = log.producer()
+        for i in range(40):
+            p.send("t", b"v%d" % i, partition=i)
+        p.close()
+    layer = Counting(root)
+    with fs.install(layer):
+        log = pylog.open(root)
+        assert log.topics() == ["t"]
+        assert layer.partitions_touched() == set()  # not one partition file opened or listed
+        p = log.producer()
+        p.send("t", b"more", partition=7).get()
+        p.send("t", b"more", partition=9).get()
+        log.close()
+    assert layer.partitions_touched() == {"t-7", "t-9"}
+    with pylog.open(root) as log:  # and the data is all there
+        assert log.topic("t").end_offsets() == {i: 2 if i in (7, 9) else 1 for i in range(40)}
+
+
+def test_a_partition_is_validated_once_per_session_by_its_first_user(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t")
+        log.producer().send("t", b"v").get()
+    first, second = pylog.open(root), pylog.open(root)
+    try:
+        first.topic("t").partition(0)
+        assert "t-0" in first.recovery  # the first user validated it ...
+        second.topic("t").partition(0)
+        assert "t-0" not in second.recovery  # ... and nobody again in this session
+    finally:
+        first.close()
+        second.close()
+    with pylog.open(root) as log:  # a new session validates again
+        log.topic("t").partition(0)
+        assert "t-0" in log.recovery
+
+
+_DIES_OPEN = textwrap.dedent(
+    """
+    import os, sys
+    import pylog
+    log = pylog.open(sys.argv[1])
+    p = log.producer()
+    p.send("t", b"acked").get()
+    os._exit(3)  # dies with the log open
+    """
+)
+
+
+def test_a_process_that_died_with_the_log_open_makes_the_next_shutdown_settle_its_partitions(
+    tmp_path: Any,
+) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t")
+    survivor = pylog.open(root)
+    assert subprocess.run([sys.executable, "-c", _DIES_OPEN, root], check=False).returncode == 3
+    # junk past the published end, as a writer killed between its write and its publish leaves it
+    with open(os.path.join(root, "t-0", "00000000000000000000.log"), "ab") as f:
+        f.write(b"\xff" * 100)
+    survivor.close()  # the last closer: one process did not close, so it settles every used partition
+    assert os.path.exists(os.path.join(root, ".clean-shutdown"))
+    with pylog.open(root) as log:
+        c = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        assert [r.value for r in c] == [b"acked"]
+        assert log.verify() == {}
