@@ -18,6 +18,27 @@ with ``partitioner=murmur2_random`` to agree with pylog.
 An empty key (``b""``) is a key like any other and is hashed. A *missing* key (``None``) is not hashed:
 keyless records are spread by :class:`StickyPartitioner`.
 
+Keyless records
+---------------
+Like Kafka's uniform sticky partitioner (KIP-794), a producer sends a topic's keyless records to one partition
+until they add up to ``batch_size`` bytes (16 KiB, Kafka's ``batch.size``; a record counts its value, its
+headers and 8 bytes), so that they are written in full batches, then moves to another partition. Kafka starts
+at a random partition and moves to a random one, weighted by its queues to each broker. pylog sees the
+partitions themselves, so it chooses each new partition by load (:class:`PartitionLoads`): the partition's log
+end offset, or more if the producers of this process have assigned records to it that are not written yet.
+It takes the least loaded partition when the topic has at most :data:`SCAN_ALL` partitions (one log end
+offset read per partition and per 16 KiB of keyless records, a few microseconds each), else the less loaded of
+two distinct random partitions ("power of two choices": two reads, and the gap between the fullest and the
+emptiest partition stays within a few runs). Ties are broken at random. So from its first records on, each
+producer, and each short-lived producer after another, in this process or another one, fills the emptiest
+partitions; a single producer keeps every partition within one run (``batch_size`` bytes of records) of the
+others. Producers of one process that run at the same time see each other's assignments; producers of
+different processes running at the same time see only what the others wrote, so their first runs may land on
+the same partition.
+
+Loads count all records of a partition, keyed ones and those written before: after ``create_partitions``, the
+new (empty) partitions receive the keyless records first, until they catch up with the others.
+
 Batch hashing
 -------------
 :func:`murmur2_many`, :func:`murmur2_fixed` and :func:`partitions_for_keys` compute the same hash for many
@@ -27,25 +48,37 @@ in ``uint32`` arrays, which wrap on overflow like Java's ``int`` (numpy does not
 
 from __future__ import annotations
 
+import random
 import struct
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
+from pylog.errors import ConfigError, InvalidRecordError
+
 __all__ = [
+    "SCAN_ALL",
+    "PartitionLoads",
     "StickyPartitioner",
     "murmur2",
     "murmur2_fixed",
     "murmur2_many",
     "partition_for_key",
     "partitions_for_keys",
+    "shared_loads",
     "to_positive",
 ]
+
+#: Topics with at most this many partitions choose each keyless run's partition among all of them.
+SCAN_ALL: Final = 16
 
 _SEED: Final = 0x9747B28C
 _M: Final = 0x5BD1E995
@@ -109,7 +142,7 @@ def to_positive(h: int) -> int:
 
 def _check_partitions(num_partitions: int) -> None:
     if num_partitions < 1:
-        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+        raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
 
 
 def partition_for_key(key: bytes, num_partitions: int) -> int:
@@ -159,7 +192,7 @@ def _as_words(matrix: NDArray[np.uint8]) -> NDArray[np.uint32]:
 def murmur2_fixed(matrix: NDArray[np.uint8]) -> NDArray[np.int32]:
     """``murmur2`` of every row of a ``(n, L)`` uint8 matrix (``n`` keys of ``L`` bytes), as int32."""
     if matrix.ndim != 2 or matrix.dtype != np.uint8:
-        raise ValueError(f"expected a 2-D uint8 matrix, got {matrix.ndim}-D {matrix.dtype}")
+        raise InvalidRecordError(f"expected a 2-D uint8 matrix, got {matrix.ndim}-D {matrix.dtype}")
     n, length = matrix.shape
     out = np.empty(n, dtype=np.int32)
     width = (length + 3) & ~3
@@ -230,6 +263,57 @@ def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> NDArray[n
     return hashes
 
 
+class PartitionLoads:
+    """Estimated number of records in each partition of one topic, shared by the producers of a process.
+
+    A partition's load is ``max(log_end_offset, first_seen + assigned)``: its log end offset (what every
+    process has written) or, if more, the log end offset this table first saw plus the records assigned to
+    the partition since then by the producers using this table, written or not yet. So a producer sees the
+    records other producers of this process have assigned but not written yet, and records another process
+    wrote; records that failed to be written only make the partition look a little busier. A log end offset
+    below ``first_seen`` (the partition was truncated) starts the count afresh.
+
+    Thread-safe: :attr:`lock` is held by the caller around a choice and the assignments that follow, so that
+    two producers cannot both pick the same idle partition.
+    """
+
+    __slots__ = ("__weakref__", "_assigned", "_first_seen", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._first_seen: dict[int, int] = {}
+        self._assigned: dict[int, int] = {}
+
+    def estimate(self, partition: int, log_end_offset: int) -> int:
+        """Load of ``partition`` whose log end offset is ``log_end_offset`` now (call with :attr:`lock`)."""
+        first = self._first_seen.get(partition)
+        if first is None or log_end_offset < first:
+            self._first_seen[partition] = first = log_end_offset
+            self._assigned[partition] = 0
+        return max(log_end_offset, first + self._assigned[partition])
+
+    def add(self, partition: int, records: int) -> None:
+        """Count ``records`` more assigned to ``partition`` (call with :attr:`lock`, after an estimate)."""
+        self._assigned[partition] = self._assigned.get(partition, 0) + records
+
+
+_shared_loads: weakref.WeakKeyDictionary[object, PartitionLoads] = weakref.WeakKeyDictionary()
+_shared_lock = threading.Lock()
+
+
+def shared_loads(scope: object) -> PartitionLoads:
+    """The :class:`PartitionLoads` of ``scope`` (an open topic), created on first use and dropped with it."""
+    with _shared_lock:
+        loads = _shared_loads.get(scope)
+        if loads is None:
+            loads = _shared_loads[scope] = PartitionLoads()
+        return loads
+
+
+def _nothing_written(partition: int) -> int:
+    return 0
+
+
 @dataclass(slots=True)
 class _Stint:
     partition: int
@@ -237,48 +321,97 @@ class _Stint:
 
 
 class StickyPartitioner:
-    """Partitions for *keyless* records, in the style of Kafka's uniform sticky partitioner (KIP-794).
+    """Partitions for *keyless* records: sticky runs of ``batch_size`` bytes on the least loaded partition.
 
     Records of a topic all go to one partition until at least ``batch_size`` bytes have been assigned to it
-    (the record that crosses the threshold still goes there, as in Kafka), so that batches fill up; then the
-    topic moves on to the next partition. Unlike Kafka, which picks the next partition at random (or weighted
-    by broker queue sizes), the next partition is chosen round-robin, starting from
-    ``start % num_partitions``: the assignment is deterministic and, with records of equal size, the number of
-    records per partition differs by at most one batch worth of records.
+    (the record that crosses the threshold still goes there, as in Kafka's uniform sticky partitioner,
+    KIP-794), so that they form full batches; then the next run starts on a partition chosen by load (see
+    :class:`PartitionLoads`): the least loaded of all partitions when the topic has at most
+    :data:`SCAN_ALL` of them, else the less loaded of two distinct random partitions ("power of two
+    choices"). Ties are broken at random with ``rng``. Choosing reads the log end offsets of the candidates,
+    once per run, never per record.
 
-    If a topic's partition count changes, it continues round-robin over the new count.
-
-    Not thread-safe: the producer calls it under its own lock.
+    Thread-safe: :meth:`partitions` holds its own lock and the topic's :attr:`PartitionLoads.lock`.
     """
 
-    __slots__ = ("_batch_size", "_start", "_stints")
+    __slots__ = ("__weakref__", "_batch_size", "_lock", "_rng", "_stints")
 
-    def __init__(self, batch_size: int = 16384, start: int = 0) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if start < 0:
-            raise ValueError(f"start must be >= 0, got {start}")
+    def __init__(self, batch_size: int = 16384, *, rng: random.Random | None = None) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self._batch_size = batch_size
-        self._start = start
+        self._rng = rng if rng is not None else random.Random()
         self._stints: dict[str, _Stint] = {}
+        self._lock = threading.Lock()
 
     @property
     def batch_size(self) -> int:
         return self._batch_size
 
-    def next_partition(self, topic: str, num_partitions: int, record_bytes: int) -> int:
-        """Partition for the next keyless record of ``topic``, which adds ``record_bytes`` to its batch."""
+    def partitions(
+        self,
+        topic: str,
+        num_partitions: int,
+        sizes: npt.ArrayLike,
+        log_end_offset: Callable[[int], int],
+        scope: object,
+    ) -> NDArray[np.int32]:
+        """Partitions of the next keyless records of ``topic``, in order; record ``i`` adds ``sizes[i]`` bytes
+        to its batch. ``log_end_offset(p)`` is partition ``p``'s log end offset; ``scope`` is the open topic
+        (any object that supports weak references): partitioners given the same one share its
+        :func:`shared_loads`."""
         _check_partitions(num_partitions)
-        if record_bytes < 0:
-            raise ValueError(f"record_bytes must be >= 0, got {record_bytes}")
+        loads = shared_loads(scope)
+        nbytes = np.asarray(sizes, dtype=np.int64)
+        if nbytes.ndim != 1 or (nbytes < 0).any():
+            raise InvalidRecordError("record sizes must be a 1-D sequence of ints >= 0")
+        out = np.empty(len(nbytes), dtype=np.int32)
+        if not len(nbytes):
+            return out
+        ends = np.cumsum(nbytes)
+        with self._lock, loads.lock:
+            start = 0
+            while start < len(ends):
+                stint = self._stint(topic, num_partitions, log_end_offset, loads)
+                before = int(ends[start - 1]) if start else 0
+                # The run ends with the first record that brings it to batch_size bytes, inclusive.
+                last = int(np.searchsorted(ends, before + self._batch_size - stint.produced, side="left"))
+                stop = min(last + 1, len(ends))
+                out[start:stop] = stint.partition
+                stint.produced += int(ends[stop - 1]) - before
+                loads.add(stint.partition, stop - start)
+                start = stop
+        return out
+
+    def next_partition(self, topic: str, num_partitions: int, record_bytes: int) -> int:
+        """Partition of one keyless record, for callers that cannot read log end offsets: loads are the
+        records this partitioner assigned itself."""
+        return int(self.partitions(topic, num_partitions, [record_bytes], _nothing_written, self)[0])
+
+    def _stint(
+        self, topic: str, num_partitions: int, log_end_offset: Callable[[int], int], loads: PartitionLoads
+    ) -> _Stint:
+        """The run of ``topic`` to continue, or a new one on a freshly chosen partition."""
         stint = self._stints.get(topic)
-        if stint is None:
-            stint = self._stints[topic] = _Stint(self._start % num_partitions, 0)
-        elif stint.partition >= num_partitions:
-            stint.partition %= num_partitions
-        partition = stint.partition
-        stint.produced += record_bytes
-        if stint.produced >= self._batch_size:
-            stint.partition = (partition + 1) % num_partitions
-            stint.produced = 0
-        return partition
+        if stint is None or stint.partition >= num_partitions or stint.produced >= self._batch_size:
+            stint = self._stints[topic] = _Stint(self._choose(num_partitions, log_end_offset, loads), 0)
+        return stint
+
+    def _choose(
+        self, num_partitions: int, log_end_offset: Callable[[int], int], loads: PartitionLoads
+    ) -> int:
+        """The least loaded candidate partition, ties broken uniformly at random."""
+        if num_partitions <= SCAN_ALL:
+            candidates: Sequence[int] = range(num_partitions)
+        else:
+            candidates = self._rng.sample(range(num_partitions), 2)
+        best, best_load, ties = 0, -1, 0
+        for q in candidates:
+            load = loads.estimate(q, log_end_offset(q))
+            if best_load < 0 or load < best_load:
+                best, best_load, ties = q, load, 1
+            elif load == best_load:
+                ties += 1
+                if self._rng.randrange(ties) == 0:
+                    best = q
+        return best

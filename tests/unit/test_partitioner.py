@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import random
+import threading
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pylog
 from pylog import partitioner
+from pylog.cli import main
+from pylog.errors import ConfigError, InvalidRecordError
 from pylog.partitioner import (
+    SCAN_ALL,
+    PartitionLoads,
     StickyPartitioner,
     murmur2,
     murmur2_fixed,
     murmur2_many,
     partition_for_key,
     partitions_for_keys,
+    shared_loads,
     to_positive,
 )
 
@@ -277,135 +287,384 @@ def test_partition_count_must_be_positive() -> None:
         partitions_for_keys([b"k"], 0)
 
 
-# --- StickyPartitioner -------------------------------------------------------------------------------------
+# --- StickyPartitioner: the rule, against a model --------------------------------------------------------
+# Model: Kafka's switching rule splits the keyless records of a topic into runs (a run ends with the record that
+# brings it to >= batch_size bytes, over all calls); each run goes to one partition, chosen when it starts among
+# the partitions whose log end offset was read, as one of least load = log end offset seen first + records
+# assigned since.
 
 
-def test_sticky_sticks_for_a_batch_then_moves_round_robin() -> None:
-    p = StickyPartitioner(batch_size=1000)
-    got = [p.next_partition("t", 3, 100) for _ in range(70)]
-    # 10 records of 100 bytes fill a 1000-byte batch; the 10th record still goes to the current partition.
-    expected = [(i // 10) % 3 for i in range(70)]
-    assert got == expected
+class _Scope:
+    """Stands for an open topic: partitioners given the same scope share their loads."""
 
 
-def test_sticky_record_crossing_the_threshold_stays() -> None:
-    p = StickyPartitioner(batch_size=250)
-    sizes = [100, 100, 100, 10, 300, 1, 249]
-    got = [p.next_partition("t", 4, s) for s in sizes]
-    # 100+100 < 250; +100 crosses -> switch after it; 10 -> p1; 300 crosses -> switch; 1 -> p2; 1+249 -> switch.
-    assert got == [0, 0, 0, 1, 1, 2, 2]
-    assert p.next_partition("t", 4, 1) == 3
+def _model_runs(sizes: list[int], batch_size: int) -> list[range]:
+    runs: list[range] = []
+    start, acc = 0, 0
+    for i, size in enumerate(sizes):
+        acc += size
+        if acc >= batch_size:
+            runs.append(range(start, i + 1))
+            start, acc = i + 1, 0
+    if start < len(sizes):
+        runs.append(range(start, len(sizes)))
+    return runs
 
 
-def test_sticky_oversized_records_each_move_on() -> None:
-    p = StickyPartitioner(batch_size=100, start=2)
-    assert [p.next_partition("t", 5, 1000) for _ in range(7)] == [2, 3, 4, 0, 1, 2, 3]
+class _Topic:
+    """A topic of the model: log end offsets, a record of which were read, and deferred writes."""
+
+    def __init__(self, initial: list[int]) -> None:
+        self.leo = list(initial)
+        self.reads: list[int] = []
+        self.unwritten: list[int] = []
+
+    def log_end_offset(self, partition: int) -> int:
+        self.reads.append(partition)
+        return self.leo[partition]
+
+    def write(self) -> None:
+        for q in self.unwritten:
+            self.leo[q] += 1
+        self.unwritten = []
 
 
-@settings(max_examples=50, deadline=None)
+def _assign_in_chunks(
+    sticky: StickyPartitioner, topic: _Topic, n: int, sizes: list[int], cuts: list[int], write_every: int
+) -> tuple[list[int], list[list[int]]]:
+    """Assign ``sizes`` in chunks ending at ``cuts``, writing the assigned records after every
+    ``write_every``-th chunk; returns the partitions and the log end offsets read during each chunk."""
+    scope = _Scope()
+    got: list[int] = []
+    reads: list[list[int]] = []
+    bounds = sorted({c for c in cuts if 0 < c < len(sizes)} | {len(sizes)})
+    start = 0
+    for k, stop in enumerate(bounds):
+        topic.reads = []
+        parts = sticky.partitions("t", n, sizes[start:stop], topic.log_end_offset, scope).tolist()
+        got += parts
+        reads.append(topic.reads)
+        topic.unwritten += parts
+        if k % write_every == 0:
+            topic.write()
+        start = stop
+    return got, reads
+
+
+@settings(max_examples=80, deadline=None)
 @given(
-    num_partitions=st.integers(1, 20),
-    batch_size=st.integers(1, 5000),
-    record_bytes=st.integers(1, 600),
-    n_records=st.integers(0, 3000),
-    start=st.integers(0, 100),
+    n=st.integers(1, SCAN_ALL),
+    batch_size=st.integers(1, 3000),
+    sizes=st.lists(st.integers(0, 900), max_size=300),
+    initial=st.lists(st.integers(0, 40), min_size=SCAN_ALL, max_size=SCAN_ALL),
+    cuts=st.lists(st.integers(0, 300), max_size=20),
+    write_every=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
 )
-def test_sticky_counts_differ_by_at_most_one_batch(
-    num_partitions: int, batch_size: int, record_bytes: int, n_records: int, start: int
+def test_sticky_runs_go_to_a_least_loaded_partition(
+    n: int,
+    batch_size: int,
+    sizes: list[int],
+    initial: list[int],
+    cuts: list[int],
+    write_every: int,
+    seed: int,
 ) -> None:
-    p = StickyPartitioner(batch_size=batch_size, start=start)
-    got = [p.next_partition("t", num_partitions, record_bytes) for _ in range(n_records)]
-    counts = Counter(got)
-    assert all(0 <= q < num_partitions for q in counts)
-    per_batch = -(-batch_size // record_bytes)  # records that fill one batch
-    per_partition = [counts.get(q, 0) for q in range(num_partitions)]
-    assert max(per_partition) - min(per_partition) <= per_batch
-    # Sticky: the partition changes only after a full batch, so runs have exactly per_batch records.
-    if got:
-        assert got[0] == start % num_partitions
-        runs = [len(list(run)) for run in _runs(got)] if num_partitions > 1 else []
-        assert all(r == per_batch for r in runs[:-1])
-        assert runs == [] or 1 <= runs[-1] <= per_batch
+    topic = _Topic(initial[:n])
+    sticky = StickyPartitioner(batch_size, rng=random.Random(seed))
+    got, reads = _assign_in_chunks(sticky, topic, n, sizes, cuts, write_every)
+    runs = _model_runs(sizes, batch_size)
+    assigned = [0] * n
+    for run in runs:
+        chosen = got[run[0]]
+        assert {got[i] for i in run} == {chosen}  # one partition per run, across calls
+        loads = [initial[q] + assigned[q] for q in range(n)]
+        assert loads[chosen] == min(loads)  # with at most SCAN_ALL partitions, all are candidates
+        assigned[chosen] += len(run)
+    # Each run read every partition's log end offset once, and nothing else did.
+    assert sorted(q for chunk in reads for q in chunk) == sorted(list(range(n)) * len(runs))
 
 
-def _runs(seq: list[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for x in seq:
-        if out and out[-1][0] == x:
-            out[-1].append(x)
-        else:
-            out.append([x])
-    return out
-
-
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
-    num_partitions=st.integers(2, 12),
-    batch_size=st.integers(1, 4000),
-    sizes=st.lists(st.integers(0, 1500), max_size=400),
+    n=st.integers(1, SCAN_ALL),
+    batch_size=st.integers(1, 3000),
+    sizes=st.lists(st.integers(1, 900), max_size=400),
+    seed=st.integers(0, 2**32 - 1),
 )
-def test_sticky_stints_hold_one_batch_of_bytes(
-    num_partitions: int, batch_size: int, sizes: list[int]
-) -> None:
-    p = StickyPartitioner(batch_size=batch_size)
-    got = [p.next_partition("t", num_partitions, s) for s in sizes]
-    # Split the records into stints (maximal runs on one partition) and check Kafka's switching rule: a stint
-    # ends with the record that brings it to >= batch_size bytes, and not before.
-    stints: list[tuple[int, list[int]]] = []
-    for q, s in zip(got, sizes, strict=True):
-        if stints and stints[-1][0] == q:
-            stints[-1][1].append(s)
-        else:
-            stints.append((q, [s]))
-    for i, (q, stint) in enumerate(stints):
-        if i > 0:
-            assert q == (stints[i - 1][0] + 1) % num_partitions  # round-robin
-        assert sum(stint[:-1]) < batch_size  # did not switch early
-        if i < len(stints) - 1:
-            assert sum(stint) >= batch_size  # switched once full
+def test_sticky_keeps_partitions_within_one_run(n: int, batch_size: int, sizes: list[int], seed: int) -> None:
+    # Each run starts on a least loaded partition and adds at most R records (R = the longest run), so the
+    # fullest partition never holds more than R records more than the emptiest (greedy balancing).
+    sticky = StickyPartitioner(batch_size, rng=random.Random(seed))
+    got = sticky.partitions("t", n, sizes, lambda q: 0, _Scope()).tolist()
+    runs = _model_runs(sizes, batch_size)
+    counts = [got.count(q) for q in range(n)]
+    longest = max((len(r) for r in runs), default=0)
+    assert max(counts) - min(counts) <= longest
+    assert min(counts) > 0 or len(runs) < n  # every partition gets a run once there are enough runs
 
 
-def test_sticky_is_deterministic_and_per_topic() -> None:
+def test_sticky_large_topics_use_two_random_candidates() -> None:
+    n, runs = 4 * SCAN_ALL, 40 * SCAN_ALL
+    for seed in range(3):
+        topic = _Topic([0] * n)
+        sticky = StickyPartitioner(100, rng=random.Random(seed))
+        scope = _Scope()
+        assigned = [0] * n
+        for _ in range(runs):
+            topic.reads = []
+            (chosen,) = sticky.partitions("t", n, [100], topic.log_end_offset, scope).tolist()
+            candidates = topic.reads
+            assert len(candidates) == 2 and len(set(candidates)) == 2  # two distinct reads per choice
+            assert chosen in candidates
+            assert assigned[chosen] == min(assigned[q] for q in candidates)
+            assigned[chosen] += 1
+        # Power of two choices keeps the gap at O(log log n) runs; a uniformly random choice would leave
+        # a gap of about 2 * sqrt(2 * runs / n * ln n) ~ 17 runs here.
+        assert max(assigned) - min(assigned) <= 6
+
+
+def test_sticky_ties_are_broken_at_random() -> None:
+    # On an empty topic every partition is least loaded: the first choice depends on the random source only.
+    firsts = Counter(
+        StickyPartitioner(rng=random.Random(seed)).partitions("t", 8, [1], lambda q: 0, _Scope())[0]
+        for seed in range(200)
+    )
+    assert set(firsts) == set(range(8))
+    same = [
+        StickyPartitioner(rng=random.Random(7)).partitions("t", 8, [1] * 5, lambda q: 0, _Scope()).tolist()
+        for _ in range(2)
+    ]
+    assert same[0] == same[1]  # seeded: deterministic
+
+
+def test_sticky_partitioners_of_one_scope_see_each_others_assignments() -> None:
+    # Nothing is written (log end offsets stay 0): only the shared loads tell the partitioners apart.
+    scope = _Scope()
+    firsts = [
+        StickyPartitioner(rng=random.Random(seed)).partitions("t", 8, [1], lambda q: 0, scope)[0]
+        for seed in range(8)
+    ]
+    assert sorted(firsts) == list(range(8))
+
+
+def test_sticky_is_per_topic() -> None:
     rng = random.Random(5)
-    calls = [(rng.choice(["a", "b", "c"]), rng.randint(0, 900)) for _ in range(2000)]
-    runs = []
-    for _ in range(2):
-        p = StickyPartitioner(batch_size=1500, start=4)
-        runs.append([p.next_partition(topic, 6, size) for topic, size in calls])
-    assert runs[0] == runs[1]
-    # Each topic has its own stint: interleaving does not change a topic's sequence.
+    calls = [(rng.choice("abc"), rng.randint(0, 900)) for _ in range(600)]
+    sticky = StickyPartitioner(1500, rng=random.Random(1))
+    scopes = {t: _Scope() for t in "abc"}
+    got = [sticky.partitions(t, 6, [size], lambda q: 0, scopes[t])[0] for t, size in calls]
     for topic in "abc":
-        alone = StickyPartitioner(batch_size=1500, start=4)
-        solo = [alone.next_partition(topic, 6, size) for t, size in calls if t == topic]
-        assert solo == [q for (t, _), q in zip(calls, runs[0], strict=True) if t == topic]
-
-
-def test_sticky_start_index() -> None:
-    assert StickyPartitioner(start=0).next_partition("t", 4, 1) == 0
-    assert StickyPartitioner(start=3).next_partition("t", 4, 1) == 3
-    assert StickyPartitioner(start=9).next_partition("t", 4, 1) == 1
-    assert StickyPartitioner().batch_size == 16384
+        sizes = [size for t, size in calls if t == topic]
+        parts = [q for (t, _), q in zip(calls, got, strict=True) if t == topic]
+        for run in _model_runs(sizes, 1500):
+            assert len({parts[i] for i in run}) == 1
 
 
 def test_sticky_follows_partition_count_changes() -> None:
-    p = StickyPartitioner(batch_size=10, start=7)
-    assert p.next_partition("t", 8, 5) == 7
-    # The topic shrank to 4 partitions: the current partition no longer exists.
-    q = p.next_partition("t", 4, 5)
-    assert 0 <= q < 4
-    assert p.next_partition("t", 4, 10) == (q + 1) % 4
-    # It grew: round-robin continues over the new count.
-    seen = {p.next_partition("t", 16, 10) for _ in range(16)}
-    assert seen == set(range(16))
+    sticky = StickyPartitioner(10, rng=random.Random(3))
+    scope = _Scope()
+    leo = [5] * 4 + [0] * 8
+    first = sticky.partitions("t", 8, [1], leo.__getitem__, scope)[0]
+    assert 4 <= first < 8  # the least loaded
+    # The run's partition no longer exists when the topic has 4 partitions: a new run starts below 4.
+    assert 0 <= sticky.partitions("t", 4, [1], leo.__getitem__, scope)[0] < 4
+    # Grown to 12 with the first 8 loaded: the run ends, the next one goes to a new, empty partition.
+    leo[:8] = [50] * 8
+    assert sticky.partitions("t", 12, [10, 10], leo.__getitem__, scope).tolist()[1] >= 8
+
+
+def test_next_partition_balances_its_own_assignments() -> None:
+    sticky = StickyPartitioner(100, rng=random.Random(2))
+    got = [sticky.next_partition("t", 8, 50) for _ in range(64)]
+    for run in _model_runs([50] * 64, 100):
+        assert len({got[i] for i in run}) == 1
+    assert Counter(got) == dict.fromkeys(range(8), 8)  # 32 runs of 2 records, 4 runs per partition
+
+
+def test_partition_loads_count_unwritten_records_and_restart_after_truncation() -> None:
+    loads = PartitionLoads()
+    assert loads.estimate(0, 100) == 100
+    loads.add(0, 30)
+    assert loads.estimate(0, 100) == 130  # 30 assigned, not written yet
+    assert loads.estimate(0, 120) == 130  # 20 of them written
+    assert loads.estimate(0, 500) == 500  # another process wrote more
+    assert loads.estimate(0, 40) == 40  # truncated below what was first seen: counted afresh
+    loads.add(0, 5)
+    assert loads.estimate(0, 40) == 45
+    assert shared_loads(scope := _Scope()) is shared_loads(scope)
+    assert shared_loads(scope) is not shared_loads(_Scope())
 
 
 def test_sticky_rejects_bad_arguments() -> None:
-    with pytest.raises(ValueError):
-        StickyPartitioner(batch_size=0)
-    with pytest.raises(ValueError):
-        StickyPartitioner(start=-1)
-    p = StickyPartitioner()
-    with pytest.raises(ValueError):
-        p.next_partition("t", 0, 10)
-    with pytest.raises(ValueError):
-        p.next_partition("t", 3, -1)
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ConfigError):
+            StickyPartitioner(bad)  # type: ignore[arg-type]
+    sticky = StickyPartitioner()
+    assert sticky.batch_size == 16384
+    with pytest.raises(ConfigError):
+        sticky.partitions("t", 0, [10], lambda q: 0, _Scope())
+    with pytest.raises(InvalidRecordError):
+        sticky.partitions("t", 3, [10, -1], lambda q: 0, _Scope())
+    with pytest.raises(InvalidRecordError):
+        sticky.partitions("t", 3, [[10]], lambda q: 0, _Scope())
+    assert sticky.partitions("t", 3, [], lambda q: 0, _Scope()).tolist() == []
+
+
+# --- Keyless records through the producer, on a real log ------------------------------------------------
+# Loads are log end offsets, so these bounds hold whatever the random tie-breaks: a producer's runs (and
+# short-lived producers that follow one another) always start on a least loaded partition.
+
+PARTITIONS = 8
+VALUE = b"v" * 32
+# Records per run at most: a run holds 16 KiB of records and a record counts at least its value's bytes.
+RUN = -(-16384 // len(VALUE))
+
+
+def _end_offsets(log: pylog.Log, topic: str = "t") -> list[int]:
+    ends = log.topic(topic).end_offsets()
+    return [ends[p] for p in range(PARTITIONS)]
+
+
+def _check_greedy_spread(counts: list[int], run: int) -> None:
+    """Greedy balancing: max - min <= one run; with more runs than partitions, every partition has one."""
+    total = sum(counts)
+    assert max(counts) - min(counts) <= run, counts
+    assert min(counts) >= (total - (PARTITIONS - 1) * run) / PARTITIONS, counts
+
+
+def test_one_producer_spreads_small_keyless_records(tmp_path: Path) -> None:
+    n = 8000
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("t", partitions=PARTITIONS)
+        producer = log.producer(value_serializer=None)
+        futures = [producer.send("t", VALUE) for _ in range(n)]
+        producer.close()
+        counts = _end_offsets(log)
+        assert Counter(f.get().partition for f in futures) == dict(enumerate(counts))
+    # min >= (8000 - 7 * 512) / 8 = 552 and max <= min + 512, hence max / min < 2.
+    _check_greedy_spread(counts, RUN)
+    assert min(counts) > 0
+    assert max(counts) < 2 * min(counts)
+
+
+def _produce_keyless(path: str, records: int) -> list[int]:
+    """One short-lived producer: ``records`` keyless records, then close; returns their partitions."""
+    with pylog.open(path) as log:
+        producer = log.producer(value_serializer=None)
+        futures = [producer.send("t", VALUE) for _ in range(records)]
+        producer.close()
+        return [f.get().partition for f in futures]
+
+
+def _create_topic(path: Path) -> None:
+    with pylog.open(path) as log:
+        log.create_topic("t", partitions=PARTITIONS)
+
+
+def test_short_lived_producers_one_after_another(tmp_path: Path) -> None:
+    _create_topic(tmp_path / "log")
+    for _ in range(10):
+        parts = _produce_keyless(str(tmp_path / "log"), 100)
+        assert len(set(parts)) == 1  # 100 small records are one run
+    with pylog.open(tmp_path / "log") as log:
+        counts = _end_offsets(log)
+    # Each producer's run of 100 went to a least loaded partition: 8 partitions get 100, two get 200.
+    _check_greedy_spread(counts, 100)
+    assert min(counts) == 100
+
+
+def test_short_lived_producers_in_threads_share_their_loads(tmp_path: Path) -> None:
+    # Producers of one Log see each other's assignments before they are written, so even when all start at
+    # once the first 8 runs go to 8 different partitions; the other two land anywhere.
+    start = threading.Barrier(10)
+    results: list[list[int]] = []
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("t", partitions=PARTITIONS)
+
+        def produce() -> None:
+            producer = log.producer(value_serializer=None)
+            start.wait()
+            futures = [producer.send("t", VALUE) for _ in range(100)]
+            producer.close()
+            results.append([f.get().partition for f in futures])
+
+        threads = [threading.Thread(target=produce) for _ in range(10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        counts = _end_offsets(log)
+    assert len(results) == 10 and all(len(set(parts)) == 1 for parts in results)
+    assert min(counts) >= 100 and max(counts) <= 300
+    assert sum(counts) == 1000
+
+
+def test_short_lived_producers_in_separate_processes(tmp_path: Path) -> None:
+    # A producer in another process sees what the earlier ones wrote (their log end offsets) and starts on
+    # the emptiest partition: producers that follow one another take distinct partitions while one is empty.
+    # Each runs in a process of its own, forked from a server process that imported this module.
+    _create_topic(tmp_path / "log")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    with ctx.Pool(1, maxtasksperchild=1) as pool:
+        runs = [pool.apply(_produce_keyless, (str(tmp_path / "log"), 100)) for _ in range(4)]
+    assert all(len(set(parts)) == 1 for parts in runs)
+    assert len({parts[0] for parts in runs}) == 4
+    with pylog.open(tmp_path / "log") as log:
+        counts = _end_offsets(log)
+    assert sorted(counts) == [0] * (PARTITIONS - 4) + [100] * 4
+
+
+@pytest.mark.parametrize("form", ["list", "array"])
+def test_send_batch_spreads_keyless_records(tmp_path: Path, form: str) -> None:
+    n = 8000
+    values: Any = [VALUE] * n if form == "list" else np.frombuffer(VALUE * n, np.uint8).reshape(n, -1)
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("t", partitions=PARTITIONS)
+        with log.producer() as producer:
+            result = producer.send_batch("t", values=values)
+        counts = _end_offsets(log)
+    assert np.bincount(result.partitions, minlength=PARTITIONS).tolist() == counts
+    _check_greedy_spread(counts, RUN)
+    assert min(counts) > 0
+
+
+def test_send_batch_mixed_keys(tmp_path: Path) -> None:
+    n = 8000
+    keys = [None if i % 2 else b"key-%d" % i for i in range(n)]
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("t", partitions=PARTITIONS)
+        with log.producer() as producer:
+            result = producer.send_batch("t", keys=keys, values=[VALUE] * n)
+    parts = result.partitions.tolist()
+    for key, part in zip(keys, parts, strict=True):
+        if key is not None:
+            assert part == partition_for_key(key, PARTITIONS)
+    keyless = [0] * PARTITIONS
+    for key, part in zip(keys, parts, strict=True):
+        if key is None:
+            keyless[part] += 1
+    _check_greedy_spread(keyless, RUN)
+    assert min(keyless) > 0
+
+
+def test_cli_produce_runs_spread_keyless_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log_dir = str(tmp_path / "log")
+    _create_topic(tmp_path / "log")
+    lines = tmp_path / "lines.txt"
+    lines.write_bytes((VALUE + b"\n") * 100)
+    for _ in range(10):
+        assert main(["--dir", log_dir, "produce", "t", "--file", str(lines), "--no-progress"]) == 0
+    capsys.readouterr()
+    with pylog.open(log_dir) as log:
+        counts = _end_offsets(log)
+    # Each run of `pylog produce` is a short-lived producer whose 100 records are one run.
+    _check_greedy_spread(counts, 100)
+    assert min(counts) == 100
+    lines.write_bytes((VALUE + b"\n") * 8000)
+    assert main(["--dir", log_dir, "produce", "t", "--file", str(lines), "--no-progress"]) == 0
+    with pylog.open(log_dir) as log:
+        more = [b - a for a, b in zip(counts, _end_offsets(log), strict=True)]
+    assert sum(more) == 8000
+    assert min(more) > 0
