@@ -21,8 +21,9 @@ keyless records are spread by :class:`StickyPartitioner`.
 Keyless records
 ---------------
 Like Kafka's uniform sticky partitioner (KIP-794), a producer sends a topic's keyless records to one partition
-until they add up to ``batch_size`` bytes (16 KiB, Kafka's ``batch.size``; a record counts its value, its
-headers and 8 bytes), so that they are written in full batches, then moves to another partition. Kafka starts
+until they add up to ``batch_size`` bytes (the producer's ``batch_size`` up to 16 KiB, Kafka's default
+``batch.size``; a record counts its value, its headers and 8 bytes), so that they are written in full
+batches, then moves to another partition. Kafka starts
 at a random partition and moves to a random one, weighted by its queues to each broker. pylog sees the
 partitions themselves, so it chooses each new partition by load (:class:`PartitionLoads`): the partition's log
 end offset, or more if the producers of this process have assigned records to it that are not written yet.
