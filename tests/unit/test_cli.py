@@ -763,12 +763,13 @@ def test_produce_reports_records_that_failed_to_be_written(
     (message,) = err.splitlines()
     m = re.fullmatch(
         r"pylog: error: (\d+) records? failed, the first at line (\d+) \(StorageError: the disk refused the "
-        r"write\) \((\d+) records? were produced\)",
+        r"write\); (\d+) lines were read \((\d+) records? were produced\)",
         message,
     )
     assert m is not None, message
-    failed, first, produced = (int(g) for g in m.groups())
-    assert first <= 1701 and failed >= 1 and produced == summary["records"] and failed == summary["failed"]
+    failed, first, read, produced = (int(g) for g in m.groups())
+    assert first <= 1701 <= read and failed >= 1 and produced + failed == read
+    assert produced == summary["records"] and failed == summary["failed"]
     with pylog.open(log_dir) as log:
         consumer = log.consumer(
             "t", auto_offset_reset="earliest", value_deserializer=None, consumer_timeout_ms=0

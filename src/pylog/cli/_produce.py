@@ -191,6 +191,10 @@ def _records(n: int) -> str:
     return f"{n} record" if n == 1 else f"{n} records"
 
 
+def _lines_read(n: int) -> str:
+    return "1 line was read" if n == 1 else f"{n} lines were read"
+
+
 def produce(args: argparse.Namespace) -> int:
     out = Output(args)
     spec = _Spec.of(args)
@@ -222,8 +226,8 @@ def _raise_outcome(stats: _Stats, errors: list[Exception], signals: _Signals) ->
     """Raise the error that reports what went wrong, if anything did."""
     problems = [describe_error(e) for e in errors]
     failures = stats.failures()
-    if failures is not None:
-        problems.append(failures)
+    if failures is not None:  # reading stops once a failure is seen: say how far it got
+        problems.append(f"{failures}; {_lines_read(signals.lineno)}")
     produced = f"{_records(stats.records)} {'was' if stats.records == 1 else 'were'} produced"
     if signals.signum is not None:
         name = signal.Signals(signals.signum).name
