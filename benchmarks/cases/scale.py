@@ -270,3 +270,74 @@ def pylog_compact(records: int, seed: int, workdir: Path) -> dict[str, Any]:
         bytes_before=cleaned.bytes_before,
         bytes_after=cleaned.bytes_after,
     )
+
+
+def _many_partitions(path: Path, partitions: int) -> dict[str, float]:
+    """A log with one topic of ``partitions`` partitions, a record in every 100th; returns the set-up times."""
+    t0 = time.perf_counter()
+    with _open(path) as log:
+        log.create_topic("wide", partitions=partitions)
+        created = time.perf_counter() - t0
+        producer = log.producer(acks=1, value_serializer=None)
+        for p in range(0, partitions, 100):
+            producer.send("wide", b"v", partition=p)
+        producer.flush()
+        t1 = time.perf_counter()
+    return {"create_s": round(created, 3), "close_after_writes_s": round(time.perf_counter() - t1, 3)}
+
+
+def _die_with_log_open(path: Path) -> None:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            log = _open(path)
+            log.producer(acks=1, value_serializer=None).send("wide", b"v", partition=0).get()
+            os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(1)
+    os.waitpid(pid, 0)
+
+
+def _open_list_close(path: Path, partitions: int, *, clean: bool) -> dict[str, Any]:
+    setup = _many_partitions(path, partitions)
+    if not clean:
+        _die_with_log_open(path)
+    t0 = time.perf_counter()
+    log = _open(path)
+    opened = time.perf_counter() - t0
+    topics = log.topics()
+    listed = time.perf_counter() - t0
+    log.close()
+    seconds = time.perf_counter() - t0
+    if topics != ["wide"]:
+        raise RuntimeError(f"unexpected topics {topics}")
+    return result(
+        partitions,
+        seconds,
+        total_s=round(seconds, 4),
+        open_s=round(opened, 4),
+        list_s=round(listed - opened, 4),
+        close_s=round(seconds - listed, 4),
+        **setup,
+    )
+
+
+for _n, _label in ((10_000, "10k"), (100_000, "100k")):
+    for _clean in (True, False):
+
+        def _fn(records: int, seed: int, workdir: Path, n: int = _n, clean: bool = _clean) -> dict[str, Any]:
+            return _open_list_close(workdir / "log", n, clean=clean)
+
+        case(
+            f"pylog_open_{_label}_partitions_{'clean' if _clean else 'unclean'}",
+            group="scale",
+            kind="pylog",
+            fsync="clean shutdown" if _clean else "unclean shutdown (a process killed with the log open)",
+            description=(
+                f"`pylog.open` + `topics()` + `close()` of a log with one topic of {_n:,} partitions (a record in "
+                f"every 100th) after a{' clean' if _clean else 'n unclean'} shutdown; rec/s = partitions per "
+                "second; create_s and close_after_writes_s time the set-up"
+            ),
+            goal=Goal("total_s", "<=", 0.2, "s") if _clean and _n == 100_000 else None,
+            timeout_s=1800.0,
+        )(_fn)

@@ -25,6 +25,7 @@ Session header in ``.lock`` (three little-endian int64; shared memory between pr
     0       opens      Log objects open on the directory (each open adds one, each close takes one away)
     8       session    random id chosen by the first opener; partitions validated in this session carry it
     16      clean      1 if the session started from a clean shutdown
+    24      checked    mtime (ns) of the root when its entries were last found to be pylog's own (0: unknown)
 
 Opening after a clean shutdown touches no partition: each partition is validated by the first process that
 uses it in the session (:class:`~pylog.partition.log.PartitionLog` compares the id in its state file). After an
@@ -92,7 +93,7 @@ _MANIFEST_CHECK_MS = 1000  # how often Log.topic() looks for topic changes made 
 _MAGIC = b"pylog-manifest 1 "
 _FORK_GENERATION = [0]
 _MARKER = ".clean-shutdown"
-_HEADER = struct.Struct("<qqq")  # the session header in .lock: opens, session, clean
+_HEADER = struct.Struct("<qqqq")  # the session header in .lock: opens, session, clean, checked mtime
 # Entries of a log root that pylog creates (partition directories aside); temp files are atomic_write's.
 _OWN_FILES = frozenset({_MANIFEST, ".lock", ".open.lock", _MARKER, _MANIFEST + ".tmp", _MARKER + ".tmp"})
 _OWN_DIRS = frozenset({"__groups", "__transactions"})
@@ -147,6 +148,7 @@ class Log:
         self._producers: weakref.WeakSet[Any] = weakref.WeakSet()
         self.session = 0
         self.clean_start = True
+        self._checked_mtime = 0
         _prepare_directory(self.path)
         self._open_lock_fd = fs.FS.open(os.path.join(self.path, ".open.lock"), os.O_RDWR | os.O_CREAT)
         try:
@@ -250,15 +252,16 @@ class Log:
 
     # -- sessions ---------------------------------------------------------------------------------------
 
-    def _read_header(self) -> tuple[int, int, int]:
+    def _read_header(self) -> tuple[int, int, int, int]:
         raw = fs.FS.pread(self._shared_fd, _HEADER.size, 0)
         if len(raw) < _HEADER.size:
-            return 0, 0, 1
-        opens, session, clean = _HEADER.unpack(raw)
-        return int(opens), int(session), int(clean)
+            return 0, 0, 1, 0
+        opens, session, clean, checked = _HEADER.unpack(raw)
+        return int(opens), int(session), int(clean), int(checked)
 
     def _write_header(self, opens: int) -> None:
-        fs.FS.pwrite(self._shared_fd, _HEADER.pack(opens, self.session, int(self.clean_start)), 0)
+        header = _HEADER.pack(opens, self.session, int(self.clean_start), self._checked_mtime)
+        fs.FS.pwrite(self._shared_fd, header, 0)
 
     def _start_session(self) -> None:
         """Alone with the directory: settle unfinished topic changes, then either trust a clean shutdown
@@ -266,6 +269,7 @@ class Log:
         marker = os.path.join(self.path, _MARKER)
         self.clean_start = os.path.exists(marker)
         self.session = random.SystemRandom().randrange(1, 1 << 62)
+        self._checked_mtime = self._read_header()[3]
         for temp in (_MANIFEST + ".tmp", _MARKER + ".tmp"):  # atomic_write's, never renamed: ours
             if os.path.isfile(os.path.join(self.path, temp)):
                 fs.FS.unlink(os.path.join(self.path, temp))
@@ -277,17 +281,19 @@ class Log:
             fs.FS.fsync_dir(self.path)
         else:
             self._recover_all()
+        self._checked_mtime = _mtime(self.path)  # the entries as checked (the marker is gone)
         self._write_header(1)
 
     def _join_session(self) -> None:
-        opens, self.session, clean = self._read_header()
+        opens, self.session, clean, self._checked_mtime = self._read_header()
         self.clean_start = bool(clean)
         if not self.session:  # a directory last opened by a pylog without session headers
             self.session = random.SystemRandom().randrange(1, 1 << 62)
         self._write_header(max(opens, 0) + 1)
 
     def _leave_session(self) -> int:
-        opens = max(self._read_header()[0] - 1, 0)
+        opens, _, _, self._checked_mtime = self._read_header()
+        opens = max(opens - 1, 0)
         self._write_header(opens)
         return opens
 
@@ -300,7 +306,9 @@ class Log:
                 config = TopicConfig.from_dict(meta["config"])
                 for p in range(meta["partitions"]):
                     self._settle_partition(os.path.join(self.path, f"{name}-{p}"), name, p, config)
+        unchanged = self._checked_mtime == _mtime(self.path)  # no entry added or removed in the session
         fs.atomic_write(os.path.join(self.path, _MARKER), b"clean\n")
+        self._checked_mtime = _mtime(self.path) if unchanged else 0
         self._write_header(0)
 
     def _settle_partition(self, directory: str, name: str, p: int, config: TopicConfig) -> None:
@@ -320,6 +328,8 @@ class Log:
             for p in range(meta["partitions"]):
                 directory = os.path.join(self.path, f"{name}-{p}")
                 fs.makedirs(directory)
+                if not fs.FS.listdir(directory):
+                    continue  # never used: nothing to recover (its files appear on first use)
                 plog = PartitionLog(
                     directory,
                     name,
@@ -335,17 +345,14 @@ class Log:
                 plog.close(flush=False)
 
     def _check_entries(self) -> None:
-        """Warn about (and keep) entries of the root that pylog did not create."""
+        """Warn about (and keep) entries of the root that pylog did not create. Skipped when the root has not
+        changed since the last session checked it (its mtime, kept in the session header)."""
+        if self.clean_start and self._checked_mtime and self._checked_mtime == _mtime(self.path):
+            return
         expected = {
-            f"{name}-{p}"
-            for name, meta in self._manifest["topics"].items()
-            for p in range(meta["partitions"])
+            f"{name}-{p}" for name, meta in self._manifest["topics"].items() for p in range(meta["partitions"])
         }
-        unknown = []
-        for entry in fs.FS.listdir(self.path):
-            if entry in expected or entry in _OWN_FILES or entry in _OWN_DIRS:
-                continue
-            unknown.append(entry)
+        unknown = set(fs.FS.listdir(self.path)).difference(expected, _OWN_FILES, _OWN_DIRS)
         if unknown:
             shown = ", ".join(sorted(unknown)[:10]) + (", ..." if len(unknown) > 10 else "")
             warnings.warn(
@@ -692,6 +699,10 @@ def _decode_manifest(raw: bytes, path: str) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptRecordError(f"{path}: manifest is not valid: {exc}", path=path) from exc
     return dict(manifest)
+
+
+def _mtime(path: str) -> int:
+    return os.stat(path).st_mtime_ns
 
 
 def _copy(manifest: dict[str, Any]) -> dict[str, Any]:

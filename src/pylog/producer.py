@@ -19,11 +19,12 @@ Thread-safety: thread-safe. Any number of threads may call ``send`` concurrently
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ import numpy.typing as npt
 
 from pylog.errors import (
     ConfigError,
+    DeliveryError,
     ForkedProcessError,
     InvalidRecordError,
     InvalidTimestampError,
@@ -41,6 +43,7 @@ from pylog.errors import (
     RecordTooLargeError,
     SerializationError,
     UnknownPartitionError,
+    UnknownTopicError,
 )
 from pylog.partitioner import StickyPartitioner, partitions_for_keys
 from pylog.record import (
@@ -65,7 +68,10 @@ _MSGPACK = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _DEFAULT: Any = object()
 _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _I64_MAX = 2**63 - 1
-_PER_RECORD = 8  # bytes of column overhead budgeted per record when cutting batches
+_PER_RECORD = 8  # bytes of column overhead budgeted per record in the queue's byte count
+# The most column bytes a record can cost in a batch (8 B timestamp delta, 4 B each offset delta, key, value and
+# headers length): batches are cut with it, so a batch of records that each fit max_message_bytes fits too.
+_PER_RECORD_MAX = 24
 _SENDER_GRACE_S = 0.0005  # how long the sender thread leaves a waiting caller to drain its own record
 _SENDER_POLL_S = 0.0005  # the sender's poll interval while records keep coming ...
 _SENDER_POLL_MAX_S = 0.004  # ... doubled up to this while its polls find nothing queued
@@ -99,6 +105,7 @@ class _Pending:
         "headers",
         "keys",
         "nbytes",
+        "observed",
         "offsets",
         "partitions",
         "plain",
@@ -122,6 +129,7 @@ class _Pending:
         self.nbytes = 0
         self.finished = False  # written (or failed); waiters are woken through the producer's condition
         self.error: BaseException | None = None
+        self.observed: set[int] = set()  # records of a failed drain whose failure reached the user
         self.offsets: npt.NDArray[np.int64] | range | None = None
 
     def split(self) -> None:
@@ -152,6 +160,7 @@ class FutureRecordMetadata:
             if not p.finished and not p.producer._wait_finished(p, timeout):
                 raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
         if p.error is not None:
+            p.observed.add(self._i)
             raise p.error
         i = self._i
         key, value = p.keys[i], p.values[i]
@@ -175,16 +184,22 @@ class FutureRecordMetadata:
         return self._p.finished and self._p.error is not None
 
     def exception(self) -> BaseException | None:
+        if self._p.error is not None:
+            self._p.observed.add(self._i)
         return self._p.error
 
-    def add_callback(self, fn: Callable[[RecordMetadata], Any]) -> FutureRecordMetadata:
-        """Call ``fn(metadata)`` once the record is acknowledged (at once if it already is)."""
-        self._p.producer._callbacks.append((self, fn, None))
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
+        """Call ``fn(*args, metadata, **kwargs)`` once the record is acknowledged (as kafka-python does; at
+        the next flush or from the sender thread if it already is)."""
+        self._p.producer._callbacks.append((self, functools.partial(fn, *args, **kwargs), None))
         self._p.producer._wake()
         return self
 
-    def add_errback(self, fn: Callable[[BaseException], Any]) -> FutureRecordMetadata:
-        self._p.producer._callbacks.append((self, None, fn))
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
+        """Call ``fn(*args, exception, **kwargs)`` if the record fails. The failure counts as seen: it is
+        not raised again by ``flush()``/``close()``."""
+        self._p.observed.add(self._i)
+        self._p.producer._callbacks.append((self, None, functools.partial(fn, *args, **kwargs)))
         self._p.producer._wake()
         return self
 
@@ -234,6 +249,25 @@ class Producer:
             raise ConfigError(f"linger_ms must be >= 0, got {linger_ms!r}")
         if compression_type not in (None, "none", "gzip", "zstd", "lz4"):
             raise ConfigError(f"compression_type must be none, gzip, zstd or lz4, got {compression_type!r}")
+        if key_serializer is not None and not callable(key_serializer):
+            raise ConfigError(
+                f"key_serializer must be a callable returning bytes or None, got {key_serializer!r}"
+            )
+        if (
+            value_serializer is not _DEFAULT
+            and value_serializer is not None
+            and not callable(value_serializer)
+        ):
+            raise ConfigError(
+                f"value_serializer must be a callable returning bytes, or None for values given as bytes, got "
+                f"{value_serializer!r}"
+            )
+        if (
+            isinstance(max_queued_bytes, bool)
+            or not isinstance(max_queued_bytes, int)
+            or max_queued_bytes < 1
+        ):
+            raise ConfigError(f"max_queued_bytes must be an int >= 1, got {max_queued_bytes!r}")
         self.log = log
         self.acks = "all" if acks == -1 else acks
         self.linger_ms = float(linger_ms)
@@ -249,9 +283,10 @@ class Producer:
         self._drain_lock = threading.RLock()
         self._pending: dict[str, _Pending] = {}
         self._topics = log._topics  # the open topics (send's fast lookup; log.topic() opens the others)
-        self._sticky = StickyPartitioner(batch_size)
+        self._sticky = StickyPartitioner(min(batch_size, 16384))  # keyless runs: Kafka's batch.size at most
         self._closed = False
         self._callbacks: list[tuple[FutureRecordMetadata, Any, Any]] = []
+        self._failed: list[_Pending] = []  # failed drains not yet reported by flush()/close()
         self._wakeup = threading.Event()
         self._finished_cond = threading.Condition()
         self._finish_waiters = 0
@@ -267,12 +302,15 @@ class Producer:
         topic: str,
         value: Any = None,
         key: Any = None,
-        *,
-        partition: int | None = None,
         headers: Sequence[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
-        """Queue one record; returns a future. Raises at once (writing nothing) for bad input."""
+        """Queue one record; returns a future. Raises at once (writing nothing) for bad input.
+
+        The arguments are kafka-python's, in its order. A record accepted here is written, or its failure
+        reaches the caller: through its future (``get()``, ``exception()``, an errback), and otherwise as a
+        :class:`~pylog.errors.DeliveryError` from the next :meth:`flush` or :meth:`close`."""
         if self._closed:
             raise LogClosedError("the producer is closed")
         t = self._topics.get(topic) if type(topic) is str else None
@@ -392,7 +430,7 @@ class Producer:
             t = self.log.topic(topic)
             n = len(p.keys)
             now = self.log.clock.time_ms()
-            if n <= _SMALL_BATCH and t.num_partitions == 1:
+            if n <= _SMALL_BATCH and t.num_partitions == 1 and self._fits_one_batch(t, p, n):
                 self._write_small(t, p, now)
                 return
             if p.plain or t.config.log_append_time:
@@ -407,13 +445,29 @@ class Producer:
             self._append_groups(t, p, parts, ts, offsets)
             p.offsets = offsets
         except BaseException as exc:
-            p.error = exc
-            _log.warning("producer write to %s failed: %s", topic, exc)
+            p.error = self._typed(topic, exc)
+            with self._lock:
+                self._failed.append(p)
+            _log.debug("producer write to %s failed: %r", topic, exc)
         finally:
             p.finished = True
             if self._finish_waiters:  # read after setting finished: see _wait_finished
                 with self._finished_cond:
                     self._finished_cond.notify_all()
+
+    def _typed(self, topic: str, exc: BaseException) -> BaseException:
+        """The error to report for a failed drain: a topic deleted under the producer (its files vanish) is
+        :class:`UnknownTopicError`, not an ``OSError``."""
+        if isinstance(exc, FileNotFoundError | LogClosedError) and not self.log.closed:
+            try:
+                gone = not self.log.has_topic(topic)
+            except Exception:
+                gone = False
+            if gone:
+                typed = UnknownTopicError(f"topic {topic!r} was deleted before these records were written")
+                typed.__cause__ = exc
+                return typed
+        return exc
 
     def _write_small(self, t: Topic, p: _Pending, now: int) -> None:
         """:meth:`_write` for a few records to a one-partition topic (a caller waiting on each send): one
@@ -437,6 +491,13 @@ class Producer:
             plog.flush(info.last_offset + 1)
         p.offsets = range(info.base_offset, info.last_offset + 1)
 
+    def _fits_one_batch(self, t: Topic, p: _Pending, n: int) -> bool:
+        if n == 1:
+            return True  # send() checked that a record fits on its own
+        compression = self.compression_type or t.config.compression_type
+        limit = _payload_limit(min(t.config.max_message_bytes, self.batch_size), compression)
+        return p.nbytes + n * (_PER_RECORD_MAX - _PER_RECORD) <= limit
+
     def _assign_partitions(self, t: Topic, p: _Pending) -> npt.NDArray[np.int32]:
         n = t.num_partitions
         if n == 1:
@@ -449,10 +510,13 @@ class Producer:
             keyed = [i for i in free.tolist() if keys[i] is not None]
             if keyed:
                 parts[keyed] = partitions_for_keys([keys[i] for i in keyed], n)  # type: ignore[misc]
-            for i in free.tolist():
-                if keys[i] is None:
-                    v = p.values[i]
-                    parts[i] = self._sticky.next_partition(t.name, n, 0 if v is None else len(v))
+            if len(keyed) < len(free):
+                keyless = [i for i in free.tolist() if keys[i] is None]
+                values, headers = p.values, p.headers
+                sizes = [len(values[i] or b"") + len(headers[i]) + _PER_RECORD for i in keyless]
+                parts[keyless] = self._sticky.partitions(
+                    t.name, n, sizes, lambda q: t.partition(q).log_end_offset, t
+                )
         p.partitions = parts.tolist()
         return parts
 
@@ -467,25 +531,45 @@ class Producer:
         n = len(p.keys)
         groups = [np.arange(n)] if t.num_partitions == 1 else _group(parts)
         compression = self.compression_type or t.config.compression_type
-        limit = min(t.config.max_message_bytes, self.batch_size) - HEADER_SIZE - LAYOUT_SIZE
+        limit = _payload_limit(min(t.config.max_message_bytes, self.batch_size), compression)
         columns = _Columns(p)
         flush_to: dict[int, int] = {}
         for idx in groups:
             part = int(parts[idx[0]])
             plog = t.partition(part)
             tp = TopicPartition(plog.topic, plog.partition)
-            for chunk in _cut(idx, columns.sizes, limit):
-                fields = self._batch_fields(tp)
-                batch = columns.encode(chunk, ts, compression, fields)
-                info = self._append_batch(plog, tp, batch, fields)
-                offsets[chunk] = np.arange(info.base_offset, info.last_offset + 1)
-                if info.log_append_time >= 0:
-                    for i in chunk.tolist():
-                        p.ts[i] = info.log_append_time
-                flush_to[part] = info.last_offset + 1
+            for whole in _cut(idx, columns.sizes, limit):
+                for chunk, batch, fields in self._encoded(
+                    whole, tp, t.config.max_message_bytes, lambda c, f: columns.encode(c, ts, compression, f)
+                ):
+                    info = self._append_batch(plog, tp, batch, fields)
+                    offsets[chunk] = np.arange(info.base_offset, info.last_offset + 1)
+                    if info.log_append_time >= 0:
+                        for i in chunk.tolist():
+                            p.ts[i] = info.log_append_time
+                    flush_to[part] = info.last_offset + 1
         if self.acks == "all":
             for part, up_to in flush_to.items():
                 t.partition(part).flush(up_to)
+
+    def _encoded(
+        self,
+        chunk: npt.NDArray[np.intp],
+        tp: TopicPartition,
+        max_bytes: int,
+        encode: Callable[[npt.NDArray[np.intp], Mapping[str, Any]], bytes],
+    ) -> Iterator[tuple[npt.NDArray[np.intp], bytes, Mapping[str, Any]]]:
+        """Encode ``chunk`` as one batch, or, should it come out larger than ``max_bytes`` (compression that
+        grows the data), as halves, recursively: records that fit on their own never fail for being batched
+        together. Each batch's fields are taken when it is about to be appended (they follow the appends)."""
+        fields = self._batch_fields(tp)
+        batch = encode(chunk, fields)
+        if len(batch) <= max_bytes or len(chunk) == 1:
+            yield chunk, batch, fields
+            return
+        half = len(chunk) // 2
+        yield from self._encoded(chunk[:half], tp, max_bytes, encode)
+        yield from self._encoded(chunk[half:], tp, max_bytes, encode)
 
     def send_batch(
         self,
@@ -529,7 +613,7 @@ class Producer:
         parts = self._batch_partitions(t, kcol, vcol, partition, n)
         offsets = np.empty(n, dtype=np.int64)
         compression = self.compression_type or t.config.compression_type
-        limit = t.config.max_message_bytes - HEADER_SIZE - LAYOUT_SIZE
+        limit = _payload_limit(t.config.max_message_bytes, compression)
         with self._drain_lock:
             self._drain_topic(topic)
             if t.num_partitions == 1 or partition is not None:
@@ -562,7 +646,7 @@ class Producer:
                 raise InvalidRecordError("a record has both key and value None")
             if t.config.compacted and kcol.width < 0:
                 raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
-            sizes: int | npt.NDArray[np.int64] = max(kcol.width, 0) + max(vcol.width, 0) + _PER_RECORD
+            sizes: int | npt.NDArray[np.int64] = max(kcol.width, 0) + max(vcol.width, 0) + _PER_RECORD_MAX
             largest = int(sizes)
         else:
             klens, vlens = kcol.lens, vcol.lens
@@ -570,7 +654,7 @@ class Producer:
                 raise InvalidRecordError("a record has both key and value None")
             if t.config.compacted and (klens < 0).any():
                 raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
-            sizes = np.maximum(klens, 0) + np.maximum(vlens, 0) + _PER_RECORD
+            sizes = np.maximum(klens, 0) + np.maximum(vlens, 0) + _PER_RECORD_MAX
             largest = int(sizes.max())
         return sizes, largest
 
@@ -595,8 +679,11 @@ class Producer:
             idx = np.flatnonzero(keyed)
             if len(idx):
                 parts[idx] = partitions_for_keys(kcol.as_list(idx), t.num_partitions)
-            for i in np.flatnonzero(~keyed).tolist():
-                parts[i] = self._sticky.next_partition(t.name, t.num_partitions, int(vcol.lens[i]))
+            keyless = np.flatnonzero(~keyed)
+            sizes = np.maximum(vcol.lens[keyless], 0) + _PER_RECORD
+            parts[keyless] = self._sticky.partitions(
+                t.name, t.num_partitions, sizes, lambda q: t.partition(q).log_end_offset, t
+            )
         return parts
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -674,24 +761,79 @@ class Producer:
                 _log.warning("producer callback raised: %s", exc)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Write (and with ``acks="all"`` fsync) every queued record; callbacks run before it returns."""
+        """Write (and with ``acks="all"`` fsync) every queued record; callbacks run before it returns.
+
+        Raises :class:`~pylog.errors.DeliveryError` if records sent since the last flush could not be written
+        and nobody has seen their failure through their futures; the error says how many and why (each
+        failure is reported once). :class:`~pylog.errors.KafkaTimeoutError` if another thread's write held
+        the queue past ``timeout`` seconds."""
         if self._fork != self.log._fork_generation or self.log._fork_generation != _fork_now():
             raise ForkedProcessError("this producer was created before fork(); create a new one in the child")
-        self._drain_all()
+        if not self._drain_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            raise KafkaTimeoutError(f"flush did not complete within {timeout} s")
+        try:
+            self._drain_all()
+        finally:
+            self._drain_lock.release()
         self._run_callbacks()
+        self._raise_unseen_failures()
+
+    def _raise_unseen_failures(self) -> None:
+        with self._lock:
+            failed, self._failed = self._failed, []
+        unseen = [(p, len(p.keys) - len(p.observed)) for p in failed]
+        unseen = [(p, n) for p, n in unseen if n > 0]
+        if not unseen:
+            return
+        count = sum(n for _, n in unseen)
+        errors: list[BaseException] = []
+        for p, _ in unseen:
+            if p.error is not None and all(repr(e) != repr(p.error) for e in errors):
+                errors.append(p.error)
+        first = errors[0]
+        topics = sorted({p.topic for p, _ in unseen})
+        raise DeliveryError(
+            f"{count} records sent to {', '.join(map(repr, topics))} were not written: "
+            f"{type(first).__name__}: {first}"
+            + (f" (and {len(errors) - 1} other errors)" if len(errors) > 1 else ""),
+            count=count,
+            errors=errors,
+        ) from first
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush and stop. Further sends raise LogClosedError."""
+        """Flush and stop. Further sends raise LogClosedError.
+
+        Records still queued are written first; if the log was closed under the producer they cannot be, and
+        they fail with :class:`~pylog.errors.LogClosedError`. Either way a failure nobody saw through a future
+        is raised as :class:`~pylog.errors.DeliveryError` (after the producer is closed)."""
         if self._closed:
             return
         try:
             if not self.log.closed:
                 self.flush(timeout)
+            else:
+                self._fail_queued(
+                    LogClosedError(f"the log at {self.log.path} was closed before the producer")
+                )
+                self._raise_unseen_failures()
         finally:
             self._closed = True
             self._wakeup.set()
             if self._sender is not threading.current_thread():
                 self._sender.join(timeout=5)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        with self._drain_lock:
+            with self._lock:
+                queued, self._pending = list(self._pending.values()), {}
+            for p in queued:
+                p.split()
+                p.error = exc
+                p.finished = True
+                with self._lock:
+                    self._failed.append(p)
+            with self._finished_cond:
+                self._finished_cond.notify_all()
 
     def __enter__(self) -> Producer:
         return self
@@ -714,7 +856,7 @@ class _Columns:
         self.header_lens = None if self.headers is None else item_lengths(self.headers)[0]
         sizes = np.maximum(self.key_lens, 0)
         sizes += np.maximum(self.value_lens, 0)
-        sizes += _PER_RECORD
+        sizes += _PER_RECORD_MAX
         if self.header_lens is not None:
             sizes += self.header_lens
         self.sizes = sizes
@@ -797,6 +939,15 @@ def _group(parts: npt.NDArray[np.int32]) -> list[npt.NDArray[np.intp]]:
 
 def _as_list(picked: Any, n: int) -> list[Any]:
     return [picked] if n == 1 else list(picked)
+
+
+def _payload_limit(max_bytes: int, compression: str | None) -> int:
+    """Bytes of records (as budgeted by ``_PER_RECORD_MAX``) that one batch of at most ``max_bytes`` holds;
+    compressed payloads keep room for incompressible data (gzip, lz4 and zstd grow it by under 1/250)."""
+    limit = max_bytes - HEADER_SIZE - LAYOUT_SIZE
+    if compression not in (None, "none"):
+        limit = limit * 250 // 251 - 64
+    return max(limit, 1)
 
 
 def _sizes_of(sizes: int | npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:

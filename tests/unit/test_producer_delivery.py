@@ -1,0 +1,225 @@
+"""A record accepted by ``send()`` is written, or its failure reaches the user: through its future, or as a
+DeliveryError from the next flush()/close(); never only as a log line. Records that fit max_message_bytes on
+their own never fail for being batched together."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+import pylog
+from pylog import errors, fs
+from pylog.record import HEADER_SIZE, decode_header
+
+# -- records are written at exit and at Log.close --------------------------------------------------------
+
+_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import pylog
+    log = pylog.open(sys.argv[1])
+    log.create_topic("t", partitions=3)
+    p = log.producer()
+    for i in range(int(sys.argv[2])):
+        p.send("t", {"i": i})
+    # the script ends: no flush, no close
+    """
+)
+
+
+def _values(root: str, topic: str = "t") -> list[Any]:
+    with pylog.open(root) as log:
+        c = log.consumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=0)
+        return sorted(r.value["i"] for r in c)
+
+
+def test_records_sent_by_a_script_that_ends_without_flush_are_written(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, root, "30000"], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b""
+    assert _values(root) == list(range(30000))
+    assert os.path.exists(os.path.join(root, ".clean-shutdown"))  # the exit closed the log cleanly
+
+
+def test_leaving_the_log_with_a_producer_open_writes_its_records(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t")
+        p = log.producer(linger_ms=60_000)  # nothing is drained by the sender thread before close
+        for i in range(1000):
+            p.send("t", {"i": i})
+    assert _values(root) == list(range(1000))
+    with pytest.raises(errors.LogClosedError):
+        p.send("t", {"i": -1})
+
+
+# -- failures reach the user ------------------------------------------------------------------------------
+
+
+class FailingWrites(fs.FileSystem):
+    """Fails every write to segment files with EIO."""
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log") and len(data) > 8:
+            raise errors.StorageError(5, "injected EIO")
+        super().pwrite(fd, data, offset)
+
+
+def _failing_producer(log: pylog.Log, n: int) -> tuple[Any, list[Any]]:
+    log.create_topic("t")
+    p = log.producer(linger_ms=60_000)
+    futures = [p.send("t", {"i": i}) for i in range(n)]
+    return p, futures
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_unseen_failures_are_raised_by_flush_with_their_count(log: pylog.Log) -> None:
+    p, futures = _failing_producer(log, 50)
+    with fs.install(FailingWrites()), pytest.raises(errors.DeliveryError) as info:
+        p.flush()
+    assert info.value.count == 50 and "50 records" in str(info.value)
+    assert isinstance(info.value.__cause__, errors.StorageError)
+    assert all(f.failed() for f in futures)
+    p.flush()  # reported once
+    p.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_failures_seen_through_futures_or_errbacks_are_not_raised_again(log: pylog.Log) -> None:
+    p, futures = _failing_producer(log, 10)
+    seen: list[BaseException] = []
+    futures[0].add_errback(seen.append)
+    with fs.install(FailingWrites()):
+        with pytest.raises(errors.StorageError):
+            futures[1].get()
+        assert futures[2].exception() is not None
+        with pytest.raises(errors.DeliveryError) as info:
+            p.flush()
+    assert info.value.count == 7  # 10 records, 3 of which were seen
+    assert len(seen) == 1 and isinstance(seen[0], errors.StorageError)
+    p.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_log_close_raises_the_failures_of_its_producers_after_closing(tmp_path: Any) -> None:
+    log = pylog.open(os.path.join(str(tmp_path), "log"))
+    _failing_producer(log, 5)
+    with fs.install(FailingWrites()), pytest.raises(errors.DeliveryError) as info:
+        log.close()
+    assert info.value.count == 5
+    assert log.closed
+
+
+def test_a_producer_closed_after_its_log_fails_its_queued_records_loudly(tmp_path: Any) -> None:
+    log = pylog.open(os.path.join(str(tmp_path), "log"))
+    log.create_topic("t")
+    p = pylog.Producer(log, linger_ms=60_000)  # not created by log.producer(): the log cannot close it
+    futures = [p.send("t", {"i": i}) for i in range(7)]
+    log.close()
+    with pytest.raises(errors.DeliveryError) as info:
+        p.close()
+    assert info.value.count == 7 and isinstance(info.value.__cause__, errors.LogClosedError)
+    assert all(isinstance(f.exception(), errors.LogClosedError) for f in futures)
+
+
+def test_callbacks_take_extra_arguments_like_kafka_python(log: pylog.Log) -> None:
+    log.create_topic("t")
+    p = log.producer()
+    got: list[Any] = []
+    p.send("t", b"v").add_callback(
+        lambda tag, md, extra=None: got.append((tag, md.offset, extra)), "a", extra=1
+    )
+    p.flush()
+    assert got == [("a", 0, 1)]
+    md = p.send("t", b"v2", b"k", [("h", b"1")], 0, 1234).get()  # kafka-python's positional order
+    assert (md.partition, md.timestamp, md.serialized_key_size) == (0, 1234, 1)
+    p.close()
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"value_serializer": "json"},
+        {"key_serializer": 3},
+        {"max_queued_bytes": 0},
+        {"max_queued_bytes": "big"},
+    ],
+)
+def test_bad_serializers_and_sizes_are_refused_when_the_producer_is_created(
+    log: pylog.Log, config: dict[str, Any]
+) -> None:
+    with pytest.raises(errors.ConfigError, match=next(iter(config))):
+        log.producer(**config)
+
+
+# -- batches stay within max_message_bytes ----------------------------------------------------------------
+
+
+def _batch_sizes(log: pylog.Log, topic: str) -> list[int]:
+    sizes = []
+    t = log.topic(topic)
+    for p in range(t.num_partitions):
+        for seg in t.partition(p).segments:
+            with open(seg.path, "rb") as f:
+                data = f.read()
+            pos = 0
+            while pos + HEADER_SIZE <= len(data):
+                h = decode_header(data, pos)
+                sizes.append(h.batch_length)
+                pos += h.batch_length
+    return sizes
+
+
+def test_records_that_fit_one_by_one_are_written_together(log: pylog.Log) -> None:
+    log.create_topic("one", max_message_bytes=100_000)
+    p = log.producer(value_serializer=None)
+    futures = [p.send("one", b"x" * 20_000) for _ in range(6)]
+    p.flush()
+    assert [f.get().offset for f in futures] == list(range(6))
+    assert max(_batch_sizes(log, "one")) <= 100_000
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "lz4", "zstd"])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_records_that_fit_alone_always_fit_in_their_batches(
+    log: pylog.Log, compression: str, seed: int
+) -> None:
+    rng = random.Random(seed)
+    limit = rng.choice([2_000, 10_000, 70_000])
+    log.create_topic("t", partitions=rng.choice([1, 3]), max_message_bytes=limit)
+    p = log.producer(
+        compression_type=compression, batch_size=rng.choice([1_000, 262_144]), value_serializer=None
+    )
+    sent = []
+    for _i in range(rng.randint(20, 300)):
+        size = rng.choice([0, 1, 10, limit // 7, limit // 2, limit - 200])
+        value = os.urandom(size)  # incompressible: compression can only grow it
+        key = None if rng.random() < 0.5 else b"k%d" % rng.randint(0, 20)
+        headers = [("h", b"x" * rng.randint(0, 30))] if rng.random() < 0.2 else None
+        try:
+            sent.append((p.send("t", value, key, headers), value))
+        except errors.RecordTooLargeError:
+            continue  # refused at send(), alone: fine
+    p.flush()
+    for future, value in sent:
+        md = future.get()
+        assert md.serialized_value_size == len(value)
+    assert max(_batch_sizes(log, "t")) <= limit
+    c = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None)
+    assert sorted(r.value for r in c) == sorted(v for _, v in sent)
+
+
+def test_send_batch_splits_within_max_message_bytes(log: pylog.Log) -> None:
+    log.create_topic("t", max_message_bytes=50_000)
+    p = log.producer(compression_type="zstd")
+    values = [os.urandom(12_000) for _ in range(20)]
+    result = p.send_batch("t", values=values)
+    assert sorted(result.offsets.tolist()) == list(range(20))
+    assert max(_batch_sizes(log, "t")) <= 50_000
