@@ -132,6 +132,17 @@ class _Pending:
         self.observed: set[int] = set()  # records of a failed drain whose failure reached the user
         self.offsets: npt.NDArray[np.int64] | range | None = None
 
+    def written(self, i: int) -> bool:
+        """Record ``i`` reached the log (a drain that failed part way wrote the batches before the failure)."""
+        offsets = self.offsets
+        return offsets is not None and int(offsets[i]) >= 0
+
+    def unwritten(self) -> int:
+        offsets = self.offsets
+        if offsets is None:
+            return len(self.keys)
+        return 0 if isinstance(offsets, range) else int((offsets < 0).sum())
+
     def split(self) -> None:
         """Turn the queued records into the column lists (once, when drained)."""
         r, self.records = self.records, []
@@ -159,9 +170,10 @@ class FutureRecordMetadata:
             p.producer._drain_topic(p.topic, p)
             if not p.finished and not p.producer._wait_finished(p, timeout):
                 raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
-        if p.error is not None:
+        error = self._error()
+        if error is not None:
             p.observed.add(self._i)
-            raise p.error
+            raise error
         i = self._i
         key, value = p.keys[i], p.values[i]
         offset = -1 if p.offsets is None else int(p.offsets[i])
@@ -178,15 +190,23 @@ class FutureRecordMetadata:
         return self._p.finished
 
     def succeeded(self) -> bool:
-        return self._p.finished and self._p.error is None
+        return self._p.finished and self._error() is None
 
     def failed(self) -> bool:
-        return self._p.finished and self._p.error is not None
+        return self._p.finished and self._error() is not None
 
     def exception(self) -> BaseException | None:
-        if self._p.error is not None:
+        error = self._error()
+        if error is not None:
             self._p.observed.add(self._i)
-        return self._p.error
+        return error
+
+    def _error(self) -> BaseException | None:
+        """The error of this record: its drain failed and it was not among the batches written before."""
+        p = self._p
+        if p.error is None or p.written(self._i):
+            return None
+        return p.error
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
         """Call ``fn(*args, metadata, **kwargs)`` once the record is acknowledged (as kafka-python does; at
@@ -442,9 +462,11 @@ class Producer:
                 p.ts = ts.tolist()
             parts = self._assign_partitions(t, p)
             offsets = np.full(n, -1, dtype=np.int64)
+            p.offsets = offsets  # filled batch by batch: a failure part way fails only the rest
             self._append_groups(t, p, parts, ts, offsets)
-            p.offsets = offsets
         except BaseException as exc:
+            if self.acks == "all":
+                p.offsets = None  # not durable: none of them is acknowledged
             p.error = self._typed(topic, exc)
             with self._lock:
                 self._failed.append(p)
@@ -781,7 +803,7 @@ class Producer:
     def _raise_unseen_failures(self) -> None:
         with self._lock:
             failed, self._failed = self._failed, []
-        unseen = [(p, len(p.keys) - len(p.observed)) for p in failed]
+        unseen = [(p, p.unwritten() - len(p.observed)) for p in failed]
         unseen = [(p, n) for p, n in unseen if n > 0]
         if not unseen:
             return

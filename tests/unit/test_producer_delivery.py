@@ -223,3 +223,38 @@ def test_send_batch_splits_within_max_message_bytes(log: pylog.Log) -> None:
     result = p.send_batch("t", values=values)
     assert sorted(result.offsets.tolist()) == list(range(20))
     assert max(_batch_sizes(log, "t")) <= 50_000
+
+
+class FailingAfter(fs.FileSystem):
+    """Lets ``allowed`` writes to segment files through, then fails every one with EIO."""
+
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log") and len(data) > 8:
+            if self.allowed <= 0:
+                raise errors.StorageError(5, "injected EIO")
+            self.allowed -= 1
+        super().pwrite(fd, data, offset)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_drain_that_fails_part_way_fails_only_the_records_it_did_not_write(log: pylog.Log) -> None:
+    log.create_topic("t", partitions=4)
+    p = log.producer(linger_ms=60_000, value_serializer=None, batch_size=1_000)
+    futures = [p.send("t", b"%d" % i + b"x" * 200, partition=i % 4) for i in range(200)]
+    with fs.install(FailingAfter(5)), pytest.raises(errors.DeliveryError) as info:
+        p.flush()
+    written = [f for f in futures if f.succeeded()]
+    assert 0 < len(written) < len(futures)
+    assert info.value.count == len(futures) - len(written)
+    stored = {
+        (r.partition, r.offset): r.value
+        for r in log.consumer(
+            "t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
+        )
+    }
+    # exactly the records reported written are in the log, where their metadata says
+    assert {(f.get().partition, f.get().offset) for f in written} == set(stored)
+    p.close()
