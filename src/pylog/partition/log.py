@@ -177,7 +177,7 @@ class PartitionLog:
         self._hint: tuple[int, int, int, int] | None = None
         self._state = PartitionState(os.path.join(directory, files.STATE))
         self.checkpoint = RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT))
-        if recover or not self._state.initialized or (session and self._state.session != session):
+        if recover or (session and self._state.session != session) or not self._state.initialized:
             self._validate(recover, clean_shutdown, session)
         else:
             self._refresh()
@@ -186,12 +186,14 @@ class PartitionLog:
     def _validate(self, recover: bool, clean_shutdown: bool, session: int) -> None:
         """Rebuild the shared state from the files: always with ``recover``, else only if no process did so in
         this log ``session`` yet (the first user of a partition after a clean shutdown pays for it, not the
-        opener of the log: see :mod:`pylog.log`). Re-checked under the partition lock, so one process does it."""
+        opener of the log: see :mod:`pylog.log`). Re-checked under the partition lock, so one process does it.
+        The session is compared first: a state file from an earlier session is not trusted at all (it is not
+        durable, and after a power loss it may hold anything)."""
         from pylog.partition.recovery import recover_partition
 
         self._state.lock()
         try:
-            if recover or not self._state.initialized or (session and self._state.session != session):
+            if recover or (session and self._state.session != session) or not self._state.initialized:
                 self.report = recover_partition(self, clean_shutdown)
                 self.validated = True
                 if session:
