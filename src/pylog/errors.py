@@ -24,6 +24,7 @@ if simply tried again.
     ├── ForkedProcessError                       an object opened before fork() used in the child
     ├── LockError                                a lock on the log directory could not be taken
     ├── NotALogDirectoryError (ValueError)       a path that is not (and cannot become) a pylog log directory
+    ├── ReadOnlyLogError                         a write to a log opened read-only
     ├── CorruptRecordError                       a stored batch fails its CRC, bounds or offset checks
     │   └── CorruptIndexError                    an index file fails its sanity check (rebuildable)
     ├── UnsupportedFormatError                   a file written by a newer/unknown format version
@@ -71,6 +72,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "ProducerFencedError",
     "PylogError",
+    "ReadOnlyLogError",
     "RebalanceInProgressError",
     "RecordTooLargeError",
     "SerializationError",
@@ -177,6 +179,12 @@ class NotALogDirectoryError(PylogError, ValueError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ReadOnlyLogError(PylogError):
+    """A write (a producer, a topic change, a commit, retention) to a log opened read-only: with
+    ``pylog.open(path, read_only=True)``, or because its directory cannot be written (a restored copy, a
+    snapshot, a read-only mount). Reads work; open the log from a writable directory to change it."""
 
 
 class UnknownEntryWarning(UserWarning):

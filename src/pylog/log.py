@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -74,6 +75,8 @@ from pylog.errors import (
     InvalidTopicError,
     LogClosedError,
     NotALogDirectoryError,
+    ReadOnlyLogError,
+    StorageError,
     TopicExistsError,
     UnknownEntryWarning,
     UnknownTopicError,
@@ -129,6 +132,7 @@ class Log:
         clock: Clock | None = None,
         max_open_maps: int = 256,
         max_open_partitions: int = 200,
+        read_only: bool = False,
         **defaults: Any,
     ) -> None:
         self.path = os.path.abspath(os.fspath(path))
@@ -149,8 +153,19 @@ class Log:
         self.session = 0
         self.clean_start = True
         self._checked_mtime = 0
+        self.read_only = read_only or _not_writable(self.path)
+        if self.read_only:
+            self._open_read_only()
+            return
         _prepare_directory(self.path)
-        self._open_lock_fd = fs.FS.open(os.path.join(self.path, ".open.lock"), os.O_RDWR | os.O_CREAT)
+        try:
+            self._open_lock_fd = fs.FS.open(os.path.join(self.path, ".open.lock"), os.O_RDWR | os.O_CREAT)
+        except StorageError as exc:
+            if exc.errno not in _READ_ONLY_ERRNOS:
+                raise
+            self.read_only = True  # a read-only file system, or a directory this user cannot write
+            self._open_read_only()
+            return
         try:
             self._shared_fd = fs.FS.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT)
         except BaseException:
@@ -171,6 +186,26 @@ class Log:
             fs.FS.close(self._shared_fd)
             raise
         _OPEN_LOGS.add(self)
+
+    def _open_read_only(self) -> None:
+        """Open without writing anything: no locks, no recovery, no session. Each partition is read as its
+        files hold it when first used (see :class:`~pylog.partition.log.PartitionLog`)."""
+        if not os.path.isdir(self.path) or not os.path.exists(self._manifest_path()):
+            raise NotALogDirectoryError(
+                f"{self.path} is not a pylog log directory (no manifest), and it is opened read-only",
+                path=self.path,
+            )
+        self._load_manifest()
+        self._open_lock_fd = self._shared_fd = -1
+        _OPEN_LOGS.add(self)
+
+    def _check_writable(self, what: str) -> None:
+        self._check()
+        if self.read_only:
+            raise ReadOnlyLogError(
+                f"cannot {what}: the log at {self.path} is open read-only (its directory cannot be written, or "
+                "read_only=True was given); reads work"
+            )
 
     # -- locks and lifecycle ----------------------------------------------------------------------------
 
@@ -219,6 +254,11 @@ class Log:
                 return
             failures = self._close_producers()
             self._closed = True
+            if self.read_only:
+                for topic in self._topics.values():
+                    topic.close(flush=False)
+                _OPEN_LOGS.discard(self)
+                return
             try:
                 with self._open_guard():
                     for topic in self._topics.values():
@@ -350,7 +390,9 @@ class Log:
         if self.clean_start and self._checked_mtime and self._checked_mtime == _mtime(self.path):
             return
         expected = {
-            f"{name}-{p}" for name, meta in self._manifest["topics"].items() for p in range(meta["partitions"])
+            f"{name}-{p}"
+            for name, meta in self._manifest["topics"].items()
+            for p in range(meta["partitions"])
         }
         unknown = set(fs.FS.listdir(self.path)).difference(expected, _OWN_FILES, _OWN_DIRS)
         if unknown:
@@ -408,7 +450,7 @@ class Log:
 
     def create_topic(self, name: str, partitions: int = 1, **config: Any) -> Topic:
         """Create a topic with ``partitions`` partitions and Kafka-named config overrides."""
-        self._check()
+        self._check_writable("create a topic")
         validate_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 100_000:
             raise ConfigError(f"partitions must be an int in [1, 100000], got {partitions!r}")
@@ -477,7 +519,7 @@ class Log:
     def create_partitions(self, name: str, total: int) -> Topic:
         """Grow ``name`` to ``total`` partitions (like ``kafka-topics --alter --partitions``). Existing records
         stay where they are; keyed records may map to other partitions from now on."""
-        self._check()
+        self._check_writable("add partitions")
         with self._lock, self._open_guard():
             self._load_manifest()
             self._settle_topic_changes()
@@ -500,7 +542,7 @@ class Log:
     def alter_topic(self, name: str, **config: Any) -> Topic:
         """Change topic configs (for example ``retention_ms``); takes effect for every process on reopen of
         the topic and at once in this one."""
-        self._check()
+        self._check_writable("change a topic")
         with self._lock, self._open_guard():
             self._load_manifest()
             meta = self._manifest["topics"].get(name)
@@ -553,7 +595,7 @@ class Log:
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data."""
-        self._check()
+        self._check_writable("delete a topic")
         with self._lock, self._open_guard():
             self._load_manifest()
             self._settle_topic_changes()
@@ -574,7 +616,7 @@ class Log:
     def producer(self, **config: Any) -> Any:
         """A :class:`~pylog.producer.Producer` writing to this log; with ``enable_idempotence=True`` or a
         ``transactional_id``, an :class:`~pylog.idempotent.IdempotentProducer`."""
-        self._check()
+        self._check_writable("create a producer")
         if config.get("enable_idempotence") or config.get("transactional_id") is not None:
             from pylog.idempotent import IdempotentProducer
 
@@ -586,7 +628,7 @@ class Log:
 
     def transactions(self) -> Any:
         """The :class:`~pylog.transactions.TxnLog` of this directory (producer ids, transaction decisions)."""
-        self._check()
+        self._check_writable("use transactions (read_committed reads and transactional producers need them)")
         with self._lock:
             if self._txn_log is None:
                 from pylog.transactions import TxnLog
@@ -599,6 +641,8 @@ class Log:
         from pylog.consumer import Consumer
 
         self._check()
+        if self.read_only and config.get("group_id") is not None:
+            self._check_writable("join a consumer group (it commits offsets); read without group_id")
         return Consumer(self, *topics, **config)
 
     # -- consumer groups --------------------------------------------------------------------------------
@@ -635,20 +679,21 @@ class Log:
         """Set a group's committed offsets; the group must have no live members."""
         from pylog.groups import admin
 
-        self._check()
+        self._check_writable("reset group offsets")
         admin.reset_group_offsets(self, group_id, offsets)
 
     def delete_group(self, group_id: str) -> None:
         """Delete a group and its committed offsets; the group must have no live members."""
         from pylog.groups import admin
 
-        self._check()
+        self._check_writable("delete a group")
         admin.delete_group(self, group_id)
 
     # -- maintenance ------------------------------------------------------------------------------------
 
     def apply_retention(self) -> dict[str, int]:
         """Run retention on every partition now; returns segments deleted per topic."""
+        self._check_writable("apply retention")
         return {name: self.topic(name).apply_retention() for name in self.topics()}
 
     def verify(self) -> dict[str, list[str]]:
@@ -699,6 +744,14 @@ def _decode_manifest(raw: bytes, path: str) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptRecordError(f"{path}: manifest is not valid: {exc}", path=path) from exc
     return dict(manifest)
+
+
+_READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def _not_writable(path: str) -> bool:
+    """An existing directory this process cannot write (a read-only mount, another user's snapshot)."""
+    return os.path.isdir(path) and not os.access(path, os.W_OK)
 
 
 def _mtime(path: str) -> int:
@@ -855,6 +908,12 @@ def _rebuild_manifest(root: str, cause: BaseException) -> tuple[dict[str, Any], 
     return manifest, notes
 
 
-def open_log(path: str | os.PathLike[str], *, clock: Clock | None = None, **defaults: Any) -> Log:
-    """Open (creating if needed) the log directory at ``path``. ``defaults`` are topic config defaults."""
-    return Log(path, clock=clock, **defaults)
+def open_log(
+    path: str | os.PathLike[str], *, clock: Clock | None = None, read_only: bool = False, **defaults: Any
+) -> Log:
+    """Open (creating if needed) the log directory at ``path``. ``defaults`` are topic config defaults.
+
+    ``read_only=True`` (or a directory this process cannot write) opens it without writing anything: reads
+    see each partition as its files hold it when first used; writes raise
+    :class:`~pylog.errors.ReadOnlyLogError`."""
+    return Log(path, clock=clock, read_only=read_only, **defaults)

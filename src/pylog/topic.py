@@ -130,6 +130,7 @@ class Topic:
                     handles=self.log.handles,
                     session=self.log.session,
                     clean_shutdown=self.log.clean_start,
+                    read_only=self.log.read_only,
                 )
                 self._partitions[number] = plog
                 if plog.validated:

@@ -275,3 +275,20 @@ def test_jvm_reader_build_needs_javac(tmp_path: Any, monkeypatch: pytest.MonkeyP
     with pytest.raises(ConfigError, match="javac"):
         jvm.build()
     assert not (tmp_path / "pylog-spark.jar").exists()
+
+
+def test_partitions_never_used_read_as_empty(tmp_path: Any) -> None:
+    """pylog creates a partition's files on first use: a topic whose partitions were never written has
+    empty directories, which plan and read as empty partitions (not as missing segment files)."""
+    path = str(tmp_path / "log")
+    with pylog.open(path) as log:
+        log.create_topic("sparse", partitions=4)
+        log.producer(value_serializer=None).send("sparse", b"only", partition=2).get()
+    reader = PylogReader(Options({"path": path, "subscribe": "sparse"}), _schema_json(KAFKA))
+    got = [
+        (p, o)
+        for part in reader.partitions()
+        for rb in reader.read(part)
+        for p, o in zip(rb.column("partition").to_pylist(), rb.column("offset").to_pylist(), strict=True)
+    ]
+    assert got == [(2, 0)]

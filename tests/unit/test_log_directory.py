@@ -328,3 +328,156 @@ def test_a_process_that_died_with_the_log_open_makes_the_next_shutdown_settle_it
         c = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
         assert [r.value for r in c] == [b"acked"]
         assert log.verify() == {}
+
+
+# -- read-only directories ------------------------------------------------------------------------------
+
+
+class ReadOnlyFileSystem(fs.FileSystem):
+    """A read-only mount, as pylog sees it: every call that would change a file fails with EROFS."""
+
+    @staticmethod
+    def _refuse(what: str, path: Any) -> None:
+        raise errors.StorageError(30, f"{what} failed on {path}: Read-only file system")
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+            self._refuse("open", path)
+        return super().open(path, flags, mode)
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> None:
+        self._refuse("pwrite", fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._refuse("rename", src)
+
+    def unlink(self, path: str) -> None:
+        self._refuse("unlink", path)
+
+    def mkdir(self, path: str) -> None:
+        self._refuse("mkdir", path)
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        self._refuse("ftruncate", fd)
+
+
+def _restored_copy(tmp_path: Any, *, clean: bool) -> tuple[str, list[Any]]:
+    """A log with records in several segments, one partition never used, and (unclean) a torn tail."""
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("t", partitions=3, segment_bytes=2048)
+        p = log.producer()
+        for i in range(300):
+            p.send("t", {"i": i}, partition=i % 2)
+        p.close()
+    if not clean:
+        os.unlink(os.path.join(root, ".clean-shutdown"))
+        active = sorted(n for n in os.listdir(os.path.join(root, "t-0")) if n.endswith(".log"))[-1]
+        with open(os.path.join(root, "t-0", active), "ab") as f:
+            f.write(b"\x00\x00\x01torn")  # a write that never completed
+    return root, [{"i": i} for i in range(300)]
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_log_on_a_read_only_file_system_can_be_read_and_verified(tmp_path: Any, clean: bool) -> None:
+    root, sent = _restored_copy(tmp_path, clean=clean)
+    before = _tree(root)
+    with fs.install(ReadOnlyFileSystem()):
+        log = pylog.open(root)
+        assert log.read_only
+        c = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        got = sorted((r.value["i"] for r in c), key=int)
+        assert got == [v["i"] for v in sent]
+        assert log.topic("t").end_offsets() == {0: 150, 1: 150, 2: 0}
+        assert log.verify() == {}  # a torn tail past the last valid batch is not data: it is ignored
+        for write in (
+            lambda: log.producer(),
+            lambda: log.create_topic("u"),
+            lambda: log.delete_topic("t"),
+            lambda: log.consumer("t", group_id="g"),
+            lambda: log.apply_retention(),
+        ):
+            with pytest.raises(errors.ReadOnlyLogError, match="read-only"):
+                write()
+        log.close()
+    assert _tree(root) == before
+
+
+def test_read_only_true_writes_nothing_in_a_writable_directory(tmp_path: Any) -> None:
+    root, sent = _restored_copy(tmp_path, clean=False)
+    before = _tree(root)
+    with pylog.open(root, read_only=True) as log:
+        c = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        assert sorted(r.value["i"] for r in c) == [v["i"] for v in sent]
+        with pytest.raises(errors.ReadOnlyLogError):
+            log.create_topic("u")
+    assert _tree(root) == before
+    with pytest.raises(errors.NotALogDirectoryError):
+        pylog.open(os.path.join(str(tmp_path), "missing"), read_only=True)
+
+
+def test_the_cli_consumes_and_verifies_a_read_only_log(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pylog.cli import main
+
+    root, _sent = _restored_copy(tmp_path, clean=True)
+    with fs.install(ReadOnlyFileSystem()):
+        assert main(["--dir", root, "verify"]) == 0
+        assert (
+            main(["--dir", root, "consume", "t", "--from-beginning", "--partition", "1", "--timeout-ms", "0"])
+            == 0
+        )
+    out = capsys.readouterr().out
+    assert [int(line.split(":")[1].strip(" }")) for line in out.splitlines() if '"i"' in line] == list(
+        range(1, 300, 2)
+    )
+
+
+_READER = textwrap.dedent(
+    """
+    import os, sys
+    if os.getuid() == 0:
+        os.setgid(65534)
+        os.setuid(65534)  # nobody: the copy's files belong to another user and are not writable
+    root = sys.argv[1]
+    if not os.access(os.path.join(root, "manifest"), os.R_OK):
+        sys.exit(77)  # this user cannot reach the copy (a private temp directory): nothing to test
+    try:
+        import pylog
+    except ImportError:
+        sys.exit(77)  # this user cannot read the interpreter's or pylog's files
+    with pylog.open(root) as log:
+        assert log.read_only
+        c = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        print(len(list(c)), log.verify() == {})
+    """
+)
+
+
+def test_a_directory_of_another_user_is_read_without_writing(tmp_path: Any) -> None:
+    import shutil
+    import tempfile
+
+    root, sent = _restored_copy(tmp_path, clean=True)
+    shared = tempfile.mkdtemp(prefix="pylog-ro-")
+    try:
+        copy = os.path.join(shared, "log")
+        shutil.copytree(root, copy)
+        for d, _, names in os.walk(shared):
+            os.chmod(d, 0o555)
+            for n in names:
+                os.chmod(os.path.join(d, n), 0o444)
+        before = _tree(copy)
+        done = subprocess.run(
+            [sys.executable, "-c", _READER, copy], capture_output=True, text=True, check=False
+        )
+        if done.returncode == 77:
+            pytest.skip("another user cannot reach the temp directory or the interpreter here")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [str(len(sent)), "True"]
+        assert _tree(copy) == before
+    finally:
+        for d, _, _ in os.walk(shared):
+            os.chmod(d, 0o755)
+        shutil.rmtree(shared)

@@ -44,7 +44,7 @@ from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
 from pylog.partition.cleaner import CleanResult, TxnStatus, clean_partition
 from pylog.partition.segment import MapCache, Segment, inode_of
-from pylog.partition.state import PartitionState, Snapshot
+from pylog.partition.state import FrozenState, PartitionState, Snapshot
 from pylog.record import (
     _CRC_START,
     ATTR_LOG_APPEND_TIME,
@@ -151,6 +151,7 @@ class PartitionLog:
         clean_shutdown: bool = True,
         handles: HandleBudget | None = None,
         session: int = 0,
+        read_only: bool = False,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -175,13 +176,33 @@ class PartitionLog:
         self._handles = handles
         self._suspended = False
         self._hint: tuple[int, int, int, int] | None = None
-        self._state = PartitionState(os.path.join(directory, files.STATE))
+        self.read_only = read_only
         self.checkpoint = RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT))
-        if recover or (session and self._state.session != session) or not self._state.initialized:
-            self._validate(recover, clean_shutdown, session)
-        else:
+        self._state: PartitionState | FrozenState
+        if read_only:
+            self._state = FrozenState(os.path.join(directory, files.STATE), self._snapshot_of_files())
             self._refresh()
+        else:
+            self._state = PartitionState(os.path.join(directory, files.STATE))
+            if recover or (session and self._state.session != session) or not self._state.initialized:
+                self._validate(recover, clean_shutdown, session)
+            else:
+                self._refresh()
         self.flushed_offset = self.checkpoint.read()
+
+    def _snapshot_of_files(self) -> Snapshot:
+        """For a read-only log: the partition as its files hold it, nothing written. The active segment is
+        checked batch by batch (CRCs too) and ends at its last valid batch; a torn tail is ignored, not cut."""
+        names = fs.FS.listdir(self.directory)
+        bases = sorted(
+            p[0] for p in map(files.parse_segment_name, names) if p and p[1] == files.LOG and not p[2]
+        )
+        if not bases:
+            return Snapshot(0, 0, 0, 0, -1)  # never used: its files would appear on first use
+        seg = Segment(self.directory, bases[-1], self._cache, dense=not self.config.compacted)
+        result = seg.scan(0, seg.file_size(), verify=True, index_interval=self.config.index_interval_bytes)
+        seg.drop_map()
+        return Snapshot(seg.next_offset, seg.base_offset, result.end, 0, seg.max_timestamp)
 
     def _validate(self, recover: bool, clean_shutdown: bool, session: int) -> None:
         """Rebuild the shared state from the files: always with ``recover``, else only if no process did so in
@@ -250,7 +271,8 @@ class PartitionLog:
         if self._closed:
             raise LogClosedError(f"partition {self.topic}-{self.partition} is closed")
         if self._suspended:
-            self._state = PartitionState(os.path.join(self.directory, files.STATE))
+            if not self.read_only:
+                self._state = PartitionState(os.path.join(self.directory, files.STATE))
             self._suspended = False
         if self._handles is not None:
             self._handles.touch(self)
@@ -331,6 +353,8 @@ class PartitionLog:
             if old not in segments:
                 old.close_fd()
                 old.drop_map()
+        if not segments and self.read_only:
+            segments = [Segment(self.directory, 0, self._cache)]  # never used: empty
         if not segments:
             raise CorruptRecordError(f"{self.directory}: no segment files")
         self._segments = segments
@@ -494,7 +518,7 @@ class PartitionLog:
         offset an fsync already covered returns at once; while an fsync is in flight, callers wait for it
         instead of queueing their own, return if it covered them, and otherwise one of them runs the next
         fsync for all of them (never a thread whose offset is already durable)."""
-        if up_to is not None and self.flushed_offset >= up_to:
+        if (up_to is not None and self.flushed_offset >= up_to) or self.read_only:
             return self.flushed_offset
         with self._flush_done:
             while self._flushing:

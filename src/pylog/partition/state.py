@@ -30,9 +30,9 @@ import struct
 from typing import NamedTuple
 
 from pylog import fs
-from pylog.errors import LockError, UnsupportedFormatError
+from pylog.errors import LockError, ReadOnlyLogError, UnsupportedFormatError
 
-__all__ = ["PartitionState", "Snapshot"]
+__all__ = ["FrozenState", "PartitionState", "Snapshot"]
 
 _MAGIC = int.from_bytes(b"PLPSTAT1", "little")
 _SIZE = 64
@@ -129,3 +129,42 @@ class PartitionState:
             self._map.close()
         finally:
             fs.FS.close(self.fd)
+
+
+class FrozenState:
+    """The state of a partition of a log opened read-only: derived once from the files, never written, no
+    lock (another process cannot write through a read-only log either). Reads see the partition as it was
+    when it was opened. Same reading interface as :class:`PartitionState`."""
+
+    locked = False
+    initialized = True
+    session = 0
+    seq = 0
+
+    def __init__(self, path: str, snap: Snapshot) -> None:
+        self.path = path
+        self._snap = snap
+
+    def read(self, spins: int = 0) -> Snapshot:
+        return self._snap
+
+    def torn(self) -> bool:
+        return False
+
+    def lock(self, blocking: bool = True) -> bool:
+        raise ReadOnlyLogError(f"{self.path}: the log is open read-only")
+
+    def unlock(self) -> None:
+        pass
+
+    def publish(self, snap: Snapshot) -> None:
+        self.lock()
+
+    def reset(self, snap: Snapshot) -> None:
+        self.lock()
+
+    def stamp(self, session: int) -> None:
+        self.lock()
+
+    def close(self) -> None:
+        pass

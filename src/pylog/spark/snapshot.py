@@ -202,6 +202,9 @@ class PartitionView:
             for p in map(files.parse_segment_name, os.listdir(self.directory))
             if p and p[1] == files.LOG and not p[2] and (state is None or p[0] <= state[1])
         )
+        if not bases and state is None and not os.listdir(self.directory):
+            # a partition nobody has used yet: pylog creates its files on first use
+            return [SegmentView(files.segment_path(self.directory, 0, files.LOG), 0, 0, 0, False)]
         if not bases:
             raise CorruptRecordError(f"{self.directory}: no segment files", path=self.directory)
         out: list[SegmentView] = []
