@@ -481,3 +481,43 @@ def test_a_directory_of_another_user_is_read_without_writing(tmp_path: Any) -> N
         for d, _, _ in os.walk(shared):
             os.chmod(d, 0o755)
         shutil.rmtree(shared)
+
+
+# -- a damaged manifest ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["garbage", "missing", "flipped"])
+def test_repair_rebuilds_a_damaged_manifest_from_the_partition_directories(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    from pylog.cli import main
+
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("orders", partitions=3)
+        log.create_topic("clicks", partitions=2)
+        p = log.producer()
+        for i in range(30):
+            p.send("orders", {"i": i}, partition=i % 3)
+        p.send("clicks", {"i": -1}, partition=1)
+        p.close()
+    path = os.path.join(root, "manifest")
+    if damage == "missing":
+        os.unlink(path)
+    else:
+        with open(path, "r+b") as f:
+            raw = f.read()
+            f.seek(0)
+            f.write(os.urandom(len(raw)) if damage == "garbage" else raw[:-3] + b"X" + raw[-2:])
+    if damage != "missing":
+        with pytest.raises(errors.CorruptRecordError):
+            pylog.open(root)
+    assert main(["--dir", root, "repair"]) == 0
+    out = capsys.readouterr().out
+    assert "topic 'orders': 3 partitions" in out and "topic 'clicks': 2 partitions" in out
+    assert "default configs assumed" in out
+    with pylog.open(root) as log:
+        assert log.topics() == ["clicks", "orders"]
+        c = log.consumer("orders", "clicks", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        assert sorted(r.value["i"] for r in c) == [-1, *range(30)]
+    assert pylog.repair(root) == {}  # nothing left to repair

@@ -113,9 +113,11 @@ def repair(args: argparse.Namespace) -> int:
 
     out = Output(args)
     path = log_dir(args)
-    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "manifest")):
-        raise CliError(f"{path} is not a pylog log directory (no manifest)")
-    result = pylog.repair(path)  # needs the directory to itself: LockError while a process has it open
+    if not os.path.isdir(path):
+        raise CliError(f"{path} is not a directory")
+    # needs the directory to itself (LockError while a process has it open); a lost or damaged manifest is
+    # rebuilt from the partition directories (NotALogDirectoryError when there are none)
+    result = pylog.repair(path)
     if out.json:
         out.document(result)
     else:
