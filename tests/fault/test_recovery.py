@@ -475,7 +475,9 @@ def test_random_bit_flips_below_the_recovery_point_are_always_detected(tmp_path:
             on_read += 1
         finally:
             log.close()
-    print(f"bit flips below the recovery point: {tried} tried, {at_open} detected at open or first use, {on_read} on read")
+    print(
+        f"bit flips below the recovery point: {tried} tried, {at_open} detected at open or first use, {on_read} on read"
+    )
     assert at_open + on_read == tried == 100
 
 
