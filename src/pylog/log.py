@@ -55,6 +55,7 @@ import json
 import os
 import random
 import re
+import secrets
 import struct
 import sys
 import threading
@@ -441,8 +442,10 @@ class Log:
         self._load_manifest()
         for name in list(self._topics):
             meta = self._manifest["topics"].get(name)
-            if meta is None:
-                self._topics.pop(name).close(flush=False)  # deleted by another process: its files are gone
+            if meta is None or meta.get("id") != self._topics[name].topic_id:
+                # deleted by another process (and maybe created again: another topic of the same name): the
+                # files this object has open are gone
+                self._topics.pop(name).close(flush=False)
             elif meta["partitions"] != self._topics[name].num_partitions:
                 self._topics[name].grow(meta["partitions"])
 
@@ -462,7 +465,11 @@ class Log:
                 raise TopicExistsError(f"topic {name!r} already exists")
             self._make_partition_dirs(name, 0, partitions)
             manifest = _copy(self._manifest)
-            manifest["topics"][name] = {"partitions": partitions, "config": cfg.to_dict()}
+            manifest["topics"][name] = {
+                "partitions": partitions,
+                "config": cfg.to_dict(),
+                "id": secrets.token_hex(8),
+            }
             manifest["creating"].pop(name, None)
             self._write_manifest(manifest)
         return self.topic(name)
@@ -579,7 +586,8 @@ class Log:
             if meta is None:
                 validate_topic_name(name)
                 raise UnknownTopicError(f"unknown topic {name!r}")
-            topic = Topic(self, name, meta["partitions"], TopicConfig.from_dict(meta["config"]))
+            config = TopicConfig.from_dict(meta["config"])
+            topic = Topic(self, name, meta["partitions"], config, meta.get("id"))
             self._topics[name] = topic
             return topic
 

@@ -91,9 +91,12 @@ def _pick(data: memoryview, bounds: npt.NDArray[np.int64], idx: npt.NDArray[np.i
 class Topic:
     """Partitions of one topic. Obtain with :meth:`pylog.Log.topic` or :meth:`pylog.Log.create_topic`."""
 
-    def __init__(self, log: Log, name: str, partitions: int, config: TopicConfig) -> None:
+    def __init__(
+        self, log: Log, name: str, partitions: int, config: TopicConfig, topic_id: str | None = None
+    ) -> None:
         self.log = log
         self.name = name
+        self.topic_id = topic_id  # random, given at creation: a topic deleted and created again is another
         self.num_partitions = partitions
         self.config = config
         self._partitions: dict[int, PartitionLog] = {}

@@ -258,3 +258,29 @@ def test_a_drain_that_fails_part_way_fails_only_the_records_it_did_not_write(log
     # exactly the records reported written are in the log, where their metadata says
     assert {(f.get().partition, f.get().offset) for f in written} == set(stored)
     p.close()
+
+
+def test_records_sent_to_a_topic_deleted_and_created_again_elsewhere_are_never_acknowledged_into_the_old_files(
+    tmp_path: Any,
+) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    clock = pylog.ManualClock(1_700_000_000_000)
+    writer, admin = pylog.open(root, clock=clock), pylog.open(root, clock=clock)
+    try:
+        writer.create_topic("t")
+        p = writer.producer(value_serializer=None)
+        assert p.send("t", b"before").get().offset == 0
+        admin.delete_topic("t")
+        admin.create_topic("t")
+        # the writer has not looked at the manifest again yet (its clock has not moved): its append must not
+        # land in the deleted files and be acknowledged
+        with pytest.raises(errors.UnknownTopicError, match="deleted"):
+            p.send("t", b"lost?").get()
+        clock.advance(2_000)  # the writer's next metadata check sees the new topic
+        assert p.send("t", b"after").get().offset == 0
+        c = admin.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None)
+        assert [r.value for r in c] == [b"after"]
+        p.close()
+    finally:
+        writer.close()
+        admin.close()

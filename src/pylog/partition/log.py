@@ -38,6 +38,7 @@ from pylog.errors import (
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    UnknownTopicError,
     UnsupportedFormatError,
 )
 from pylog.partition import files
@@ -404,6 +405,11 @@ class PartitionLog:
             self._ready()  # catching up with other writers is done under the file lock
             self._state.lock()
             try:
+                if self._state.deleted():
+                    raise UnknownTopicError(
+                        f"partition {self.topic}-{self.partition} was deleted (its topic was deleted by another "
+                        "process or Log): nothing was written"
+                    )
                 self._sync_for_write()
                 return self._append_locked(buf, rest)
             finally:

@@ -92,6 +92,11 @@ class PartitionState:
     def seq(self) -> int:
         return int(struct.unpack_from("<q", self._map, 8)[0])
 
+    def deleted(self) -> bool:
+        """True when the file was unlinked (its partition deleted) since it was opened: appends then would go
+        to files nobody can read again."""
+        return os.fstat(self.fd).st_nlink == 0
+
     def torn(self) -> bool:
         """True when a writer died in the middle of publishing (call with the lock held)."""
         return self.seq & 1 == 1
@@ -149,6 +154,9 @@ class FrozenState:
         return self._snap
 
     def torn(self) -> bool:
+        return False
+
+    def deleted(self) -> bool:
         return False
 
     def lock(self, blocking: bool = True) -> bool:
