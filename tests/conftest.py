@@ -6,6 +6,8 @@
 - Hypothesis keeps no example database by default (a run does not depend on earlier runs) and prints the
   blob that reproduces a failure; ``HYPOTHESIS_PROFILE=dev`` keeps the database in ``.hypothesis/`` of the
   checkout instead. Its other files go to a temporary directory.
+- Ctrl-C (SIGINT) is handled as Python does by default even when pytest was started with it ignored, so the
+  processes that tests interrupt behave the same however the suite was launched.
 - ``--order=reverse`` or ``--order=random[:SEED]`` runs the collected tests in reverse or shuffled order, to
   show that no test depends on another having run first (``random`` prints the seed it chose).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.order = f"random:{random.SystemRandom().randrange(2**32)}"
     elif order not in ("file", "reverse") and not _is_seeded(order):
         raise pytest.UsageError(f"--order must be file, reverse, random or random:SEED, not {order!r}")
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started with Ctrl-C ignored (nohup, `&` in a script): the processes the tests interrupt would
+        # inherit that and ignore SIGINT too. Tests run as if started from a terminal.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     home = tempfile.mkdtemp(prefix="pylog-tests-hypothesis-")
     hypothesis.configuration.set_hypothesis_home_dir(home)
     config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ def test_leaves_a_file():
 
 
 def _pytest(
-    tmp_path: Path, module: str, source: str, *args: str
+    tmp_path: Path, module: str, source: str, *args: str, ignore_sigint: bool = False
 ) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
     suite = tmp_path / "suite"
     suite.mkdir(exist_ok=True)
@@ -56,6 +57,7 @@ def _pytest(
         capture_output=True,
         text=True,
         timeout=300,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None,
     )
     lines = log.read_text().splitlines() if log.exists() else []
     return r, [line.split("\t") for line in lines]
@@ -89,3 +91,24 @@ def test_a_test_that_leaves_files_in_its_working_directory_fails(tmp_path: Path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "files left in the working directory: ['pylog-data']" in r.stdout
     assert not (tmp_path / "suite" / "pylog-data").exists()
+
+
+_INTERRUPTS = """
+import signal
+import subprocess
+import sys
+
+
+def test_a_child_process_can_be_interrupted():
+    child = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE)
+    child.stdout.readline()
+    child.send_signal(signal.SIGINT)
+    child.stdout.close()
+    assert child.wait(timeout=60) == -signal.SIGINT  # interrupted, not ignored
+"""
+
+
+def test_tests_can_interrupt_their_processes_when_pytest_was_started_ignoring_sigint(tmp_path: Path) -> None:
+    r, _ = _pytest(tmp_path, "test_interrupts.py", _INTERRUPTS, ignore_sigint=True)
+    assert r.returncode == 0, r.stdout + r.stderr
