@@ -148,13 +148,24 @@ def test_a_killed_worker_is_replaced_and_nothing_is_lost(tmp_path: object) -> No
     _check_g1_and_coverage(_journals(outs))
 
 
+def _has_batch(journal: str) -> bool:
+    try:
+        with open(journal) as f:
+            return any(line.startswith("[") and not line.startswith('["') for line in f)
+    except FileNotFoundError:
+        return False
+
+
 def test_a_frozen_worker_is_expelled_and_cannot_commit_when_it_wakes(tmp_path: object) -> None:
     tmp = str(tmp_path)
     path = _setup(tmp)
     outs = [os.path.join(tmp, f"w{i}.jsonl") for i in range(3)]
     pids = [_fork_worker(path, o) for o in outs]
     try:
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while not _has_batch(outs[0]):  # frozen while it is a member working on records, not before
+            assert time.monotonic() < deadline, "the worker never got records"
+            time.sleep(0.01)
         os.kill(pids[0], signal.SIGSTOP)
         time.sleep(3.0)  # twice its session timeout: the others expel it and take its partitions
         os.kill(pids[0], signal.SIGCONT)
