@@ -292,3 +292,26 @@ def test_partitions_never_used_read_as_empty(tmp_path: Any) -> None:
         for p, o in zip(rb.column("partition").to_pylist(), rb.column("offset").to_pylist(), strict=True)
     ]
     assert got == [(2, 0)]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_min_partitions_is_a_minimum(seed: int) -> None:
+    """Against the definition: every offset planned once, in order, and at least minPartitions Spark
+    partitions whenever there are that many offsets (Kafka's rounding could give fewer)."""
+    import random
+
+    rng = random.Random(seed)
+    ranges = [
+        OffsetRange(t, p, start, start + rng.choice([0, 1, 3, 17, 5000, rng.randint(1, 1000)]))
+        for t in ("a", "b")
+        for p in range(rng.randint(1, 4))
+        for start in [rng.randint(0, 50)]
+    ]
+    total = sum(r.size for r in ranges)
+    want = rng.randint(1, 40)
+    groups = plan_splits(ranges, want, {})
+    assert len(groups) >= min(want, total)
+    equal = [OffsetRange("t", p, 0, 100) for p in range(3)]  # Kafka's rounding: 3 x round(3.33) = 9 parts
+    assert len(plan_splits(equal, 10, {})) == len(split_ranges(equal, 10)) == 10
+    covered = [(r.topic, r.partition, o) for g in groups for r in g for o in range(r.start, r.end)]
+    assert covered == [(r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end)]

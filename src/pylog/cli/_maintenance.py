@@ -114,7 +114,7 @@ def repair(args: argparse.Namespace) -> int:
     out = Output(args)
     path = log_dir(args)
     if not os.path.isdir(path):
-        raise CliError(f"{path} is not a directory")
+        raise CliError(f"{path} is not a pylog log directory (no such directory)")
     # needs the directory to itself (LockError while a process has it open); a lost or damaged manifest is
     # rebuilt from the partition directories (NotALogDirectoryError when there are none)
     result = pylog.repair(path)

@@ -253,15 +253,25 @@ class Options:
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
-    """Kafka's rule: with ``minPartitions`` above the number of ranges, split each range into parts
-    proportional to its size (at least one part each)."""
+    """Kafka's rule, made exact: with ``minPartitions`` above the number of ranges, split each range into
+    parts proportional to its size (at least one part each, at most one per offset). Kafka rounds each share,
+    which can leave fewer parts than asked for; here the parts left over go to the largest remainders, so a
+    read has at least ``minPartitions`` parts whenever it has that many offsets."""
     ranges = [r for r in ranges if r.size > 0]
     if min_partitions <= len(ranges):
         return ranges
     total = sum(r.size for r in ranges)
+    shares = [r.size * min_partitions / total for r in ranges]
+    counts = [min(max(int(s), 1), r.size) for s, r in zip(shares, ranges, strict=True)]
+    by_remainder = sorted(range(len(ranges)), key=lambda i: counts[i] - shares[i])
+    while sum(counts) < min_partitions:
+        growable = [i for i in by_remainder if counts[i] < ranges[i].size]
+        if not growable:
+            break
+        for i in growable[: min_partitions - sum(counts)]:
+            counts[i] += 1
     out: list[OffsetRange] = []
-    for r in ranges:
-        parts = max(round(r.size * min_partitions / total), 1)
+    for r, parts in zip(ranges, counts, strict=True):
         bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
         out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds) if b > a)
     return out
@@ -283,9 +293,12 @@ def plan_splits(
     group: list[OffsetRange] = []
     records = 0
     size = 0.0
-    for r in pieces:
+    for i, r in enumerate(pieces):
         r_bytes = r.size * bytes_per_offset.get((r.topic, r.partition), 0.0)
-        if group and (records + r.size > limit or size + r_bytes > PACK_BYTES):
+        full = records + r.size > limit or size + r_bytes > PACK_BYTES
+        # packing never leaves fewer groups than minPartitions: closed ones, this one, one per piece left
+        needed = len(groups) + 1 + (len(pieces) - i) <= min_partitions
+        if group and (full or needed):
             groups.append(tuple(group))
             group, records, size = [], 0, 0.0
         group.append(r)
