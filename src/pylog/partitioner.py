@@ -21,14 +21,17 @@ keyless records are spread by :class:`StickyPartitioner`.
 Keyless records
 ---------------
 Like Kafka's uniform sticky partitioner (KIP-794), a producer sends a topic's keyless records to one partition
-until they add up to ``batch_size`` bytes (the producer's ``batch_size`` up to 16 KiB, Kafka's default
-``batch.size``; a record counts its value, its headers and 8 bytes), so that they are written in full
-batches, then moves to another partition. Kafka starts
+until they add up to ``batch_size`` bytes (the producer's ``batch_size`` up to :data:`KEYLESS_RUN_BYTES`,
+4 KiB; a record counts its value, its headers and 8 bytes), so that they are written in full batches, then
+moves to another partition. Kafka's runs are its 16 KiB ``batch.size``, sized for network requests; an
+embedded append costs the same for 4 KiB as for 16, and 4 KiB runs still hold a hundred or more small
+records, so pylog uses shorter runs: a script that sends a few thousand small records covers every partition
+of a topic. Kafka starts
 at a random partition and moves to a random one, weighted by its queues to each broker. pylog sees the
 partitions themselves, so it chooses each new partition by load (:class:`PartitionLoads`): the partition's log
 end offset, or more if the producers of this process have assigned records to it that are not written yet.
 It takes the least loaded partition when the topic has at most :data:`SCAN_ALL` partitions (one log end
-offset read per partition and per 16 KiB of keyless records, a few microseconds each), else the less loaded of
+offset read per partition and per run of keyless records, a few microseconds each), else the less loaded of
 two distinct random partitions ("power of two choices": two reads, and the gap between the fullest and the
 emptiest partition stays within a few runs). Ties are broken at random. So from its first records on, each
 producer, and each short-lived producer after another, in this process or another one, fills the emptiest
@@ -66,6 +69,7 @@ from numpy.typing import NDArray
 from pylog.errors import ConfigError, InvalidRecordError
 
 __all__ = [
+    "KEYLESS_RUN_BYTES",
     "SCAN_ALL",
     "PartitionLoads",
     "StickyPartitioner",
@@ -80,6 +84,8 @@ __all__ = [
 
 #: Topics with at most this many partitions choose each keyless run's partition among all of them.
 SCAN_ALL: Final = 16
+#: Bytes of keyless records sent to one partition before the next run starts elsewhere (at most).
+KEYLESS_RUN_BYTES: Final = 4096
 
 _SEED: Final = 0x9747B28C
 _M: Final = 0x5BD1E995
@@ -337,7 +343,7 @@ class StickyPartitioner:
 
     __slots__ = ("__weakref__", "_batch_size", "_lock", "_rng", "_stints")
 
-    def __init__(self, batch_size: int = 16384, *, rng: random.Random | None = None) -> None:
+    def __init__(self, batch_size: int = KEYLESS_RUN_BYTES, *, rng: random.Random | None = None) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self._batch_size = batch_size

@@ -45,7 +45,7 @@ from pylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from pylog.partitioner import StickyPartitioner, partitions_for_keys
+from pylog.partitioner import KEYLESS_RUN_BYTES, StickyPartitioner, partitions_for_keys
 from pylog.record import (
     HEADER_SIZE,
     LAYOUT_SIZE,
@@ -303,7 +303,7 @@ class Producer:
         self._drain_lock = threading.RLock()
         self._pending: dict[str, _Pending] = {}
         self._topics = log._topics  # the open topics (send's fast lookup; log.topic() opens the others)
-        self._sticky = StickyPartitioner(min(batch_size, 16384))  # keyless runs: Kafka's batch.size at most
+        self._sticky = StickyPartitioner(min(batch_size, KEYLESS_RUN_BYTES))
         self._closed = False
         self._callbacks: list[tuple[FutureRecordMetadata, Any, Any]] = []
         self._failed: list[_Pending] = []  # failed drains not yet reported by flush()/close()

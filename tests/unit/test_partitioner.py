@@ -19,6 +19,7 @@ from pylog import partitioner
 from pylog.cli import main
 from pylog.errors import ConfigError, InvalidRecordError
 from pylog.partitioner import (
+    KEYLESS_RUN_BYTES,
     SCAN_ALL,
     PartitionLoads,
     StickyPartitioner,
@@ -501,7 +502,7 @@ def test_sticky_rejects_bad_arguments() -> None:
         with pytest.raises(ConfigError):
             StickyPartitioner(bad)  # type: ignore[arg-type]
     sticky = StickyPartitioner()
-    assert sticky.batch_size == 16384
+    assert sticky.batch_size == KEYLESS_RUN_BYTES
     with pytest.raises(ConfigError):
         sticky.partitions("t", 0, [10], lambda q: 0, _Scope())
     with pytest.raises(InvalidRecordError):
@@ -517,8 +518,9 @@ def test_sticky_rejects_bad_arguments() -> None:
 
 PARTITIONS = 8
 VALUE = b"v" * 32
-# Records per run at most: a run holds 16 KiB of records and a record counts at least its value's bytes.
-RUN = -(-16384 // len(VALUE))
+# Records per run at most: a run holds KEYLESS_RUN_BYTES of records and a record counts at least its value's
+# bytes.
+RUN = -(-KEYLESS_RUN_BYTES // len(VALUE))
 
 
 def _end_offsets(log: pylog.Log, topic: str = "t") -> list[int]:
@@ -542,7 +544,7 @@ def test_one_producer_spreads_small_keyless_records(tmp_path: Path) -> None:
         producer.close()
         counts = _end_offsets(log)
         assert Counter(f.get().partition for f in futures) == dict(enumerate(counts))
-    # min >= (8000 - 7 * 512) / 8 = 552 and max <= min + 512, hence max / min < 2.
+    # min >= (8000 - 7 * 128) / 8 = 888 and max <= min + 128, hence max / min < 2.
     _check_greedy_spread(counts, RUN)
     assert min(counts) > 0
     assert max(counts) < 2 * min(counts)
