@@ -83,6 +83,7 @@ from pylog.errors import (
     UnknownTopicError,
     UnsupportedFormatError,
 )
+from pylog.groups import admin
 from pylog.partition import files
 from pylog.partition.log import HandleBudget, PartitionLog, RecoveryReport
 from pylog.partition.segment import MapCache
@@ -616,8 +617,9 @@ class Log:
             self._write_manifest(manifest)  # the commit point: from here on the topic is gone
             topic = self._topics.pop(name, None)
             if topic is not None:
-                topic.close()
+                topic.close(flush=False)
             self._settle_topic_changes()
+            admin.forget_topic_offsets(self.path, name, self.clock.time_ms())
 
     # -- clients ----------------------------------------------------------------------------------------
 
@@ -657,43 +659,31 @@ class Log:
 
     def list_groups(self) -> list[str]:
         """Ids of the consumer groups of this log, sorted."""
-        from pylog.groups import admin
-
         self._check()
         return admin.list_groups(self)
 
     def describe_group(self, group_id: str) -> Any:
         """A :class:`~pylog.groups.admin.GroupDescription`: state, generation, members and assignments."""
-        from pylog.groups import admin
-
         self._check()
         return admin.describe_group(self, group_id)
 
     def group_offsets(self, group_id: str) -> dict[Any, Any]:
         """Committed offsets of a group: ``{TopicPartition: OffsetAndMetadata}``."""
-        from pylog.groups import admin
-
         self._check()
         return admin.group_offsets(self, group_id)
 
     def group_lag(self, group_id: str) -> dict[Any, int]:
         """Per partition with a committed offset: log end offset minus committed offset."""
-        from pylog.groups import admin
-
         self._check()
         return admin.group_lag(self, group_id)
 
     def reset_group_offsets(self, group_id: str, offsets: dict[Any, int]) -> None:
         """Set a group's committed offsets; the group must have no live members."""
-        from pylog.groups import admin
-
         self._check_writable("reset group offsets")
         admin.reset_group_offsets(self, group_id, offsets)
 
     def delete_group(self, group_id: str) -> None:
         """Delete a group and its committed offsets; the group must have no live members."""
-        from pylog.groups import admin
-
         self._check_writable("delete a group")
         admin.delete_group(self, group_id)
 

@@ -852,3 +852,33 @@ def test_polling_assigned_partitions_of_a_deleted_topic_is_unknown_topic_error(l
             with pytest.raises(UnknownTopicError):
                 c.poll(timeout_ms=0)
         c.close()
+
+
+def test_deleting_a_topic_forgets_its_committed_offsets(log: pylog.Log) -> None:
+    """As Kafka's group coordinator does: a topic created again under the same name is read from its
+    start, not from the deleted topic's committed positions (which would skip its first records)."""
+    log.create_topic("t")
+    log.create_topic("kept")
+    p = log.producer()
+    for i in range(20):
+        p.send("t", {"old": i})
+    p.send("kept", {"kept": 0})
+    p.flush()
+    first = log.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    first.subscribe(["t", "kept"])
+    got = 0
+    while got < 21:
+        got += sum(len(r) for r in first.poll(timeout_ms=50).values())
+    first.commit({TopicPartition("t", 0): 5, TopicPartition("kept", 0): 1})
+    first.close(autocommit=False)
+    log.delete_topic("t")
+    assert log.group_offsets("g") == {TopicPartition("kept", 0): OffsetAndMetadata(1, "")}
+    log.create_topic("t")
+    for i in range(10):
+        p.send("t", {"new": i})
+    p.flush()
+    second = log.consumer(group_id="g", auto_offset_reset="earliest", consumer_timeout_ms=500)
+    second.subscribe(["t", "kept"])
+    values = [r.value for r in second]
+    second.close()
+    assert values == [{"new": i} for i in range(10)]

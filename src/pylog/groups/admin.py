@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pylog.errors import GroupNotEmptyError, InvalidOffsetError, UnknownGroupError
+from pylog.errors import ConfigError, GroupNotEmptyError, InvalidOffsetError, UnknownGroupError
 from pylog.groups import coordinator
 from pylog.groups.store import GroupStore, group_ids, to_topic_partition, validate_group_id
 from pylog.structs import OffsetAndMetadata, TopicPartition
@@ -143,6 +143,27 @@ def reset_group_offsets(log: Log, group_id: str, offsets: dict[TopicPartition, i
             )
     finally:
         store.close()
+
+
+def forget_topic_offsets(root: str, topic: str, now_ms: int) -> int:
+    """Remove every group's committed offsets of ``topic`` (deleted: as Kafka's group coordinator does), so
+    that a topic created again under the name is not read from the old topic's positions. Returns how many
+    committed offsets were removed."""
+    removed = 0
+    for group_id in group_ids(root):
+        try:
+            store = GroupStore(root, group_id, create=False)
+        except ConfigError:
+            continue  # deleted meanwhile
+        try:
+            with store.lock():
+                entries = [(tp.topic, tp.partition, -1, "") for tp in store.offsets() if tp.topic == topic]
+                if entries:
+                    store.append_offsets(entries, generation=-1, member_id="", now_ms=now_ms)
+                    removed += len(entries)
+        finally:
+            store.close()
+    return removed
 
 
 def delete_group(log: Log, group_id: str) -> None:
