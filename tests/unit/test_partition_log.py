@@ -375,6 +375,31 @@ def test_truncate_to_works_on_batch_boundaries_across_segments(
         assert_matches(log.topic("t").partition(0), model)
 
 
+@pytest.mark.parametrize("rolls", [1, 3])
+def test_truncating_to_the_end_of_a_sealed_segment_makes_it_active_with_an_active_index(
+    log: pylog.Log, clock: pylog.ManualClock, rolls: int
+) -> None:
+    """Found by the partition state machine: truncating away only empty or later segments makes a sealed
+    segment active again; its time index must lose the final entry its roll added (verify() compares)."""
+    plog, model, bounds = make(log, index_interval_bytes=256)
+    for i in range(6):
+        append(plog, model, 1 + i % 2, bounds=bounds)
+        clock.advance(1)
+    end = plog.log_end_offset
+    for _ in range(rolls):
+        plog.roll()
+        if rolls > 1:
+            append(plog, model, 1, bounds=bounds)
+    assert plog.truncate_to(end) == end
+    del model[end:]
+    assert plog.verify() == []
+    assert_matches(plog, model)
+    append(plog, model, 2, bounds=bounds)  # and it goes on as the active segment
+    plog.roll()
+    assert plog.verify() == []
+    assert_matches(plog, model)
+
+
 def test_truncate_to_the_end_or_beyond_changes_nothing(log: pylog.Log) -> None:
     plog, model, _ = make(log)
     append(plog, model, 4)

@@ -222,10 +222,17 @@ def truncate_segments(plog: PartitionLog, offset: int) -> None:
     """Drop every batch whose last offset is >= ``offset`` (lock held). Published data is never shrunk in
     place: the kept prefix is copied to ``.cleaned``, fsynced, renamed to ``.swap`` and then over the log."""
     segments = plog._segments
+    reopened = False
     while len(segments) > 1 and segments[-1].base_offset >= offset:
         segments.pop().delete_files()
+        reopened = True
     seg = segments[-1]
     position = seg.position_for(offset) if seg.size else 0
+    if reopened and position == seg.size:
+        # a sealed segment becomes the active one again, whole: its indexes lose the final time entry its
+        # roll added (an active segment has none; verify() and the next roll expect that)
+        seg.scan(0, seg.size, verify=False, index_interval=plog.config.index_interval_bytes)
+        seg.rewrite_indexes()
     if position < seg.size:
         keep = bytes(seg.view(position)) if position else b""
         cleaned = seg.path + ".cleaned"
