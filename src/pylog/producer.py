@@ -167,7 +167,7 @@ class FutureRecordMetadata:
     def get(self, timeout: float | None = None) -> RecordMetadata:
         p = self._p
         if not p.finished:
-            p.producer._drain_topic(p.topic, p)
+            p.producer._drain_for(p, timeout)
             if not p.finished and not p.producer._wait_finished(p, timeout):
                 raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
         error = self._error()
@@ -307,6 +307,7 @@ class Producer:
         self._closed = False
         self._callbacks: list[tuple[FutureRecordMetadata, Any, Any]] = []
         self._failed: list[_Pending] = []  # failed drains not yet reported by flush()/close()
+        self._inflight: set[_Pending] = set()  # taken from the queue, not yet finished (fsync under way)
         self._wakeup = threading.Event()
         self._finished_cond = threading.Condition()
         self._finish_waiters = 0
@@ -434,48 +435,98 @@ class Producer:
             return self._pending.pop(topic)
 
     def _drain_topic(self, topic: str, p: _Pending | None = None) -> None:
+        """Append the records queued for ``topic`` (under the drain lock, which keeps them in order), then,
+        with ``acks="all"``, wait for their fsync outside it: drains of other threads append meanwhile, and
+        the partition's next fsync covers them all (group commit)."""
         with self._drain_lock:
             taken = self._take(topic, p)
-            if taken is not None:
-                self._write(topic, taken)
+            if taken is None:
+                return
+            self._inflight.add(taken)
+            durable = self._write(topic, taken)
+        try:
+            if durable:
+                self._make_durable(topic, taken, durable)
+        finally:
+            self._inflight.discard(taken)
 
     def _drain_all(self) -> None:
-        with self._drain_lock:
-            for topic in list(self._pending):
-                self._drain_topic(topic)
+        for topic in list(self._pending):
+            self._drain_topic(topic)
 
-    def _write(self, topic: str, p: _Pending) -> None:
+    def _drain_for(self, p: _Pending, timeout: float | None) -> None:
+        """Drain ``p`` for a caller waiting on one of its records. With ``acks="all"`` and an fsync of this
+        producer under way, first wait for that fsync: the records sent meanwhile then go out as one batch
+        with one fsync (group commit), instead of one batch and one fsync per waiting caller."""
+        if self.acks == "all" and self._inflight:
+            with self._finished_cond:
+                self._finish_waiters += 1
+                try:
+                    self._finished_cond.wait_for(
+                        lambda: p.finished or not self._inflight or self._pending.get(p.topic) is not p,
+                        timeout,
+                    )
+                finally:
+                    self._finish_waiters -= 1
+        if not p.finished:
+            self._drain_topic(p.topic, p)
+
+    def _make_durable(self, topic: str, p: _Pending, durable: list[tuple[PartitionLog, int]]) -> None:
         try:
-            p.split()
-            t = self.log.topic(topic)
-            n = len(p.keys)
-            now = self.log.clock.time_ms()
-            if n <= _SMALL_BATCH and t.num_partitions == 1 and self._fits_one_batch(t, p, n):
-                self._write_small(t, p, now)
-                return
-            if p.plain or t.config.log_append_time:
-                ts = np.full(n, now, dtype=np.int64)
-                p.ts = [now] * n
-            else:
-                ts = np.asarray(p.ts, dtype=np.int64)
-                ts[ts < 0] = now
-                p.ts = ts.tolist()
-            parts = self._assign_partitions(t, p)
-            offsets = np.full(n, -1, dtype=np.int64)
-            p.offsets = offsets  # filled batch by batch: a failure part way fails only the rest
-            self._append_groups(t, p, parts, ts, offsets)
+            for plog, up_to in durable:
+                plog.flush(up_to)
         except BaseException as exc:
-            if self.acks == "all":
-                p.offsets = None  # not durable: none of them is acknowledged
-            p.error = self._typed(topic, exc)
-            with self._lock:
-                self._failed.append(p)
-            _log.debug("producer write to %s failed: %r", topic, exc)
+            self._fail(topic, p, exc)
         finally:
-            p.finished = True
-            if self._finish_waiters:  # read after setting finished: see _wait_finished
-                with self._finished_cond:
-                    self._finished_cond.notify_all()
+            self._finish(p)
+
+    def _fail(self, topic: str, p: _Pending, exc: BaseException) -> None:
+        if self.acks == "all":
+            p.offsets = None  # not durable: none of them is acknowledged
+        p.error = self._typed(topic, exc)
+        with self._lock:
+            self._failed.append(p)
+        _log.debug("producer write to %s failed: %r", topic, exc)
+
+    def _finish(self, p: _Pending) -> None:
+        p.finished = True
+        self._inflight.discard(p)
+        if self._finish_waiters:  # read after setting finished: see _wait_finished
+            with self._finished_cond:
+                self._finished_cond.notify_all()
+
+    def _write(self, topic: str, p: _Pending) -> list[tuple[PartitionLog, int]]:
+        """Append ``p``'s records; returns what must be fsynced before they are acknowledged (``acks="all"``),
+        else marks them finished."""
+        durable: list[tuple[PartitionLog, int]] = []
+        try:
+            self._append_pending(topic, p, durable)
+        except BaseException as exc:
+            self._fail(topic, p, exc)
+            durable = []
+        if not durable:
+            self._finish(p)
+        return durable
+
+    def _append_pending(self, topic: str, p: _Pending, durable: list[tuple[PartitionLog, int]]) -> None:
+        p.split()
+        t = self.log.topic(topic)
+        n = len(p.keys)
+        now = self.log.clock.time_ms()
+        if n <= _SMALL_BATCH and t.num_partitions == 1 and self._fits_one_batch(t, p, n):
+            self._write_small(t, p, now, durable)
+            return
+        if p.plain or t.config.log_append_time:
+            ts = np.full(n, now, dtype=np.int64)
+            p.ts = [now] * n
+        else:
+            ts = np.asarray(p.ts, dtype=np.int64)
+            ts[ts < 0] = now
+            p.ts = ts.tolist()
+        parts = self._assign_partitions(t, p)
+        offsets = np.full(n, -1, dtype=np.int64)
+        p.offsets = offsets  # filled batch by batch: a failure part way fails only the rest
+        self._append_groups(t, p, parts, ts, offsets, durable)
 
     def _typed(self, topic: str, exc: BaseException) -> BaseException:
         """The error to report for a failed drain: a topic deleted under the producer (its files vanish) is
@@ -491,7 +542,7 @@ class Producer:
                 return typed
         return exc
 
-    def _write_small(self, t: Topic, p: _Pending, now: int) -> None:
+    def _write_small(self, t: Topic, p: _Pending, now: int, durable: list[tuple[PartitionLog, int]]) -> None:
         """:meth:`_write` for a few records to a one-partition topic (a caller waiting on each send): one
         batch, built and acknowledged without numpy, whose per-call overhead would dominate."""
         n = len(p.keys)
@@ -509,9 +560,9 @@ class Producer:
         info = self._append_batch(plog, tp, batch, fields)
         if info.log_append_time >= 0:
             p.ts = [info.log_append_time] * n
-        if self.acks == "all":
-            plog.flush(info.last_offset + 1)
         p.offsets = range(info.base_offset, info.last_offset + 1)
+        if self.acks == "all":
+            durable.append((plog, info.last_offset + 1))
 
     def _fits_one_batch(self, t: Topic, p: _Pending, n: int) -> bool:
         if n == 1:
@@ -549,6 +600,7 @@ class Producer:
         parts: npt.NDArray[np.int32],
         ts: npt.NDArray[np.int64],
         offsets: npt.NDArray[np.int64],
+        durable: list[tuple[PartitionLog, int]],
     ) -> None:
         n = len(p.keys)
         groups = [np.arange(n)] if t.num_partitions == 1 else _group(parts)
@@ -571,8 +623,7 @@ class Producer:
                             p.ts[i] = info.log_append_time
                     flush_to[part] = info.last_offset + 1
         if self.acks == "all":
-            for part, up_to in flush_to.items():
-                t.partition(part).flush(up_to)
+            durable.extend((t.partition(part), up_to) for part, up_to in flush_to.items())
 
     def _encoded(
         self,
@@ -745,7 +796,8 @@ class Producer:
                     # instead of contending for the drain lock (and the GIL) at the same moment.
                     time.sleep(_SENDER_GRACE_S)
                 try:
-                    self._drain_all()
+                    if not (self.acks == "all" and self._inflight):  # else its end drains (group commit)
+                        self._drain_all()
                     self._run_callbacks()
                 except Exception as exc:  # the log was closed under us; futures carry the errors
                     _log.debug("sender stopped: %s", exc)
@@ -791,12 +843,12 @@ class Producer:
         the queue past ``timeout`` seconds."""
         if self._fork != self.log._fork_generation or self.log._fork_generation != _fork_now():
             raise ForkedProcessError("this producer was created before fork(); create a new one in the child")
-        if not self._drain_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
-            raise KafkaTimeoutError(f"flush did not complete within {timeout} s")
-        try:
-            self._drain_all()
-        finally:
-            self._drain_lock.release()
+        self._drain_all()
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        for p in list(self._inflight):  # drained by other threads: their appends or fsyncs are under way
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not p.finished and not self._wait_finished(p, left):
+                raise KafkaTimeoutError(f"flush did not complete within {timeout} s")
         self._run_callbacks()
         self._raise_unseen_failures()
 

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 from typing import Any
 
 import pytest
@@ -284,3 +285,44 @@ def test_records_sent_to_a_topic_deleted_and_created_again_elsewhere_are_never_a
     finally:
         writer.close()
         admin.close()
+
+
+class BlockingFsync(fs.FileSystem):
+    """Holds every fsync of a segment file until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.segment_fsyncs = 0
+
+    def fsync(self, fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):
+            self.segment_fsyncs += 1
+            self.entered.set()
+            assert self.release.wait(30)
+        super().fsync(fd)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_acks_all_futures_wait_for_their_fsync_and_callers_share_the_next_one(log: pylog.Log) -> None:
+    log.create_topic("t")
+    p = log.producer(acks="all", value_serializer=None)
+    layer = BlockingFsync()
+    with fs.install(layer):
+        first = p.send("t", b"first")
+        waiter = threading.Thread(target=first.get)
+        waiter.start()
+        assert layer.entered.wait(30)
+        later = [p.send("t", b"later-%d" % i) for i in range(7)]
+        getters = [threading.Thread(target=f.get) for f in later]
+        for g in getters:
+            g.start()
+        assert not first.is_done() and not any(f.is_done() for f in later)  # appended, not yet durable
+        layer.release.set()
+        waiter.join(30)
+        for g in getters:
+            g.join(30)
+    assert first.succeeded() and all(f.succeeded() for f in later)
+    assert layer.segment_fsyncs <= 3  # one for the first record, the seven queued meanwhile share the next
+    assert [f.get().offset for f in [first, *later]] == list(range(8))
+    p.close()
