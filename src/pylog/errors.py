@@ -39,16 +39,24 @@ if simply tried again.
     ├── GroupNotEmptyError                       an admin action that needs the group to have no members
     ├── ProducerFencedError                      a newer producer with the same transactional_id took over
     ├── OutOfOrderSequenceError                  a producer id's batches are not in sequence order
-    └── UnknownGroupError                        no consumer group of that id exists in this log
+    ├── UnknownGroupError                        no consumer group of that id exists in this log
+    └── CliError                                 a failure of a `pylog` command (exit status 1)
+        ├── UsageError (ValueError)              the command line is wrong (exit status 2)
+        ├── InputError (ValueError)              a line of input cannot be produced as asked
+        ├── NotASegmentFileError (ValueError)    `pylog dump` was given a file that holds no segment data
+        ├── Unavailable                          a feature this pylog does not have (exit status 2)
+        └── Interrupted                          SIGINT or SIGTERM ended the command (exit 128 + signal)
 
 The same tree is mirrored in ``docs/errors.md``.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 __all__ = [
+    "CliError",
     "CommitFailedError",
     "ConfigError",
     "CorruptIndexError",
@@ -59,6 +67,8 @@ __all__ = [
     "ForkedProcessError",
     "GroupNotEmptyError",
     "IllegalStateError",
+    "InputError",
+    "Interrupted",
     "InvalidOffsetError",
     "InvalidRecordError",
     "InvalidTimestampError",
@@ -68,6 +78,7 @@ __all__ = [
     "LogClosedError",
     "NoOffsetForPartitionError",
     "NotALogDirectoryError",
+    "NotASegmentFileError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "ProducerFencedError",
@@ -78,11 +89,13 @@ __all__ = [
     "SerializationError",
     "StorageError",
     "TopicExistsError",
+    "Unavailable",
     "UnknownEntryWarning",
     "UnknownGroupError",
     "UnknownPartitionError",
     "UnknownTopicError",
     "UnsupportedFormatError",
+    "UsageError",
 ]
 
 
@@ -284,3 +297,39 @@ class ProducerFencedError(PylogError):
 class OutOfOrderSequenceError(PylogError):
     """A partition holds a batch of this producer id with a sequence number the producer has not sent yet:
     another writer uses the same producer id. Nothing was written by the failing call."""
+
+
+class CliError(PylogError):
+    """A failure of a ``pylog`` command, reported as one line on stderr; ``exit_code`` is the process exit
+    status."""
+
+    exit_code = 1
+
+
+class UsageError(CliError, ValueError):
+    """The command line itself is wrong: fix the arguments (``pylog COMMAND --help`` lists them)."""
+
+    exit_code = 2
+
+
+class InputError(CliError, ValueError):
+    """A line of input cannot be produced as asked (no key separator, not JSON, not base64): fix the line;
+    the records before it were produced, the line and those after it were not."""
+
+
+class NotASegmentFileError(CliError, ValueError):
+    """``pylog dump`` was given a file that is not a segment file (``.log``, ``.index``, ``.timeindex``)."""
+
+
+class Unavailable(CliError):
+    """The command needs a feature this pylog does not have."""
+
+    exit_code = 2
+
+
+class Interrupted(CliError):
+    """SIGINT (Ctrl-C) or SIGTERM ended the command; the exit status is 128 + the signal number."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum

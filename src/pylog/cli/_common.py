@@ -5,15 +5,8 @@ document (commands that stream records or batches print one JSON object per line
 progress go to stderr. Errors are one line on stderr, ``pylog: error: ...``, naming the cause (or, when an
 error carries no message, its type). How stored keys and values are shown is :mod:`pylog.cli._formats`.
 
-The command's own errors belong to pylog's exception tree::
-
-    PylogError
-    └── CliError                             a failure of a command (exit status 1)
-        ├── UsageError (ValueError)          the command line is wrong (exit status 2)
-        ├── InputError (ValueError)          a line of input cannot be produced as asked
-        ├── NotASegmentFileError (ValueError)  ``pylog dump`` was given a file that holds no segment data
-        ├── Unavailable                      a feature this pylog does not have (exit status 2)
-        └── Interrupted                      SIGINT or SIGTERM ended the command (exit status 128 + signal)
+The command's own errors are :class:`pylog.errors.CliError` and its subclasses (``exit_code`` is the
+process exit status).
 """
 
 from __future__ import annotations
@@ -24,12 +17,18 @@ import datetime
 import json
 import os
 import re
-import signal
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
-from pylog.errors import PylogError
+from pylog.errors import (
+    CliError,
+    InputError,
+    Interrupted,
+    NotASegmentFileError,
+    Unavailable,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -65,41 +64,6 @@ __all__ = [
 ]
 
 DEFAULT_DIR = "./pylog-data"
-
-
-class CliError(PylogError):
-    """A failure to report as one line on stderr; ``exit_code`` is the process exit status."""
-
-    exit_code = 1
-
-
-class UsageError(CliError, ValueError):
-    """The command line itself is wrong: fix the arguments (``pylog COMMAND --help`` lists them)."""
-
-    exit_code = 2
-
-
-class InputError(CliError, ValueError):
-    """A line of input cannot be produced as asked (no key separator, not JSON, not base64): fix the line;
-    the records before it were produced, the line and those after it were not."""
-
-
-class NotASegmentFileError(CliError, ValueError):
-    """``pylog dump`` was given a file that is not a segment file (``.log``, ``.index``, ``.timeindex``)."""
-
-
-class Unavailable(CliError):
-    """The command needs a feature this pylog does not have."""
-
-    exit_code = 2
-
-
-class Interrupted(CliError):
-    """SIGINT (Ctrl-C) or SIGTERM ended the command; the exit status is 128 + the signal number."""
-
-    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
-        super().__init__(message)
-        self.exit_code = 128 + signum
 
 
 def describe_error(exc: BaseException) -> str:
