@@ -433,8 +433,7 @@ class Log:
         self._manifest_stamp = stamp
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
-        body = json.dumps(manifest, sort_keys=True, indent=1).encode()
-        fs.atomic_write(self._manifest_path(), _MAGIC + f"{crc32c(body):08x}\n".encode() + body)
+        fs.atomic_write(self._manifest_path(), _encode_manifest(manifest))
         self._manifest = manifest
         st = os.stat(self._manifest_path())
         self._manifest_stamp = (st.st_ino, st.st_mtime_ns)
@@ -713,6 +712,11 @@ class Log:
             topic.flush()
 
 
+def _encode_manifest(manifest: dict[str, Any]) -> bytes:
+    body = json.dumps(manifest, sort_keys=True, indent=1).encode()
+    return _MAGIC + f"{crc32c(body):08x}\n".encode() + body
+
+
 def _decode_manifest(raw: bytes, path: str) -> dict[str, Any]:
     head, _, body = raw.partition(b"\n")
     if not head.startswith(b"pylog-manifest "):
@@ -901,8 +905,7 @@ def _rebuild_manifest(root: str, cause: BaseException) -> tuple[dict[str, Any], 
         if missing:
             note += f"; partitions {missing} had no directory and were created empty"
         notes.append(note + " (change them with `pylog topics alter` if they differed)")
-    body = json.dumps(manifest, sort_keys=True, indent=1).encode()
-    fs.atomic_write(os.path.join(root, _MANIFEST), _MAGIC + f"{crc32c(body):08x}\n".encode() + body)
+    fs.atomic_write(os.path.join(root, _MANIFEST), _encode_manifest(manifest))
     return manifest, notes
 
 

@@ -3,6 +3,7 @@ what opening and closing cost (a clean open touches no partition; a close costs 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -165,6 +167,20 @@ _CRASHER = textwrap.dedent(
 )
 
 
+@contextlib.contextmanager
+def _crashed_then_reopened(root: str, what: str, after: int) -> Iterator[pylog.Log]:
+    """Put the user's files in ``root``, crash a topic ``what`` ("create"/"delete") in a child after ``after``
+    directory operations, reopen the log; on leaving, every user file must be untouched."""
+    user = _user_files(root)
+    done = subprocess.run([sys.executable, "-c", _CRASHER, root, what, str(after)], check=False)
+    assert done.returncode == 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", errors.UnknownEntryWarning)
+        with pylog.open(root) as log:
+            yield log
+    assert {k: v for k, v in _tree(root).items() if k in user} == user
+
+
 @pytest.mark.parametrize("after", [0, 3, 5])
 def test_an_interrupted_creation_is_rolled_back_and_nothing_else_is_touched(
     tmp_path: Any, after: int
@@ -173,19 +189,11 @@ def test_an_interrupted_creation_is_rolled_back_and_nothing_else_is_touched(
     with pylog.open(root) as log:
         log.create_topic("t")
         log.producer().send("t", b"v").get()
-    user = _user_files(root)
-    code = subprocess.run(
-        [sys.executable, "-c", _CRASHER, root, "create", str(after)], check=False
-    ).returncode
-    assert code == 9
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", errors.UnknownEntryWarning)
-        with pylog.open(root) as log:
-            assert log.topics() == ["t"]
-            assert not any(e.startswith("new-") for e in os.listdir(root))
-            log.create_topic("new", partitions=6)  # the name is free again
-            assert log.topic("t").end_offsets() == {0: 1}
-    assert {k: v for k, v in _tree(root).items() if k in user} == user
+    with _crashed_then_reopened(root, "create", after) as log:
+        assert log.topics() == ["t"]
+        assert not any(e.startswith("new-") for e in os.listdir(root))
+        log.create_topic("new", partitions=6)  # the name is free again
+        assert log.topic("t").end_offsets() == {0: 1}
 
 
 @pytest.mark.parametrize("after", [0, 2])
@@ -198,17 +206,9 @@ def test_an_interrupted_deletion_is_finished(tmp_path: Any, after: int) -> None:
             p.send("old", b"v", partition=i)
         p.close()
         log.create_topic("t")
-    user = _user_files(root)
-    code = subprocess.run(
-        [sys.executable, "-c", _CRASHER, root, "delete", str(after)], check=False
-    ).returncode
-    assert code == 9
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", errors.UnknownEntryWarning)
-        with pylog.open(root) as log:
-            assert log.topics() == ["t"]
-            assert not any(e.startswith("old-") for e in os.listdir(root))
-    assert {k: v for k, v in _tree(root).items() if k in user} == user
+    with _crashed_then_reopened(root, "delete", after) as log:
+        assert log.topics() == ["t"]
+        assert not any(e.startswith("old-") for e in os.listdir(root))
 
 
 def test_a_manifest_from_before_topic_journals_is_read(tmp_path: Any) -> None:
