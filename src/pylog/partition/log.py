@@ -447,6 +447,7 @@ class PartitionLog:
         header = BatchHeader._make(HEADER.unpack_from(buf, 0))  # as patched
         active.append(buf, header, self.config.index_interval_bytes, rest)
         self._publish()
+        active.write_due_index_entries()  # after the publish: the files never index an unpublished batch
         self._unflushed_records += h.record_count
         if self._first_unflushed_ms < 0:
             self._first_unflushed_ms = self.clock.monotonic_ms()
@@ -478,7 +479,7 @@ class PartitionLog:
 
     def _roll(self) -> Segment:
         old = self._segments[-1]
-        old.seal()
+        old.write_index_entries()
         if old.file_size() > old.size:  # unpublished bytes of a writer that died: never visible to anyone
             fs.FS.ftruncate(old.open_fd(), old.size)
         old.flush()
@@ -504,6 +505,12 @@ class PartitionLog:
         self._bases.append(seg.base_offset)
         self._epoch += 1
         self._publish()
+        # the final time entry only now: a roll killed before the publish leaves the old segment active,
+        # and an active segment's index files must not hold it (the next writer's entries would not match)
+        try:
+            old.seal()
+        except OSError:
+            pass  # its index without the final entry is a valid prefix
         self._advance_recovery_point(seg.base_offset, sync=True)
         return seg
 
@@ -831,7 +838,7 @@ class PartitionLog:
                     problems.append(
                         f"{seg.path}: position {pos}: offset {h.base_offset}, expected {expected}"
                     )
-                rebuilt._account(pos, h, self.config.index_interval_bytes, write=False)
+                rebuilt._account(pos, h, self.config.index_interval_bytes)
                 expected = h.next_offset
                 pos += h.batch_length
             if intact:

@@ -11,8 +11,11 @@ Crash contract:
   truncation of published data writes a shortened copy and renames it over the original (readers keep the old
   inode);
 - the indexes are hints: they are rebuilt from the log when they fail their sanity checks. Their entries are
-  written in groups (and at every flush, roll and close), so the files may lag the log by a few entries; entries
-  of batches below the recovery point were fsynced with them. After an unclean shutdown the active segment is
+  written in groups (and at every flush, roll and close), always *after* the batches they describe were
+  published, so the files may lag the log by a few entries but never hold an entry of a batch that is not in
+  the log: a writer killed before publishing leaves garbage only past the published size of the ``.log``,
+  which the next writer overwrites. The final time entry of a roll is written once the next segment is
+  published. Entries of batches below the recovery point were fsynced with them. After an unclean shutdown the active segment is
   validated from its last indexed batch below the recovery point (time proportional to the unflushed tail), a
   segment holding the point without usable entries from its start.
 
@@ -124,7 +127,6 @@ class Segment:
         self._map: mmap.mmap | None = None
         self._map_size = 0
         self._read_fd: int | None = None
-        self._index_tail_stale = False  # index files may hold entries of an append that failed
         self._cache = cache
 
     def __repr__(self) -> str:
@@ -244,43 +246,29 @@ class Segment:
         rest: memoryview | None = None,
     ) -> None:
         """Write ``batch`` (followed by ``rest``, when the batch comes in two parts) at the published size and
-        index it. The caller publishes the new size.
+        index it in memory. The caller publishes the new size, then calls :meth:`write_due_index_entries`.
 
-        All or nothing: when writing the batch or its index entries fails, the in-memory state (end offset,
-        timestamps, index entries) is put back as it was before the error propagates, so the next append
-        reuses the same offsets and position."""
+        All or nothing: when writing the batch fails, the in-memory state (end offset, timestamps, index
+        entries) is as it was before the error propagates, so the next append reuses the same offsets and
+        position; the index files are not touched before the batch is published."""
         fd = self.open_fd()
         position = self.size
-        saved = (
-            self.next_offset,
-            self.max_timestamp,
-            self.first_timestamp,
-            self.last_indexed_position,
-            len(self.offset_index),
-            len(self.time_index),
-        )
         try:
             fs.FS.pwrite(fd, memoryview(batch), position)
             if rest is not None:
                 fs.FS.pwrite(fd, rest, position + len(batch))
-            self._account(position, header, index_interval, write=True)
         except OSError:
-            self.next_offset, self.max_timestamp, self.first_timestamp, self.last_indexed_position = saved[:4]
-            self.offset_index.truncate_entries(saved[4])
-            self.time_index.truncate_entries(saved[5])
-            self._index_tail_stale = True
-            self._index_changes += 1
             # bytes past the published size are garbage; trim them now so the file stays tidy.
             try:
                 fs.FS.ftruncate(fd, position)
-                self._trim_index_files()
             except OSError:
-                pass  # retried before the next index write
+                pass  # overwritten by the next append, or truncated by recovery
             raise
+        self._account(position, header, index_interval)
         self.size = position + header.batch_length
         self._appends += 1
 
-    def _account(self, position: int, h: BatchHeader, index_interval: int, *, write: bool) -> None:
+    def _account(self, position: int, h: BatchHeader, index_interval: int) -> None:
         """Update offsets, timestamps and the sparse indexes for a batch at ``position``."""
         self.next_offset = h.next_offset
         if self.first_timestamp < 0:
@@ -298,31 +286,21 @@ class Segment:
                 last is None or last[0] < self.max_timestamp
             ):  # the largest timestamp grew since the last entry
                 self.time_index.append(self.max_timestamp, rel)
-            if write and len(self.offset_index) - self.offset_index.written >= _INDEX_WRITE_ENTRIES:
-                self.write_index_entries()
 
-    def _trim_index_files(self) -> None:
-        """Cut index files back to the entries already written for this segment, dropping entries a failed
-        append may have left behind them (a shorter prefix is always a valid sparse index)."""
-        for index, path in ((self.offset_index, self.index_path), (self.time_index, self.timeindex_path)):
+    def write_due_index_entries(self) -> None:
+        """After a publish: write the pending index entries once a group of them is due. A failed write
+        leaves them pending (the batch is in the log; the next write, flush, roll or close retries)."""
+        if len(self.offset_index) - self.offset_index.written >= _INDEX_WRITE_ENTRIES:
             try:
-                fd = fs.FS.open(path, os.O_WRONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                keep = index.written * index.dtype.itemsize
-                if fs.FS.size(fd) > keep:
-                    fs.FS.ftruncate(fd, keep)
-            finally:
-                fs.FS.close(fd)
-        self._index_tail_stale = False
+                self.write_index_entries()
+            except OSError:
+                pass
 
     def write_index_entries(self) -> None:
         """Write the entries not yet in the files: the time index first, so a process killed in between
         leaves a time entry past the last offset entry (which fails the checks: rebuilt) rather than an
-        offset entry whose time entry is missing (which would pass them with a wrong largest timestamp)."""
-        if self._index_tail_stale:
-            self._trim_index_files()
+        offset entry whose time entry is missing (which would pass them with a wrong largest timestamp).
+        A failed write is retried whole from the same place (entries are fixed-size, at fixed positions)."""
         for index, path in ((self.time_index, self.timeindex_path), (self.offset_index, self.index_path)):
             n = len(index)
             pending = index.pending_bytes()
@@ -336,7 +314,8 @@ class Segment:
             index.written = n
 
     def seal(self) -> None:
-        """On roll: add the final time-index entry (the segment's largest timestamp) and write the indexes."""
+        """Once the next segment is published: add the final time-index entry (the segment's largest
+        timestamp) and write it. Not fsynced: a sealed segment's index without it is a valid prefix."""
         self.add_final_time_entry()
         self.write_index_entries()
 
@@ -421,7 +400,7 @@ class Segment:
                 exc.path = self.path
                 error = exc
                 break
-            self._account(pos, h, index_interval, write=False)
+            self._account(pos, h, index_interval)
             expected = h.next_offset
             pos += h.batch_length
             batches += 1
