@@ -13,6 +13,7 @@ from typing import Any
 
 from hypothesis import given, settings
 
+from pylog import testing
 from pylog.testing import records, topic_configs, workloads
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +70,74 @@ def test_each_strategy_names_the_extra_when_hypothesis_is_missing(tmp_path: Path
     for kind, module, message in raised.values():
         assert (kind, module) == ("ModuleNotFoundError", "hypothesis")
         assert "pip install 'pylog[testing]'" in message
+
+
+# The public names of pylog.testing: users' harnesses import them, so the set only grows on purpose.
+PUBLIC_NAMES = {
+    "MUTATING_OPS",
+    "POWER_LOSS_MODES",
+    "AdvanceClock",
+    "Append",
+    "ApplyRetention",
+    "FaultyFileSystem",
+    "Flush",
+    "Headers",
+    "InvariantViolation",
+    "LogState",
+    "ManualClock",
+    "Op",
+    "PartitionKey",
+    "PowerLossMode",
+    "PowerLossReport",
+    "Record",
+    "Roll",
+    "SimulatedCrash",
+    "Step",
+    "TopicModel",
+    "TruncateTo",
+    "apply_step",
+    "batch_records",
+    "check_invariants",
+    "check_open_log",
+    "corrupt_segment",
+    "crash_and_reopen",
+    "encode_records",
+    "log_state",
+    "merge_expectations",
+    "records",
+    "topic_configs",
+    "workloads",
+}
+
+# Imports pylog.testing in a fresh interpreter (Hypothesis installed) and prints what that loaded, as JSON.
+_IMPORT_ONLY = """
+import json, sys
+import pylog.testing
+print(json.dumps({
+    "all": pylog.testing.__all__,
+    "hypothesis": sorted(m for m in sys.modules if m.split(".")[0] == "hypothesis"),
+    "strategies": "pylog.testing.strategies" in sys.modules,
+}))
+"""
+
+
+def test_importing_pylog_testing_does_not_import_hypothesis() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ONLY], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout.splitlines()[-1])
+    assert result["hypothesis"] == []
+    assert result["strategies"] is False
+    assert set(result["all"]) == PUBLIC_NAMES
+
+
+def test_the_public_names_are_exactly_the_contract() -> None:
+    assert set(testing.__all__) == PUBLIC_NAMES
+    assert len(testing.__all__) == len(PUBLIC_NAMES)
+    for name in PUBLIC_NAMES:
+        assert getattr(testing, name) is not None
 
 
 def test_the_testing_extra_installs_hypothesis() -> None:
