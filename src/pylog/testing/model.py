@@ -6,8 +6,9 @@
 - :class:`TopicModel` does not predict segment layouts; it tracks what the log has promised (records
   acknowledged by ``append``, made durable by ``flush``, possibly removed by retention or truncation), from
   which :func:`merge_expectations` builds the arguments of
-  :func:`~pylog.testing.invariants.check_invariants`. An append that lands elsewhere than the model
-  expects raises :class:`~pylog.testing.invariants.InvariantViolation` at once.
+  :func:`~pylog.testing.invariants.check_invariants`. An answer of the log that contradicts the model
+  (an append landing at other offsets, a flush or truncation ending elsewhere) raises
+  :class:`~pylog.testing.invariants.InvariantViolation` at once.
 
 A :class:`TopicModel` has no lock: drive it (and :func:`apply_step` with it) from one thread at a time.
 """
