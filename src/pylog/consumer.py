@@ -48,7 +48,8 @@ from pylog.errors import (
 )
 from pylog.groups.member import GroupMember, topic_names
 from pylog.groups.store import validate_group_id
-from pylog.record import ATTR_TRANSACTIONAL, BatchHeader, DecodedBatch, RecordLists, decode_lists
+from pylog.partition.visibility import OPEN, VISIBLE, Visibility
+from pylog.record import DecodedBatch, RecordLists, decode_lists
 from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 if TYPE_CHECKING:
@@ -471,13 +472,14 @@ class Consumer:
         if not raw:
             return []
         records: list[ConsumerRecord] = []
+        visibility = self._visible()
         for buf, at in raw:
             b = decode_lists(buf, at)
-            if self._txns is not None and b.header.attributes & ATTR_TRANSACTIONAL:
-                visible = self._visible(b.header)
-                if visible is None:
+            if visibility is not None:
+                verdict = visibility.classify(b.header)
+                if verdict == OPEN:
                     return records  # an open transaction: the last stable offset
-                if not visible:
+                if verdict != VISIBLE:  # aborted, or a control batch
                     self._positions[tp] = b.header.next_offset
                     continue
             stop = self._records(tp, b, pos, records)
@@ -599,36 +601,22 @@ class Consumer:
                     out.append(x)
             return out
 
-    def _visible(self, h: BatchHeader) -> bool | None:
-        """read_committed: True for a committed transactional batch, False for an aborted one, None while
-        its transaction is open (reading stops there). Also aborts transactions past their timeout."""
-        status = self._txns.status(h.producer_id, h.producer_epoch, h.base_sequence)
-        if status == "committed":
-            return True
-        if status == "aborted":
-            return False
-        now = self.log.clock.monotonic_ms()
-        if now >= self._next_expiry_check:
-            self._next_expiry_check = now + 1000
-            if self._txns.abort_expired(self.log.clock.time_ms()):
-                return self._visible(h)
-        return None
+    def _visible(self) -> Visibility | None:
+        """read_committed: the transaction visibility rule (:mod:`pylog.partition.visibility`) for one read,
+        over the transaction log; None for read_uncommitted. A transaction still open past its timeout is
+        aborted when the rule meets it, checked at most once a second of the log's clock."""
+        if self._txns is None:
+            return None
+        return Visibility(self._txns.status, self._abort_expired)
 
-    def _committed_only(self, batches: list[DecodedBatch]) -> tuple[list[DecodedBatch], int | None]:
-        """The batches a read_committed reader may return, up to the first open transaction; and the offset
-        after the last batch looked at when every one was aborted."""
-        out = []
-        skip_to = None
-        for b in batches:
-            if b.header.attributes & ATTR_TRANSACTIONAL:
-                visible = self._visible(b.header)
-                if visible is None:
-                    break
-                if not visible:
-                    skip_to = b.header.next_offset
-                    continue
-            out.append(b)
-        return out, (skip_to if not out else None)
+    def _abort_expired(self) -> bool:
+        """The rule's ``expire`` callback: abort the transactions open past their timeout (at most once a
+        second); True when some were, so the rule asks for the status again."""
+        now = self.log.clock.monotonic_ms()
+        if now < self._next_expiry_check:
+            return False
+        self._next_expiry_check = now + 1000
+        return bool(self._txns.abort_expired(self.log.clock.time_ms()))
 
     def dead_letter(self, record: ConsumerRecord, error: BaseException) -> None:
         """Send ``record`` (one this consumer returned) to ``dead_letter_topic`` with ``error`` in its headers:
@@ -710,8 +698,9 @@ class Consumer:
         self._positions[tp] = self.position(tp)
         self._drop_buffer(tp)
         batches = self._read(tp, self._positions[tp] or 0, limit)
-        if self._txns is not None:
-            batches, skip_to = self._committed_only(batches)
+        visibility = self._visible()
+        if visibility is not None:
+            batches, skip_to = visibility.visible(batches)
             if not batches and skip_to is not None:
                 self._positions[tp] = skip_to
         return batches, self._positions[tp] or 0

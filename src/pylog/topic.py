@@ -19,7 +19,8 @@ from pylog.config import TopicConfig
 from pylog.errors import ConfigError, UnknownPartitionError
 from pylog.partition.keymap import latest_mask
 from pylog.partition.log import PartitionLog
-from pylog.record import ATTR_TRANSACTIONAL, DecodedBatch, decode_batch
+from pylog.partition.visibility import OPEN, VISIBLE, Visibility
+from pylog.record import DecodedBatch, decode_batch
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def _table_of(plog: PartitionLog, status: TxnStatus | None, out: dict[bytes, byt
     ``status``, aborted transactions are skipped and reading stops at the first open one."""
     batches: list[DecodedBatch] = []
     aborted: list[bool] = []
+    visibility = Visibility(status) if status is not None else None
     offset, end = plog.log_start_offset, plog.log_end_offset
     while offset < end:
         chunk = plog.read_raw(offset, 8 << 20)
@@ -47,16 +49,13 @@ def _table_of(plog: PartitionLog, status: TxnStatus | None, out: dict[bytes, byt
             break
         for buf, at in chunk:
             b = decode_batch(buf, at)
-            h = b.header
-            state = "committed"
-            if status is not None and h.attributes & ATTR_TRANSACTIONAL:
-                state = status(h.producer_id, h.producer_epoch, h.base_sequence)
-                if state == "open":
-                    offset = end  # the last stable offset: nothing after it is visible yet
-                    break
+            verdict = visibility.classify(b.header) if visibility is not None else VISIBLE
+            if verdict == OPEN:
+                offset = end  # the last stable offset: nothing after it is visible yet
+                break
             batches.append(b)
-            aborted.append(state == "aborted")
-            offset = h.next_offset
+            aborted.append(verdict != VISIBLE)  # aborted, or a control batch
+            offset = b.header.next_offset
     if not batches:
         return
     counts = [len(b.offsets) for b in batches]

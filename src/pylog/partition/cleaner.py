@@ -70,7 +70,7 @@ import itertools
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -82,6 +82,7 @@ from pylog.errors import CorruptRecordError
 from pylog.partition import files
 from pylog.partition.keymap import latest_mask
 from pylog.partition.segment import Segment
+from pylog.partition.visibility import ABORTED, OPEN, TxnStatus, Visibility
 from pylog.record import ATTR_CONTROL, ATTR_TRANSACTIONAL, DecodedBatch, crc32c, decode_batch, encode_columns
 
 if TYPE_CHECKING:
@@ -96,9 +97,6 @@ __all__ = [
     "read_checkpoint",
     "truncate_checkpoint",
 ]
-
-#: ``(producer_id, producer_epoch, txn) -> "committed" | "aborted" | "open"`` (:meth:`TxnLog.status`).
-TxnStatus = Callable[[int, int, int], str]
 
 _HEAD = struct.Struct("<IHHq")
 _PASS = struct.Struct("<qq")
@@ -306,9 +304,9 @@ def _clean(
         result.skipped = "the dirty ratio is below min_cleanable_dirty_ratio"
         return
     parts: list[_Part] = []
-    statuses: dict[tuple[int, int, int], str] = {}
+    visibility = Visibility(txn_status or _undecided)  # statuses cached for the pass
     for seg in lagged:
-        part = _read(seg, txn_status, statuses)
+        part = _read(seg, visibility)
         if part is None:
             break  # an open transaction: nothing from here on can be compacted yet
         parts.append(part)
@@ -331,10 +329,14 @@ def _due(
     return since >= 0 and now - since >= retention  # a tombstone kept last time may go now
 
 
-def _read(
-    seg: Segment, txn_status: TxnStatus | None, statuses: dict[tuple[int, int, int], str]
-) -> _Part | None:
-    """Map and decode ``seg`` (CRC and offsets checked); None when it holds a batch of an open transaction."""
+def _undecided(producer_id: int, producer_epoch: int, txn: int) -> str:
+    """The status function of a pass given none: no transaction is known to be decided."""
+    return OPEN
+
+
+def _read(seg: Segment, visibility: Visibility) -> _Part | None:
+    """Map and decode ``seg`` (CRC and offsets checked); None when it holds a batch of an open transaction
+    (:mod:`pylog.partition.visibility`: the last stable offset). Aborted batches are marked, to be dropped."""
     view = _map(seg)
     batches: list[tuple[int, DecodedBatch]] = []
     aborted: list[bool] = []
@@ -354,16 +356,11 @@ def _read(
                 path=seg.path,
                 position=pos,
             )
-        state = "committed"
-        if h.attributes & ATTR_TRANSACTIONAL:
-            key = (h.producer_id, h.producer_epoch, h.base_sequence)
-            if key not in statuses:
-                statuses[key] = txn_status(*key) if txn_status is not None else "open"
-            state = statuses[key]
-            if state == "open":
-                return None
+        verdict = visibility.classify(h)
+        if verdict == OPEN:
+            return None
         batches.append((pos, b))
-        aborted.append(state == "aborted")
+        aborted.append(verdict == ABORTED)  # a control batch is kept, as any batch of a decided transaction
         expected = h.next_offset
         pos += h.batch_length
     return _Part(seg, view, batches, aborted)
