@@ -513,7 +513,7 @@ def _replace(
     if not group.changed or not group.size:
         return expected
     segments = [p.seg for p in group.parts]
-    cleaned = files.segment_path(plog.directory, segments[0].base_offset, files.LOG) + ".cleaned"
+    cleaned = files.segment_path(plog.directory, segments[0].base_offset, files.LOG + files.CLEANED)
     _write(cleaned, group.chunks)
     fresh = _swap(plog, segments, cleaned, group.size)
     if fresh is None or expected is None:
@@ -558,48 +558,34 @@ def _swap(plog: PartitionLog, olds: list[Segment], cleaned: str, size: int) -> S
     directory = plog.directory
     base = olds[0].base_offset
     log_path = files.segment_path(directory, base, files.LOG)
-    with plog._lock:
-        plog._refresh()
-        plog._state.lock()
-        try:
-            plog._sync_for_write()
-            bases = [s.base_offset for s in plog._segments[:-1]]
-            i = bases.index(base) if base in bases else -1
-            group = plog._segments[i : i + len(olds)] if i >= 0 else []
-            if [(s.base_offset, s.ino, s.size) for s in group] != [
-                (s.base_offset, s.ino, s.size) for s in olds
-            ]:
-                fs.FS.unlink(cleaned)
-                return None
-            for seg in group:
-                seg.close_fd()
-                seg.drop_map()
-                plog._cache.forget(seg)
-            for suffix in (files.INDEX, files.TIMEINDEX):
-                path = files.segment_path(directory, base, suffix)
-                if os.path.exists(path):
-                    fs.FS.unlink(path)
-            fs.FS.fsync_dir(directory)  # no stale index may outlive the swap
-            fs.FS.rename(cleaned, log_path + files.SWAP)
-            fs.FS.fsync_dir(directory)  # the commit point: recovery completes the swap from here
-            for seg in group[1:]:
-                seg.delete_files()  # merged: its surviving records are in the swap
-            fs.FS.rename(log_path + files.SWAP, log_path)
-            fs.FS.fsync_dir(directory)
-            fresh = Segment(directory, base, plog._cache, dense=False)
-            fresh.size = size
-            scan = fresh.scan(0, size, verify=False, index_interval=plog.config.index_interval_bytes)
-            if scan.error is not None:
-                raise scan.error
-            fresh.add_final_time_entry()  # as a roll leaves a segment
-            fresh.rewrite_indexes()
-            plog._segments[i : i + len(group)] = [fresh]
-            plog._bases[i : i + len(group)] = [base]
-            plog._epoch += 1
-            plog._publish()
-            return fresh
-        finally:
-            plog._state.unlock()
+    with plog.locked_for_write() as layout:
+        group = layout.find_run(olds)
+        if group is None:
+            fs.FS.unlink(cleaned)
+            return None
+        for seg in group:
+            layout.release(seg)
+        for suffix in (files.INDEX, files.TIMEINDEX):
+            path = files.segment_path(directory, base, suffix)
+            if os.path.exists(path):
+                fs.FS.unlink(path)
+        fs.FS.fsync_dir(directory)  # no stale index may outlive the swap
+        fs.FS.rename(cleaned, log_path + files.SWAP)
+        fs.FS.fsync_dir(directory)  # the commit point: recovery completes the swap from here
+        for seg in group[1:]:
+            seg.delete_files()  # merged: its surviving records are in the swap
+        fs.FS.rename(log_path + files.SWAP, log_path)
+        fs.FS.fsync_dir(directory)
+        fresh = layout.new_segment(base, dense=False)
+        fresh.size = size
+        scan = fresh.scan(0, size, verify=False, index_interval=plog.config.index_interval_bytes)
+        if scan.error is not None:
+            raise scan.error
+        fresh.add_final_time_entry()  # as a roll leaves a segment
+        fresh.rewrite_indexes()
+        layout.replace(group, fresh)
+        plog.publish()
+        return fresh
 
 
 def _record(
@@ -613,18 +599,12 @@ def _record(
     """Append the pass to the checkpoint (read again under the lock: truncation may have lowered it), if the
     cleaned range is still exactly what the pass left."""
     last = parts[-1].seg
-    with plog._lock:
-        plog._refresh()
-        plog._state.lock()
-        try:
-            plog._sync_for_write()
-            now_there = {s.base_offset: s.ino for s in plog._segments if s.base_offset <= last.base_offset}
-            if expected is None or now_there != expected:
-                result.problems.append("the partition changed during the pass: the pass is not recorded")
-                return
-            current, _ = load_checkpoint(plog.directory)
-            updated = current.after_pass(last.next_offset, now, plog.config.delete_retention_ms, since)
-            if updated != current:
-                _store_checkpoint(plog.directory, updated)
-        finally:
-            plog._state.unlock()
+    with plog.locked_for_write() as layout:
+        now_there = {s.base_offset: s.ino for s in layout if s.base_offset <= last.base_offset}
+        if expected is None or now_there != expected:
+            result.problems.append("the partition changed during the pass: the pass is not recorded")
+            return
+        current, _ = load_checkpoint(plog.directory)
+        updated = current.after_pass(last.next_offset, now, plog.config.delete_retention_ms, since)
+        if updated != current:
+            _store_checkpoint(plog.directory, updated)

@@ -24,13 +24,20 @@ import re
 __all__ = [
     "CHECKPOINT",
     "CLEANER_CHECKPOINT",
+    "CLEANED",
     "CLEANER_LOCK",
+    "DELETED",
     "INDEX",
     "LOG",
     "STATE",
+    "SWAP",
+    "TEMP_SUFFIXES",
     "TIMEINDEX",
+    "TMP",
+    "parse_partition_dir_name",
     "parse_segment_name",
     "partition_dir",
+    "partition_dir_name",
     "segment_path",
 ]
 
@@ -41,13 +48,31 @@ STATE = "partition.state"
 CHECKPOINT = "recovery.checkpoint"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
 CLEANER_LOCK = "cleaner.lock"
-TEMP_SUFFIXES = (".tmp", ".cleaned", ".deleted")
+TMP = ".tmp"
+CLEANED = ".cleaned"
+DELETED = ".deleted"
 SWAP = ".swap"
+TEMP_SUFFIXES = (TMP, CLEANED, DELETED)
 _SEGMENT = re.compile(r"^(\d{20})\.(log|index|timeindex)(\.swap|\.cleaned|\.deleted|\.tmp)?$")
+_PARTITION_DIR = re.compile(r"^(.+)-(0|[1-9]\d*)$")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """The name of a partition's directory in the log root: ``<topic>-<partition>``."""
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
+    """``(topic, partition)`` for a partition directory name, else None. A topic name may hold ``-`` itself:
+    the partition number is what follows the last one."""
+    m = _PARTITION_DIR.match(name)
+    if m is None:
+        return None
+    return m.group(1), int(m.group(2))
 
 
 def partition_dir(root: str, topic: str, partition: int) -> str:
-    return os.path.join(root, f"{topic}-{partition}")
+    return os.path.join(root, partition_dir_name(topic, partition))
 
 
 def segment_path(directory: str, base_offset: int, suffix: str) -> str:

@@ -17,7 +17,7 @@ Crash contract:
 
 from __future__ import annotations
 
-import bisect
+import contextlib
 import os
 import struct
 import threading
@@ -45,6 +45,7 @@ from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
 from pylog.partition.cleaner import CleanResult, TxnStatus, clean_partition
 from pylog.partition.segment import MapCache, Segment, inode_of
+from pylog.partition.segments import SegmentList
 from pylog.partition.state import FrozenState, PartitionState, Snapshot
 from pylog.record import (
     _CRC_START,
@@ -159,14 +160,11 @@ class PartitionLog:
         self.partition = partition
         self.config = config
         self.clock = clock
-        self._cache = cache
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()  # held by the thread running the shared fsync
         self._flush_done = threading.Condition(threading.Lock())  # notified when a shared fsync ends
         self._flushing = False
-        self._segments: list[Segment] = []
-        self._bases: list[int] = []
-        self._epoch = -1
+        self._segments = SegmentList(directory, cache, dense=not config.compacted)
         self._seq_seen = -1
         self._closed = False
         self._unflushed_records = 0
@@ -200,7 +198,7 @@ class PartitionLog:
         )
         if not bases:
             return Snapshot(0, 0, 0, 0, -1)  # never used: its files would appear on first use
-        seg = Segment(self.directory, bases[-1], self._cache, dense=not self.config.compacted)
+        seg = self._segments.new_segment(bases[-1])
         result = seg.scan(0, seg.file_size(), verify=True, index_interval=self.config.index_interval_bytes)
         seg.drop_map()
         return Snapshot(seg.next_offset, seg.base_offset, result.end, 0, seg.max_timestamp)
@@ -260,7 +258,7 @@ class PartitionLog:
     def _snapshot(self) -> Snapshot:
         active = self._segments[-1]
         return Snapshot(
-            active.next_offset, active.base_offset, active.size, self._epoch, active.max_timestamp
+            active.next_offset, active.base_offset, active.size, self._segments.epoch, active.max_timestamp
         )
 
     def _publish(self) -> None:
@@ -299,7 +297,7 @@ class PartitionLog:
         self._seq_seen = seq
 
     def _apply(self, snap: Snapshot) -> None:
-        if snap.layout_epoch != self._epoch or not self._segments:
+        if snap.layout_epoch != self._segments.epoch or not len(self._segments):
             self._load_layout(snap)
             return
         active = self._segments[-1]
@@ -332,7 +330,7 @@ class PartitionLog:
             for p in map(files.parse_segment_name, names)
             if p and p[1] == files.LOG and not p[2] and p[0] <= snap.active_base_offset
         )
-        known = {s.base_offset: s for s in self._segments}
+        known = self._segments.by_base()
         segments: list[Segment] = []
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
@@ -355,17 +353,15 @@ class PartitionLog:
                 old.close_fd()
                 old.drop_map()
         if not segments and self.read_only:
-            segments = [Segment(self.directory, 0, self._cache)]  # never used: empty
+            segments = [self._segments.new_segment(0, dense=False)]  # never used: empty
         if not segments:
             raise CorruptRecordError(f"{self.directory}: no segment files")
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._epoch = snap.layout_epoch
+        self._segments.reset(segments, snap.layout_epoch)
 
     def _open_segment(self, base: int, size: int | None) -> Segment:
         """Open an existing segment: trust the published size, load (or rebuild in memory) its indexes, and
         find its end offset by scanning from the last indexed batch."""
-        seg = Segment(self.directory, base, self._cache, dense=not self.config.compacted)
+        seg = self._segments.new_segment(base)
         interval = self.config.index_interval_bytes
         result = seg.load_trusted(seg.file_size() if size is None else size, interval)
         if result is None:
@@ -379,7 +375,7 @@ class PartitionLog:
         from pylog.partition.recovery import rescan_active
 
         rescan_active(self)
-        self._epoch += 1
+        self._segments.bump_epoch()
         self._state.reset(self._snapshot())
 
     # -- appending --------------------------------------------------------------------------------------
@@ -401,19 +397,52 @@ class PartitionLog:
         else:  # a large batch is written as its patched header and the rest as given, not copied
             view = memoryview(batch)
             buf, rest = bytearray(view[:HEADER_SIZE]), view[HEADER_SIZE:]
+        with self.locked_for_write(appending=True):
+            return self._append_locked(buf, rest)
+
+    @contextlib.contextmanager
+    def locked_for_write(self, *, appending: bool = False) -> Iterator[SegmentList]:
+        """Hold the partition for a change: the thread lock, then the file lock (``flock`` on
+        ``partition.state``), then catch up with what other processes published (repairing a torn publish).
+        Yields the segment list, which the caller may change; it publishes the change with :meth:`publish`
+        before the block ends. Every writer (append, roll, retention, truncation, the cleaner's swaps) goes
+        through here, so the lock order is always thread lock, then file lock.
+
+        ``appending`` skips the lock-free catch-up before the file lock (the catch-up under it suffices) and
+        refuses to go on when the partition's files were deleted meanwhile (its topic was deleted by another
+        process or Log): an append there would be acknowledged into unlinked files and lost."""
         with self._lock:
-            self._ready()  # catching up with other writers is done under the file lock
+            if appending:
+                self._ready()  # catching up with other writers is done under the file lock
+            else:
+                self._refresh()
             self._state.lock()
             try:
-                if self._state.deleted():
+                if appending and self._state.deleted():
                     raise UnknownTopicError(
                         f"partition {self.topic}-{self.partition} was deleted (its topic was deleted by another "
                         "process or Log): nothing was written"
                     )
                 self._sync_for_write()
-                return self._append_locked(buf, rest)
+                yield self._segments
             finally:
                 self._state.unlock()
+
+    def publish(self) -> None:
+        """Publish the segment list (its active segment's end and size, its layout epoch) in the shared state,
+        where other processes and threads pick it up. Only inside :meth:`locked_for_write`."""
+        self._publish()
+
+    @property
+    def segment_list(self) -> SegmentList:
+        """The owner of the segment layout. Read it under the partition's locks; recovery (which runs with
+        the file lock held, before any other thread has the partition) changes it through its methods."""
+        return self._segments
+
+    def reset_state(self) -> None:
+        """Overwrite a torn or stale shared state with the in-memory layout (recovery, file lock held)."""
+        self._state.reset(self._snapshot())
+        self._seq_seen = self._state.seq
 
     def _sync_for_write(self) -> None:
         """With the lock held: repair a torn publish, then catch up with appends of other processes.
@@ -466,16 +495,10 @@ class PartitionLog:
 
     def roll(self) -> Segment:
         """Close the active segment and start a new one at the log end offset (no-op if it is empty)."""
-        with self._lock:
-            self._refresh()
-            self._state.lock()
-            try:
-                self._sync_for_write()
-                if self._segments[-1].size == 0:
-                    return self._segments[-1]
-                return self._roll()
-            finally:
-                self._state.unlock()
+        with self.locked_for_write():
+            if self._segments[-1].size == 0:
+                return self._segments[-1]
+            return self._roll()
 
     def _roll(self) -> Segment:
         old = self._segments[-1]
@@ -484,7 +507,7 @@ class PartitionLog:
             fs.FS.ftruncate(old.open_fd(), old.size)
         old.flush()
         old.close_fd()
-        seg = Segment(self.directory, old.next_offset, self._cache, dense=not self.config.compacted)
+        seg = self._segments.new_segment(old.next_offset)
         fd = fs.FS.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         seg.fd = fd
         seg.ino = os.fstat(fd).st_ino
@@ -501,9 +524,7 @@ class PartitionLog:
             except OSError:
                 pass  # an empty leftover is skipped by _load_layout and removed by recovery
             raise
-        self._segments.append(seg)
-        self._bases.append(seg.base_offset)
-        self._epoch += 1
+        self._segments.append_segment(seg)
         self._publish()
         # the final time entry only now: a roll killed before the publish leaves the old segment active,
         # and an active segment's index files must not hold it (the next writer's entries would not match)
@@ -570,10 +591,6 @@ class PartitionLog:
 
     # -- reading ----------------------------------------------------------------------------------------
 
-    def _segment_index(self, offset: int) -> int:
-        i = bisect.bisect_right(self._bases, offset) - 1
-        return max(i, 0)
-
     def read(self, offset: int, max_bytes: int = 1 << 20) -> list[DecodedBatch]:
         """Decoded batches starting with the one holding ``offset`` (the first may start before it), up to
         about ``max_bytes`` (always at least one batch when ``offset`` < log end). CRC-checked."""
@@ -610,7 +627,7 @@ class PartitionLog:
                 )
             out: list[tuple[memoryview | bytes, int]] = []
             total = 0
-            i = self._segment_index(offset)
+            i = self._segments.index_for(offset)
             last = len(self._segments) - 1
             while i <= last and total < max_bytes:
                 seg = self._segments[i]
@@ -626,7 +643,7 @@ class PartitionLog:
                         hint is not None
                         and hint[0] == offset
                         and hint[1] == seg.base_offset
-                        and hint[3] == self._epoch
+                        and hint[3] == self._segments.epoch
                     ):
                         first = hint[2]
                         expect = (offset, False)  # continues the batch the previous read ended with
@@ -636,9 +653,9 @@ class PartitionLog:
                 pos = self._read_segment(seg, first, max_bytes - total, i == last, out, expect)
                 total += pos - first
                 if pos < seg.size:  # budget used up inside this segment
-                    self._hint = (_next_of(out), seg.base_offset, pos, self._epoch)
+                    self._hint = (_next_of(out), seg.base_offset, pos, self._segments.epoch)
                     break
-                self._hint = (seg.next_offset, seg.base_offset, pos, self._epoch)
+                self._hint = (seg.next_offset, seg.base_offset, pos, self._segments.epoch)
                 i += 1
             return out
 
@@ -739,14 +756,8 @@ class PartitionLog:
         c = self.config
         if not c.deletes or (c.retention_ms < 0 and c.retention_bytes < 0):
             return 0
-        with self._lock:
-            self._refresh()
-            self._state.lock()
-            try:
-                self._sync_for_write()
-                return self._retention_locked(self.clock.time_ms())
-            finally:
-                self._state.unlock()
+        with self.locked_for_write():
+            return self._retention_locked(self.clock.time_ms())
 
     def _retention_locked(self, now: int) -> int:
         c = self.config
@@ -768,9 +779,7 @@ class PartitionLog:
             total -= seg.size
         if not doomed:
             return 0
-        self._segments = self._segments[len(doomed) :]
-        self._bases = self._bases[len(doomed) :]
-        self._epoch += 1
+        self._segments.remove_oldest(len(doomed))
         self._publish()
         for seg in doomed:
             seg.delete_files()
@@ -792,21 +801,14 @@ class PartitionLog:
 
         Truncation works on batch boundaries, as Kafka's does: a batch holding ``offset`` is removed whole."""
         _check_offset(offset)
-        with self._lock:
-            self._refresh()
-            self._state.lock()
-            try:
-                self._sync_for_write()
-                from pylog.partition.recovery import truncate_segments
+        from pylog.partition.recovery import truncate_segments
 
-                truncate_segments(self, offset)
-                self._epoch += 1
-                self._publish()
-                if self.flushed_offset > self._segments[-1].next_offset:
-                    self.flushed_offset = self._segments[-1].next_offset
-                return self._segments[-1].next_offset
-            finally:
-                self._state.unlock()
+        with self.locked_for_write():
+            truncate_segments(self, offset)
+            self._publish()
+            if self.flushed_offset > self._segments[-1].next_offset:
+                self.flushed_offset = self._segments[-1].next_offset
+            return self._segments[-1].next_offset
 
     # -- checking ---------------------------------------------------------------------------------------
 
@@ -824,7 +826,7 @@ class PartitionLog:
             buf = seg.view()
             pos = 0
             intact = True
-            rebuilt = Segment(self.directory, seg.base_offset, self._cache)
+            rebuilt = self._segments.new_segment(seg.base_offset, dense=False)
             while pos < seg.size:
                 try:
                     h = decode_header(buf, pos, seg.size)
@@ -859,9 +861,7 @@ class PartitionLog:
             finally:
                 self._closed = True
                 for seg in self._segments:
-                    seg.close_fd()
-                    seg.drop_map()
-                    self._cache.forget(seg)
+                    self._segments.release(seg)
                 if not self._suspended:
                     self._state.close()
                 if self._handles is not None:
@@ -878,9 +878,7 @@ class PartitionLog:
                 return False
             try:
                 for seg in self._segments:
-                    seg.close_fd()
-                    seg.drop_map()
-                    self._cache.forget(seg)
+                    self._segments.release(seg)
                 self._state.close()
                 self._suspended = True
                 return True

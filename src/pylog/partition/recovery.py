@@ -45,7 +45,7 @@ def _clean_directory(directory: str, report: RecoveryReport) -> list[int]:
         parsed = files.parse_segment_name(name)
         path = os.path.join(directory, name)
         if parsed is None:
-            if name.endswith(".tmp"):
+            if name.endswith(files.TMP):
                 fs.FS.unlink(path)
                 report.temp_files_removed += 1
             continue
@@ -74,20 +74,19 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
     report = RecoveryReport(clean_shutdown=clean_shutdown)
     directory = plog.directory
     bases = _clean_directory(directory, report)
-    cache = plog._cache
+    layout = plog.segment_list
     interval = plog.config.index_interval_bytes
     if not bases:
-        seg = Segment(directory, 0, cache)
+        seg = layout.new_segment(0, dense=False)
         fd = fs.FS.open(seg.path, os.O_RDWR | os.O_CREAT)
         fs.FS.fsync(fd)
         fs.FS.close(fd)
         fs.FS.fsync_dir(directory)
         bases = [0]
     point = plog.checkpoint.read()
-    dense = not plog.config.compacted
     segments: list[Segment] = []
     for i, base in enumerate(bases):
-        seg = Segment(directory, base, cache, dense=dense)
+        seg = layout.new_segment(base)
         seg.size = seg.file_size()
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         trusted = clean_shutdown or (next_base is not None and next_base <= point)
@@ -98,13 +97,13 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
             if fast is not None and fast.error is None and fast.end == seg.size and fits:
                 segments.append(seg)
                 continue
-            seg = Segment(directory, base, cache, dense=dense)
+            seg = layout.new_segment(base)
             seg.size = seg.file_size()
         result = None
         if next_base is None:
             result = seg.load_from_point(seg.size, point, interval)
             if result is None:  # it may have loaded part of the indexes: validate a fresh segment
-                seg = Segment(directory, base, cache, dense=dense)
+                seg = layout.new_segment(base)
                 seg.size = seg.file_size()
         if result is None:
             result = seg.scan(0, seg.size, verify=True, index_interval=interval)
@@ -130,7 +129,7 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
             seg.rewrite_indexes()
             segments.append(seg)
             for later in bases[i + 1 :]:
-                dead = Segment(directory, later, cache)
+                dead = layout.new_segment(later, dense=False)
                 report.bytes_truncated += dead.file_size()
                 dead.delete_files()
                 report.segments_removed += 1
@@ -143,9 +142,7 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
         segments = _drop_covered(segments, report)
     segments = _drop_strays(segments, report)
     _check_contiguous(segments, plog.config.compacted)
-    plog._segments = segments
-    plog._bases = [s.base_offset for s in segments]
-    plog._epoch = max(plog._epoch, 0) + 1
+    layout.reset(segments)
     active = segments[-1]
     changed = report.bytes_truncated or report.segments_removed or report.swaps_completed
     if changed or active.next_offset != point:
@@ -153,8 +150,7 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
         # nothing to fix the files already are (the last closer fsynced them), so opening costs no fsync
         fs.FS.fsync(active.open_fd())
         fs.FS.fsync_dir(directory)
-    plog._state.reset(plog._snapshot())
-    plog._seq_seen = plog._state.seq
+    plog.reset_state()
     if active.next_offset != point:
         plog.checkpoint.write(active.next_offset, sync=True)
     if active.next_offset < point:
@@ -211,7 +207,7 @@ def _check_contiguous(segments: list[Segment], compacted: bool) -> None:
 
 def rescan_active(plog: PartitionLog) -> None:
     """After a writer died mid-publish: find the valid end of the active segment from its start."""
-    active = plog._segments[-1]
+    active = plog.segment_list.active
     active.size = active.file_size()
     result = active.scan(0, active.size, verify=True, index_interval=plog.config.index_interval_bytes)
     active.size = result.end
@@ -221,12 +217,12 @@ def rescan_active(plog: PartitionLog) -> None:
 def truncate_segments(plog: PartitionLog, offset: int) -> None:
     """Drop every batch whose last offset is >= ``offset`` (lock held). Published data is never shrunk in
     place: the kept prefix is copied to ``.cleaned``, fsynced, renamed to ``.swap`` and then over the log."""
-    segments = plog._segments
-    reopened = False
-    while len(segments) > 1 and segments[-1].base_offset >= offset:
-        segments.pop().delete_files()
-        reopened = True
-    seg = segments[-1]
+    segments = plog.segment_list
+    gone = segments.truncate(offset)
+    for dead in gone:
+        dead.delete_files()
+    reopened = bool(gone)
+    seg = segments.active
     position = seg.position_for(offset) if seg.size else 0
     if reopened and position == seg.size:
         # a sealed segment becomes the active one again, whole: its indexes lose the final time entry its
@@ -235,7 +231,7 @@ def truncate_segments(plog: PartitionLog, offset: int) -> None:
         seg.rewrite_indexes()
     if position < seg.size:
         keep = bytes(seg.view(position)) if position else b""
-        cleaned = seg.path + ".cleaned"
+        cleaned = seg.path + files.CLEANED
         fd = fs.FS.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             fs.FS.pwrite(fd, keep, 0)
@@ -250,7 +246,6 @@ def truncate_segments(plog: PartitionLog, offset: int) -> None:
         seg.size = position
         seg.scan(0, position, verify=False, index_interval=plog.config.index_interval_bytes)
         seg.rewrite_indexes()
-    plog._bases = [s.base_offset for s in segments]
     point = min(plog.checkpoint.read(), seg.next_offset)
     plog.checkpoint.reset(point)
     truncate_checkpoint(plog.directory, seg.next_offset)  # records written there again are dirty

@@ -520,7 +520,7 @@ class Segment:
         self.close_fd()
         self.drop_map()
         self._cache.forget(self)
-        deleted = self.path + ".deleted"
+        deleted = self.path + files.DELETED
         try:
             fs.FS.rename(self.path, deleted)
         except FileNotFoundError:
