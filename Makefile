@@ -21,6 +21,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
 	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict src/pylog

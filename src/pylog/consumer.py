@@ -53,7 +53,7 @@ from pylog.record import DecodedBatch, RecordLists, decode_lists
 from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 if TYPE_CHECKING:
-    from pylog.log import Log
+    from pylog.directory import LogDirectory
     from pylog.partition.log import PartitionLog
 
 __all__ = ["Consumer"]
@@ -72,7 +72,7 @@ class Consumer:
 
     def __init__(
         self,
-        log: Log,
+        log: LogDirectory,
         *topics: str,
         group_id: str | None = None,
         auto_offset_reset: str = "latest",
@@ -142,7 +142,7 @@ class Consumer:
     def _check(self) -> None:
         if self._closed:
             raise LogClosedError("the consumer is closed")
-        self.log._check()
+        self.log.check_open()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Manually assign partitions (no group management). Replaces the previous assignment."""

@@ -36,10 +36,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pylog.directory import validate_topic_name
 from pylog.errors import ConfigError, TopicExistsError
+from pylog.producer import Producer
 
 if TYPE_CHECKING:
-    from pylog.log import Log
+    from pylog.directory import LogDirectory
 
 __all__ = ["POLICIES", "DeadLetters"]
 
@@ -49,7 +51,7 @@ POLICIES = ("raise", "skip", "dead_letter")
 class DeadLetters:
     """Sends records to a dead-letter topic. Not thread-safe: belongs to one consumer."""
 
-    def __init__(self, log: Log, topic: str | None, policy: str) -> None:
+    def __init__(self, log: LogDirectory, topic: str | None, policy: str) -> None:
         if policy not in POLICIES:
             raise ConfigError(
                 f"on_deserialization_error must be one of {', '.join(POLICIES)}, got {policy!r}"
@@ -57,8 +59,6 @@ class DeadLetters:
         if policy == "dead_letter" and not topic:
             raise ConfigError('on_deserialization_error="dead_letter" needs dead_letter_topic')
         if topic is not None:
-            from pylog.log import validate_topic_name
-
             validate_topic_name(topic)
         self.log = log
         self.topic = topic
@@ -85,7 +85,9 @@ class DeadLetters:
                     self.log.create_topic(self.topic)
                 except TopicExistsError:
                     pass  # created meanwhile by another consumer
-            self._producer = self.log.producer(acks=1, key_serializer=None, value_serializer=None)
+            self._producer = self.log.register_producer(
+                Producer(self.log, acks=1, key_serializer=None, value_serializer=None)
+            )
         key, value, headers = raw
         extra = [
             ("pylog.dlq.topic", topic.encode()),

@@ -35,13 +35,15 @@ from pylog.errors import (
     PylogError,
     StorageError,
 )
+from pylog.groups.admin import stage_transactional_offsets
+from pylog.partition.log import AppendInfo
 from pylog.producer import Producer
 from pylog.record import decode_header
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from pylog.log import Log
-    from pylog.partition.log import AppendInfo, PartitionLog
+    from pylog.directory import LogDirectory
+    from pylog.partition.log import PartitionLog
 
 __all__ = ["IdempotentProducer"]
 
@@ -52,7 +54,7 @@ class IdempotentProducer(Producer):
 
     def __init__(
         self,
-        log: Log,
+        log: LogDirectory,
         *,
         enable_idempotence: bool = True,
         transactional_id: str | None = None,
@@ -138,8 +140,6 @@ class IdempotentProducer(Producer):
 
     def _find(self, plog: PartitionLog, start: int, sequence: int) -> AppendInfo | None:
         """The batch of this producer with ``sequence`` at or after offset ``start``, if it was written."""
-        from pylog.partition.log import AppendInfo
-
         position = max(start, plog.log_start_offset)
         while position < plog.log_end_offset:
             chunk = plog.read_raw(position, 1 << 20)
@@ -204,8 +204,6 @@ class IdempotentProducer(Producer):
         if self._txn < 0:
             raise IllegalStateError("commit_transaction() needs an open transaction")
         self.flush()  # appends and fsyncs every pending record of the transaction (acks="all")
-        from pylog.groups.admin import stage_transactional_offsets
-
         for group, offsets in self._txn_offsets.items():
             stage_transactional_offsets(
                 self.log, group, offsets, (self.producer_id, self.producer_epoch, self._txn)

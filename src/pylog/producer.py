@@ -32,6 +32,7 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
+from pylog.directory import FORK_GENERATION
 from pylog.errors import (
     ConfigError,
     DeliveryError,
@@ -57,7 +58,7 @@ from pylog.record import (
 from pylog.structs import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from pylog.log import Log
+    from pylog.directory import LogDirectory
     from pylog.partition.log import AppendInfo, PartitionLog
     from pylog.topic import Topic
 
@@ -243,7 +244,7 @@ class Producer:
 
     def __init__(
         self,
-        log: Log,
+        log: LogDirectory,
         *,
         acks: int | str = 1,
         linger_ms: float = 0,
@@ -302,7 +303,7 @@ class Producer:
         self._lock = threading.Lock()
         self._drain_lock = threading.RLock()
         self._pending: dict[str, _Pending] = {}
-        self._topics = log._topics  # the open topics (send's fast lookup; log.topic() opens the others)
+        self._topics = log.open_topics  # the open topics (send's fast lookup; log.topic() opens the others)
         self._sticky = StickyPartitioner(min(batch_size, KEYLESS_RUN_BYTES))
         self._closed = False
         self._callbacks: list[tuple[FutureRecordMetadata, Any, Any]] = []
@@ -312,7 +313,7 @@ class Producer:
         self._finished_cond = threading.Condition()
         self._finish_waiters = 0
         self._sender_idle = False  # blocked on _wakeup (set by the sender thread only)
-        self._fork = log._fork_generation
+        self._fork = log.fork_generation
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
 
@@ -841,7 +842,7 @@ class Producer:
         and nobody has seen their failure through their futures; the error says how many and why (each
         failure is reported once). :class:`~pylog.errors.KafkaTimeoutError` if another thread's write held
         the queue past ``timeout`` seconds."""
-        if self._fork != self.log._fork_generation or self.log._fork_generation != _fork_now():
+        if self._fork != self.log.fork_generation or self.log.fork_generation != _fork_now():
             raise ForkedProcessError("this producer was created before fork(); create a new one in the child")
         self._drain_all()
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
@@ -999,9 +1000,7 @@ def _record_options(
 
 
 def _fork_now() -> int:
-    from pylog.log import _FORK_GENERATION
-
-    return _FORK_GENERATION[0]
+    return FORK_GENERATION[0]
 
 
 def _group(parts: npt.NDArray[np.int32]) -> list[npt.NDArray[np.intp]]:

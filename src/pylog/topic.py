@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -24,10 +25,13 @@ from pylog.record import DecodedBatch, decode_batch
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
-    from pylog.log import Log
+    from pylog.clock import Clock
     from pylog.partition.cleaner import CleanResult, TxnStatus
+    from pylog.partition.log import HandleBudget, RecoveryReport
+    from pylog.partition.segment import MapCache
+    from pylog.transactions import TxnLog
 
-__all__ = ["Topic"]
+__all__ = ["Topic", "TopicEnv"]
 
 _DEFAULT: Any = object()
 
@@ -87,13 +91,28 @@ def _pick(data: memoryview, bounds: npt.NDArray[np.int64], idx: npt.NDArray[np.i
     return [raw[a:z] for a, z in zip(bounds[idx].tolist(), bounds[idx + 1].tolist(), strict=True)]
 
 
+@dataclass(frozen=True)
+class TopicEnv:
+    """What a topic's partitions need from the log directory that opens them."""
+
+    path: str  # the log root
+    clock: Clock
+    map_cache: MapCache
+    handles: HandleBudget
+    session: int  # the directory's session id (see pylog.directory)
+    clean_start: bool  # the session started from a clean shutdown
+    read_only: bool
+    recovery: dict[str, RecoveryReport]  # filled in as partitions are opened: "topic-partition" -> report
+    transactions: Callable[[], TxnLog]  # the directory's transaction log, opened on first use
+
+
 class Topic:
     """Partitions of one topic. Obtain with :meth:`pylog.Log.topic` or :meth:`pylog.Log.create_topic`."""
 
     def __init__(
-        self, log: Log, name: str, partitions: int, config: TopicConfig, topic_id: str | None = None
+        self, env: TopicEnv, name: str, partitions: int, config: TopicConfig, topic_id: str | None = None
     ) -> None:
-        self.log = log
+        self.env = env
         self.name = name
         self.topic_id = topic_id  # random, given at creation: a topic deleted and created again is another
         self.num_partitions = partitions
@@ -121,22 +140,22 @@ class Topic:
         with self._lock:
             plog = self._partitions.get(number)
             if plog is None:
-                directory = os.path.join(self.log.path, f"{self.name}-{number}")
+                directory = os.path.join(self.env.path, f"{self.name}-{number}")
                 plog = PartitionLog(
                     directory,
                     self.name,
                     number,
                     self.config,
-                    self.log.clock,
-                    self.log.map_cache,
-                    handles=self.log.handles,
-                    session=self.log.session,
-                    clean_shutdown=self.log.clean_start,
-                    read_only=self.log.read_only,
+                    self.env.clock,
+                    self.env.map_cache,
+                    handles=self.env.handles,
+                    session=self.env.session,
+                    clean_shutdown=self.env.clean_start,
+                    read_only=self.env.read_only,
                 )
                 self._partitions[number] = plog
                 if plog.validated:
-                    self.log.recovery[f"{self.name}-{number}"] = plog.report
+                    self.env.recovery[f"{self.name}-{number}"] = plog.report
             return plog
 
     def grow(self, partitions: int) -> None:
@@ -172,9 +191,9 @@ class Topic:
 
     def _txn_status(self, producer_id: int, producer_epoch: int, txn: int) -> str:
         """The state of a transaction, for the cleaner: an open one past its timeout is aborted first."""
-        txns = self.log.transactions()
+        txns = self.env.transactions()
         status = str(txns.status(producer_id, producer_epoch, txn))
-        if status == "open" and txns.abort_expired(self.log.clock.time_ms()):
+        if status == "open" and txns.abort_expired(self.env.clock.time_ms()):
             status = str(txns.status(producer_id, producer_epoch, txn))
         return status
 

@@ -17,7 +17,7 @@ from pylog.groups.store import GroupStore, group_ids, to_topic_partition, valida
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from pylog.log import Log
+    from pylog.directory import LogDirectory
 
 __all__ = ["GroupDescription", "MemberDescription", "describe_group", "list_groups"]
 
@@ -46,18 +46,18 @@ class GroupDescription:
     members: list[MemberDescription] = field(default_factory=list)
 
 
-def list_groups(log: Log) -> list[str]:
+def list_groups(log: LogDirectory) -> list[str]:
     return group_ids(log.path)
 
 
-def _store(log: Log, group_id: str) -> GroupStore:
+def _store(log: LogDirectory, group_id: str) -> GroupStore:
     validate_group_id(group_id)
     if group_id not in group_ids(log.path):
         raise UnknownGroupError(f"unknown consumer group {group_id!r}")
     return GroupStore(log.path, group_id, create=False)
 
 
-def _live_state(log: Log, store: GroupStore) -> dict[str, Any]:
+def _live_state(log: LogDirectory, store: GroupStore) -> dict[str, Any]:
     """The state after expelling members that died or whose session expired (under the lock)."""
     with store.lock():
         state = store.read_state()
@@ -69,7 +69,7 @@ def _live_state(log: Log, store: GroupStore) -> dict[str, Any]:
     return state
 
 
-def describe_group(log: Log, group_id: str) -> GroupDescription:
+def describe_group(log: LogDirectory, group_id: str) -> GroupDescription:
     store = _store(log, group_id)
     try:
         state = _live_state(log, store)
@@ -96,7 +96,7 @@ def describe_group(log: Log, group_id: str) -> GroupDescription:
     )
 
 
-def group_offsets(log: Log, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+def group_offsets(log: LogDirectory, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
     store = _store(log, group_id)
     try:
         return dict(sorted(store.offsets().items()))
@@ -104,7 +104,7 @@ def group_offsets(log: Log, group_id: str) -> dict[TopicPartition, OffsetAndMeta
         store.close()
 
 
-def group_lag(log: Log, group_id: str) -> dict[TopicPartition, int]:
+def group_lag(log: LogDirectory, group_id: str) -> dict[TopicPartition, int]:
     """Per partition with a committed offset: log end offset minus committed offset."""
     out = {}
     for tp, om in group_offsets(log, group_id).items():
@@ -113,7 +113,7 @@ def group_lag(log: Log, group_id: str) -> dict[TopicPartition, int]:
     return out
 
 
-def reset_group_offsets(log: Log, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+def reset_group_offsets(log: LogDirectory, group_id: str, offsets: dict[TopicPartition, int]) -> None:
     """Set committed offsets (clamped to nothing: each must lie within its partition's offsets)."""
     validate_group_id(group_id)
     if not isinstance(offsets, Mapping):
@@ -166,7 +166,7 @@ def forget_topic_offsets(root: str, topic: str, now_ms: int) -> int:
     return removed
 
 
-def delete_group(log: Log, group_id: str) -> None:
+def delete_group(log: LogDirectory, group_id: str) -> None:
     store = _store(log, group_id)
     try:
         with store.lock():
@@ -181,7 +181,10 @@ def delete_group(log: Log, group_id: str) -> None:
 
 
 def stage_transactional_offsets(
-    log: Log, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata], txn: tuple[int, int, int]
+    log: LogDirectory,
+    group_id: str,
+    offsets: dict[TopicPartition, OffsetAndMetadata],
+    txn: tuple[int, int, int],
 ) -> None:
     """Write a transaction's offsets for ``group_id``, durably, tagged with the transaction: they count once
     its commit decision is written (see :mod:`pylog.groups.store`). Each offset must lie within its partition."""

@@ -53,7 +53,7 @@ from pylog.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from pylog.consumer import Consumer
-    from pylog.log import Log
+    from pylog.directory import LogDirectory
 
 __all__ = ["GroupMember", "topic_names"]
 
@@ -61,7 +61,7 @@ _CHECK_S = 0.05  # how often the heartbeat thread looks at the group's state fil
 _COUNTER = itertools.count(1)
 
 
-def topic_names(log: Log) -> list[str]:
+def topic_names(log: LogDirectory) -> list[str]:
     """``log.topics()``, which also refreshes the Log's view of topics changed by other processes. Closing a
     topic that another process deleted can fail to flush its (removed) files: the topic is dropped all the
     same, so the second look succeeds."""

@@ -53,6 +53,7 @@ from pylog import fs, journal
 from pylog.errors import ConfigError, CorruptRecordError, InvalidOffsetError, UnsupportedFormatError
 from pylog.record import crc32c
 from pylog.structs import OffsetAndMetadata, TopicPartition
+from pylog.transactions import TxnLog
 
 __all__ = ["GROUPS_DIR", "GroupStore", "group_ids", "to_topic_partition", "validate_group_id"]
 
@@ -270,8 +271,6 @@ class GroupStore:
 
     def _txn_status(self, txn: tuple[int, int, int]) -> str:
         if self._txn_log is None:
-            from pylog.transactions import TxnLog
-
             self._txn_log = TxnLog(self.root)
         status: str = self._txn_log.status(*txn)
         return status

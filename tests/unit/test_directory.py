@@ -18,6 +18,7 @@ import pytest
 
 import pylog
 from pylog import errors, fs
+from pylog.record import crc32c
 
 
 def _tree(path: str) -> dict[str, bytes | None]:
@@ -222,7 +223,7 @@ def test_a_manifest_from_before_topic_journals_is_read(tmp_path: Any) -> None:
     assert manifest["creating"] == {} and manifest["deleting"] == {}
     old = json.dumps({"topics": manifest["topics"]}, sort_keys=True, indent=1).encode()
     with open(path, "wb") as f:
-        f.write(b"pylog-manifest 1 " + f"{pylog.log.crc32c(old):08x}\n".encode() + old)
+        f.write(b"pylog-manifest 1 " + f"{crc32c(old):08x}\n".encode() + old)
     with pylog.open(root) as log:
         assert log.topics() == ["t"]
         log.create_topic("u")
