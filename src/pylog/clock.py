@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Protocol, runtime_checkable
 
+from pylog.errors import ConfigError
+
 __all__ = ["Clock", "ManualClock", "SystemClock"]
 
 
@@ -62,8 +64,6 @@ class ManualClock:
 
     def __init__(self, start_ms: int = 1_700_000_000_000, *, auto_advance: bool = True) -> None:
         if isinstance(start_ms, bool) or not isinstance(start_ms, int) or start_ms < 0:
-            from pylog.errors import ConfigError
-
             raise ConfigError(f"ManualClock start_ms must be an int >= 0, got {start_ms!r}")
         self._now = start_ms
         self._mono = 0.0
@@ -81,8 +81,6 @@ class ManualClock:
     def advance(self, ms: int | float) -> None:
         """Move both clocks forward by ``ms`` milliseconds (must be >= 0)."""
         if ms < 0:
-            from pylog.errors import ConfigError
-
             raise ConfigError("ManualClock cannot go backwards")
         with self._lock:
             self._now += int(ms)

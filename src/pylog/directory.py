@@ -77,6 +77,7 @@ from pylog.errors import (
     DeliveryError,
     ForkedProcessError,
     InvalidTopicError,
+    LockError,
     LogClosedError,
     NotALogDirectoryError,
     ReadOnlyLogError,
@@ -88,6 +89,7 @@ from pylog.errors import (
 )
 from pylog.partition import files
 from pylog.partition.log import HandleBudget, PartitionLog, RecoveryReport
+from pylog.partition.recovery import repair_partition
 from pylog.partition.segment import MapCache
 from pylog.record import crc32c
 from pylog.topic import Topic, TopicEnv
@@ -819,9 +821,6 @@ def repair(path: str | os.PathLike[str]) -> dict[str, list[str]]:
     damaged is rebuilt from the partition directories, and what had to be assumed (partition counts, default
     configs) is reported under the key ``"manifest"``. Returns ``{"topic-partition": [what was done, ...]}``
     for the partitions it changed."""
-    from pylog.errors import LockError
-    from pylog.partition.recovery import repair_partition
-
     root = os.path.abspath(os.fspath(path))
     if not os.path.isdir(root):
         raise NotALogDirectoryError(f"{root} is not a directory", path=root)

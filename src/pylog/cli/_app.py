@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from pylog import __version__
 from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _topics
 from pylog.cli._common import DEFAULT_DIR, CliError, Parents, UsageError, describe_error
 from pylog.errors import PylogError
@@ -36,8 +37,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pylog import __version__
-
     parser = _Parser(
         prog="pylog",
         description="Manage and inspect a pylog log directory (topics, records, groups, files).",

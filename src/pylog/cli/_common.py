@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
+import pylog
 from pylog.errors import (
     CliError,
     InputError,
@@ -95,8 +96,6 @@ def log_dir(args: argparse.Namespace) -> str:
 def open_log(args: argparse.Namespace, *, create: bool = False) -> Iterator[Log]:
     """Open the log directory; unless ``create``, it must already be a pylog directory (so a mistyped
     ``--dir`` is an error instead of a new empty log)."""
-    import pylog
-
     path = log_dir(args)
     if not create:
         if not os.path.isdir(path):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import pylog
 from pylog.cli._common import CliError, Output, Parents, UsageError, log_dir, open_log
 from pylog.errors import CorruptRecordError
 
@@ -109,8 +110,6 @@ def _recovery_lines(report: dict[str, Any]) -> list[str]:
 
 
 def repair(args: argparse.Namespace) -> int:
-    import pylog
-
     out = Output(args)
     path = log_dir(args)
     if not os.path.isdir(path):
@@ -132,8 +131,6 @@ def repair(args: argparse.Namespace) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
-    import pylog
-
     n, size = args.records, args.record_size
     if n < 1 or size < 0 or args.partitions < 1:
         raise UsageError("--records and --partitions must be >= 1 and --record-size >= 0")
