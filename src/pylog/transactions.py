@@ -21,10 +21,14 @@ producer restarting with the same ``transactional_id``, or ``transaction_timeout
 it. A batch of an epoch older than its producer id's current one without a "C" is aborted: a fenced
 ("zombie") producer can still write bytes, but never make them visible.
 
-A ``read_committed`` reader stops at the first transactional batch that has no decision yet (Kafka's last
+What a reader sees is decided by one rule, :mod:`pylog.partition.visibility`, over :meth:`TxnDecisions.status`:
+a ``read_committed`` reader stops at the first transactional batch that has no decision yet (Kafka's last
 stable offset) and skips aborted ones; ``read_uncommitted`` (the default, as in Kafka) returns everything.
+Readers that must not write (Spark's planner) read the decisions with :class:`TxnDecisions`, which creates,
+locks and changes no file; they cannot abort a transaction past its timeout, only a :class:`TxnLog` can.
 
-Thread-safety: a :class:`TxnLog` may be shared by threads; changes take the flock, so processes share it too.
+Thread-safety: a :class:`TxnLog` (or :class:`TxnDecisions`) may be shared by threads; changes take the flock,
+so processes share it too.
 Crash contract: a transaction is committed iff its "C" record is in ``decisions.log``; a torn last record was
 never acknowledged and is ignored.
 """
@@ -45,26 +49,79 @@ from pylog import fs, journal
 from pylog.errors import CorruptRecordError, ProducerFencedError
 from pylog.record import crc32c
 
-__all__ = ["COMMITTED", "OPEN", "TXN_DIR", "ABORTED", "TxnLog"]
+__all__ = ["ABORTED", "COMMITTED", "OPEN", "TXN_DIR", "TxnDecisions", "TxnLog"]
 
 TXN_DIR = "__transactions"
 COMMITTED, ABORTED, OPEN = "committed", "aborted", "open"
 
 
-class TxnLog:
-    """The transaction state of one log directory (see the module docstring)."""
+class TxnDecisions:
+    """The decisions of one log directory, read only: :meth:`status` of any transaction, from
+    ``decisions.log`` (re-read as it grows). Creates, locks and changes no file: a directory without
+    transactions has every transaction open (none can be in a partition then)."""
 
     def __init__(self, root: str) -> None:
         self.directory = os.path.join(root, TXN_DIR)
-        fs.makedirs(self.directory)
-        self._lock_fd = fs.FS.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT)
-        self._producers_path = os.path.join(self.directory, "producers")
         self._decisions_path = os.path.join(self.directory, "decisions.log")
         self._thread_lock = threading.RLock()
-        self._depth = 0
         self._decisions: dict[tuple[int, int, int], str] = {}
         self._epochs: dict[int, int] = {}
         self._read = (-1, 0)  # (inode, bytes applied)
+
+    def _note(self, kind: str, pid: int, epoch: int, txn: int) -> None:
+        if kind == "E":
+            self._epochs[pid] = max(self._epochs.get(pid, -1), epoch)
+        else:
+            self._decisions[(pid, epoch, txn)] = COMMITTED if kind == "C" else ABORTED
+
+    def _refresh(self) -> None:
+        try:
+            fd = os.open(self._decisions_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            st = os.fstat(fd)
+            ino, done = self._read
+            if ino != st.st_ino:
+                self._decisions, self._epochs, done = {}, {}, 0
+            if st.st_size <= done:
+                self._read = (st.st_ino, done)
+                return
+            raw = os.pread(fd, st.st_size - done, done)
+        finally:
+            os.close(fd)
+        records, used = journal.parse(raw, done, self._decisions_path)
+        for _, payload in records:
+            kind, pid, epoch, txn = msgpack.unpackb(payload)
+            self._note(kind, pid, epoch, txn)
+        self._read = (st.st_ino, done + used)
+
+    def status(self, pid: int, epoch: int, txn: int) -> str:
+        """``COMMITTED``, ``ABORTED`` or ``OPEN`` for the transaction a batch belongs to (the status function
+        of :class:`pylog.partition.visibility.Visibility`)."""
+        key = (pid, epoch, txn)
+        found = self._decisions.get(key)
+        if found is None:
+            with self._thread_lock:
+                self._refresh()
+            found = self._decisions.get(key)
+        if found is not None:
+            return found
+        if self._epochs.get(pid, -1) > epoch:
+            return ABORTED  # written by a fenced producer: can never commit
+        return OPEN
+
+
+class TxnLog(TxnDecisions):
+    """The transaction state of one log directory (see the module docstring): producers, and the decisions
+    it appends."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        fs.makedirs(self.directory)
+        self._lock_fd = fs.FS.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT)
+        self._producers_path = os.path.join(self.directory, "producers")
+        self._depth = 0
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -198,45 +255,3 @@ class TxnLog:
             fs.FS.fsync_dir(self.directory)
         self._note(kind, pid, epoch, txn)
         self._read = (ino, valid + len(record))
-
-    def _note(self, kind: str, pid: int, epoch: int, txn: int) -> None:
-        if kind == "E":
-            self._epochs[pid] = max(self._epochs.get(pid, -1), epoch)
-        else:
-            self._decisions[(pid, epoch, txn)] = COMMITTED if kind == "C" else ABORTED
-
-    def _refresh(self) -> None:
-        try:
-            fd = os.open(self._decisions_path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            st = os.fstat(fd)
-            ino, done = self._read
-            if ino != st.st_ino:
-                self._decisions, self._epochs, done = {}, {}, 0
-            if st.st_size <= done:
-                self._read = (st.st_ino, done)
-                return
-            raw = os.pread(fd, st.st_size - done, done)
-        finally:
-            os.close(fd)
-        records, used = journal.parse(raw, done, self._decisions_path)
-        for _, payload in records:
-            kind, pid, epoch, txn = msgpack.unpackb(payload)
-            self._note(kind, pid, epoch, txn)
-        self._read = (st.st_ino, done + used)
-
-    def status(self, pid: int, epoch: int, txn: int) -> str:
-        """``COMMITTED``, ``ABORTED`` or ``OPEN`` for the transaction a batch belongs to."""
-        key = (pid, epoch, txn)
-        found = self._decisions.get(key)
-        if found is None:
-            with self._thread_lock:
-                self._refresh()
-            found = self._decisions.get(key)
-        if found is not None:
-            return found
-        if self._epochs.get(pid, -1) > epoch:
-            return ABORTED  # written by a fenced producer: can never commit
-        return OPEN

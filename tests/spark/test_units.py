@@ -230,7 +230,7 @@ def test_planned_partition_pickles_with_its_ranges_as_json(tmp_path: Any) -> Non
         assert plan == {
             "path": part.spec.path,
             "failOnDataLoss": False,
-            "ranges": [[r.topic, r.partition, r.start, r.end] for r in part.ranges],
+            "ranges": [[r.topic, r.partition, r.start, r.end, []] for r in part.ranges],
         }
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import os
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,7 @@ from pylog import fs
 from pylog.errors import ConfigError, IllegalStateError, ProducerFencedError, StorageError
 from pylog.structs import OffsetAndMetadata, TopicPartition
 from pylog.testing import FaultyFileSystem
+from pylog.transactions import ABORTED, COMMITTED, OPEN, TXN_DIR, TxnDecisions
 
 TP0 = TopicPartition("out", 0)
 
@@ -190,3 +193,35 @@ def test_idempotent_retries_after_storage_errors_write_each_batch_once(tmp_path:
     assert sorted(stored) == sorted(set(stored)), "a record was written twice"
     assert set(acked) <= set(stored)
     assert len(acked) >= 199
+
+
+def test_decisions_read_only_agree_with_the_txn_log_and_touch_no_file(log: pylog.Log, tmp_path: Path) -> None:
+    """TxnDecisions (Spark's planner reads with it) gives TxnLog's statuses, sees decisions made after it was
+    built, and creates no file: not even the lock file, nor the directory of a log without transactions."""
+    log.create_topic("out")
+    tx = log.producer(transactional_id="tx")
+    tx.init_transactions()
+    seen = []
+    for number, kind in enumerate(("commit", "abort", "open"), start=1):  # transactions are numbered from 1
+        tx.begin_transaction()
+        tx.send("out", kind)
+        tx.flush()
+        seen.append((tx.producer_id, tx.producer_epoch, number))
+        if kind == "commit":
+            tx.commit_transaction()
+        elif kind == "abort":
+            tx.abort_transaction()
+    directory = os.path.join(log.path, TXN_DIR)
+    before = sorted(os.listdir(directory))
+    reader = TxnDecisions(log.path)
+    assert [reader.status(*t) for t in seen] == [COMMITTED, ABORTED, OPEN]
+    assert [reader.status(*t) for t in seen] == [log.transactions().status(*t) for t in seen]
+    tx.commit_transaction()
+    assert reader.status(*seen[2]) == COMMITTED
+    assert reader.status(seen[2][0], seen[2][1] - 1, 1) == ABORTED  # an older epoch: fenced, never commits
+    assert sorted(os.listdir(directory)) == before
+    empty = tmp_path / "no-transactions"
+    empty.mkdir()
+    assert TxnDecisions(str(empty)).status(0, 0, 1) == OPEN
+    assert list(empty.iterdir()) == []
+    tx.close()

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from pylog.errors import DeserializationError, OffsetOutOfRangeError
 from pylog.partition import files
+from pylog.partition.visibility import is_skipped
 from pylog.record import DecodedBatch
 from pylog.spark.filters import Bounds
 from pylog.spark.options import OffsetRange
@@ -122,6 +123,8 @@ def _batches(spec: ReadSpec, rng: OffsetRange) -> Iterator[tuple[DecodedBatch, i
                 break
             if ts.active and not ts.overlaps(h.base_timestamp * 1000, h.max_timestamp * 1000):
                 continue
+            if rng.skipped and is_skipped(rng.skipped, max(h.base_offset, start)):
+                continue  # read_committed: an aborted or control batch (pylog.spark.committed)
             b = decode_checked(seg, buf, p)
             lo = 0 if h.base_offset >= start else int(np.searchsorted(b.offsets, start))
             hi = len(b.offsets) if h.last_offset < end else int(np.searchsorted(b.offsets, end))

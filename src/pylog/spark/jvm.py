@@ -10,7 +10,9 @@ mapped segment files into Spark's column vectors, building only the columns the 
 It applies to batch reads of Kafka columns (``headers`` included) and of ``valueFormat=msgpack`` value
 columns of scalar types (long, int, short, byte, double, float, string, binary, boolean); value columns of
 other types, streaming reads and writes stay on the Python path. The runtime setting
-``spark.pylog.native.enabled=false`` turns it off for a session.
+``spark.pylog.native.enabled=false`` turns it off for a session. ``kafka.isolation.level=read_committed``
+gives the same rows on both paths: the planner ends each range at the last stable offset and hands the JVM
+the offsets of aborted batches to skip (:mod:`pylog.spark.committed`).
 
 Usage (the settings must be given before the session's JVM starts)::
 

@@ -12,6 +12,11 @@ Partitions missing from a JSON option take the option's default. A starting time
 after it fails the query (``startingOffsetsByTimestampStrategy=error``, Kafka's default) or starts at the log
 end (``latest``); an ending timestamp with no such record reads to the log end.
 
+``kafka.isolation.level``: ``read_uncommitted`` (the default, as Spark's Kafka source) returns every record;
+``read_committed`` skips the records of aborted transactions and ends each range at the partition's last
+stable offset (the first batch of a transaction still open), batch and streaming alike
+(:mod:`pylog.spark.committed`). Any other value fails the query at ``load()`` with a ConfigError.
+
 Spark partitions (:func:`plan_splits`): one per offset range, as Spark's Kafka source, except that
 
 - ``minPartitions`` above the number of ranges splits each range in proportion to its size (Kafka's rule);
@@ -34,6 +39,7 @@ from pylog.spark.snapshot import LogView, PartitionView
 
 __all__ = [
     "EARLIEST",
+    "ISOLATION_LEVELS",
     "KAFKA_FIELDS",
     "LATEST",
     "PACK_BYTES",
@@ -58,21 +64,30 @@ KAFKA_FIELDS = (
     ("timestampType", "int"),
 )
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 _TRUE = {"true": True, "false": False}
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetRange:
-    """Records ``start <= offset < end`` of one topic partition."""
+    """Records ``start <= offset < end`` of one topic partition, but those in the ``skipped`` ranges
+    ``[first, next)`` (sorted, disjoint, within ``[start, end)``): the batches of aborted transactions and control
+    batches a read_committed read leaves out (:mod:`pylog.spark.committed`)."""
 
     topic: str
     partition: int
     start: int
     end: int
+    skipped: tuple[tuple[int, int], ...] = ()
 
     @property
     def size(self) -> int:
         return self.end - self.start
+
+    def part(self, start: int, end: int) -> OffsetRange:
+        """The offsets ``[start, end)`` of this range, with the skipped ranges that fall in them."""
+        skipped = tuple((max(a, start), min(b, end)) for a, b in self.skipped if a < end and b > start)
+        return OffsetRange(self.topic, self.partition, start, end, skipped)
 
 
 class Options:
@@ -98,6 +113,13 @@ class Options:
         if strategy not in ("error", "latest"):
             raise ConfigError(f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}")
         self.timestamp_strategy = strategy
+        level = self.raw.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+        if level not in ISOLATION_LEVELS:
+            raise ConfigError(
+                f"option kafka.isolation.level must be one of {', '.join(ISOLATION_LEVELS)}, "
+                f"got {self.raw['kafka.isolation.level']!r}"
+            )
+        self.read_committed = level == "read_committed"
         self.columns = self._columns()
 
     def _columns(self) -> tuple[str, ...] | None:
@@ -273,7 +295,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetR
     out: list[OffsetRange] = []
     for r, parts in zip(ranges, counts, strict=True):
         bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
-        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds) if b > a)
+        out.extend(r.part(a, b) for a, b in itertools.pairwise(bounds) if b > a)
     return out
 
 

@@ -21,7 +21,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from pylog.errors import ConfigError
 from pylog.spark.batches import ReadSpec, read_ranges
+from pylog.spark.committed import committed_range, visibility
 from pylog.spark.filters import Bounds, push
 from pylog.spark.options import OffsetRange, Options, plan_splits
 from pylog.spark.snapshot import LogView, PartitionView
@@ -37,9 +39,11 @@ class RangePartition(InputPartition):
 
     It pickles as ``_restore(plan, state)``: ``plan`` is JSON that pylog's JVM reader
     (:mod:`pylog.spark.jvm`) reads without a Python interpreter, ``{"path": str, "failOnDataLoss": bool,
-    "ranges": [[topic, partition, start, end], ...], "timestamp": {"lo": int|null, "hi": int|null, "values":
-    [int]|null}}`` (``timestamp``: the pushed timestamp bounds in microseconds, present only when a filter set
-    them; the JVM reader skips segments and batches outside them); ``state`` is the pickled partition itself."""
+    "ranges": [[topic, partition, start, end, skipped], ...], "timestamp": {"lo": int|null, "hi": int|null,
+    "values": [int]|null}}`` (``skipped``: ``[[first, next], ...]``, the offsets of aborted and control batches
+    a read_committed read leaves out, see :mod:`pylog.spark.committed`, empty otherwise; ``timestamp``: the
+    pushed timestamp bounds in microseconds, present only when a filter set them; the JVM reader skips segments
+    and batches outside them); ``state`` is the pickled partition itself."""
 
     ranges: tuple[OffsetRange, ...]
     spec: ReadSpec
@@ -48,7 +52,9 @@ class RangePartition(InputPartition):
         plan = {
             "path": self.spec.path,
             "failOnDataLoss": self.spec.fail_on_data_loss,
-            "ranges": [[r.topic, r.partition, r.start, r.end] for r in self.ranges],
+            "ranges": [
+                [r.topic, r.partition, r.start, r.end, [list(s) for s in r.skipped]] for r in self.ranges
+            ],
         }
         ts = self.spec.bounds.timestamp
         if ts.active:
@@ -97,6 +103,7 @@ class PylogReader(DataSourceReader):
         opts = self.options
         log = LogView(opts.path)
         spec = _spec(opts, self.schema_json, self.bounds)
+        rule = visibility(log.path) if opts.read_committed else None
         ranges, views = [], []
         for topic, p in opts.topic_partitions(log):
             if not self.bounds.admits_partition(topic, p):
@@ -104,7 +111,8 @@ class PylogReader(DataSourceReader):
             view = log.partition(topic, p)
             r = opts.offset_range(view)
             start, end = self.bounds.narrow(r.start, r.end)
-            ranges.append(OffsetRange(topic, p, start, end))
+            rng = OffsetRange(topic, p, start, end)
+            ranges.append(committed_range(view, rng, rule) if rule is not None else rng)
             views.append(view)
         return _partitions(opts, spec, ranges, views)
 
@@ -164,6 +172,8 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target = _flat(self._target)
             ends = {tp: min(e, target[tp]) for tp, e in ends.items() if tp in target}
         begins = self._begins(start, ends)
+        if self.options.read_committed:  # never past the last stable offset: open transactions come later
+            ends = {tp: r.end for tp, r in self._committed(begins, ends).items()}
         if isinstance(limit, ReadMaxRows):
             ends = _rate_limit(begins, ends, limit.max_rows)
         return _offsets({tp: max(e, begins[tp]) for tp, e in ends.items()})
@@ -177,11 +187,34 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[tp] = known[tp] if tp in known else log.partition(*tp).log_start_offset
         return out
 
+    def _committed(
+        self, begins: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]
+    ) -> dict[tuple[str, int], OffsetRange]:
+        """The read_committed view of ``[begins, ends)`` per partition (see :mod:`pylog.spark.committed`)."""
+        log = LogView(self.options.path)
+        rule = visibility(log.path)
+        return {
+            (t, p): committed_range(log.partition(t, p), OffsetRange(t, p, begins[(t, p)], e), rule)
+            for (t, p), e in ends.items()
+        }
+
     def partitions(self, start: StreamOffset, end: StreamOffset) -> list[RangePartition]:
         spec = _spec(self.options, self.schema_json, Bounds())
         ends = _flat(end)
         begins = self._begins(start, ends)
-        ranges = [OffsetRange(t, p, begins[(t, p)], e) for (t, p), e in sorted(ends.items())]
+        if self.options.read_committed:
+            # latestOffset chose ``end`` at or below the LSO: every batch below it is decided for good
+            committed = self._committed(begins, ends)
+            ranges = [committed[tp] for tp in sorted(ends)]
+            for r in ranges:
+                if r.end < ends[(r.topic, r.partition)]:
+                    raise ConfigError(
+                        f"{r.topic}-{r.partition}: the batch ends at offset {ends[(r.topic, r.partition)]}, past "
+                        f"the last stable offset {r.end} (its end offset was not chosen by a read_committed "
+                        "read: a checkpoint of a read_uncommitted query?); use a new checkpoint location"
+                    )
+        else:
+            ranges = [OffsetRange(t, p, begins[(t, p)], e) for (t, p), e in sorted(ends.items())]
         log = LogView(self.options.path)
         views = [log.partition(r.topic, r.partition) for r in ranges if r.size > 0]
         return _partitions(self.options, spec, ranges, views)

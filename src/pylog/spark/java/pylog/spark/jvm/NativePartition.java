@@ -7,19 +7,42 @@ import org.apache.spark.sql.connector.read.InputPartition;
 final class NativePartition implements InputPartition {
   private static final long serialVersionUID = 1L;
 
-  /** Offsets {@code [start, end)} of {@code topic}-{@code partition}. */
+  /**
+   * Offsets {@code [start, end)} of {@code topic}-{@code partition}, but those in the {@code skipped}
+   * ranges: {@code [skipped[2i], skipped[2i+1])}, sorted and disjoint, the batches of aborted transactions
+   * and control batches a {@code read_committed} read leaves out. The Python planner computed them (and
+   * ended the range at the last stable offset) with pylog's visibility rule, as Kafka's fetch response
+   * carries the aborted transactions: this reader never reads the transaction log.
+   */
   static final class Range implements Serializable {
     private static final long serialVersionUID = 1L;
     final String topic;
     final int partition;
     final long start;
     final long end;
+    final long[] skipped;
 
-    Range(String topic, int partition, long start, long end) {
+    Range(String topic, int partition, long start, long end, long[] skipped) {
       this.topic = topic;
       this.partition = partition;
       this.start = start;
       this.end = end;
+      this.skipped = skipped;
+    }
+
+    /** Whether {@code offset} lies in a skipped range. */
+    boolean skips(long offset) {
+      int lo = 0;
+      int hi = skipped.length / 2;
+      while (lo < hi) {
+        int mid = (lo + hi) >>> 1;
+        if (skipped[2 * mid + 1] <= offset) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      return lo < skipped.length / 2 && skipped[2 * lo] <= offset;
     }
 
     String describe() {

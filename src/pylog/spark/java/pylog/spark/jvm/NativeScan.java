@@ -19,9 +19,10 @@ import org.apache.spark.sql.types.StructType;
  *
  * <p>Each partition the Python planner made pickles as {@code pylog.spark.reader._restore(plan, state)},
  * where {@code plan} is JSON: {@code {"path": str, "failOnDataLoss": bool, "ranges": [[topic, partition,
- * start, end], ...], "timestamp": {"lo", "hi", "values"}}} ({@code timestamp} only when a timestamp filter
- * was pushed). This class reads that JSON; anything else (Spark's stand-in when there is nothing to
- * read) is an empty partition.
+ * start, end, [[first, next], ...]], ...], "timestamp": {"lo", "hi", "values"}}} (the fifth item of a
+ * range: the offsets a {@code read_committed} read skips, see {@link NativePartition.Range}; {@code
+ * timestamp} only when a timestamp filter was pushed). This class reads that JSON; anything else (Spark's
+ * stand-in when there is nothing to read) is an empty partition.
  */
 final class NativeScan implements Scan, Batch {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -104,9 +105,15 @@ final class NativeScan implements Scan, Batch {
       NativePartition.Range[] out = new NativePartition.Range[ranges.size()];
       for (int i = 0; i < out.length; i++) {
         JsonNode r = ranges.get(i);
+        JsonNode skips = r.get(4);
+        long[] skipped = new long[skips == null ? 0 : 2 * skips.size()];
+        for (int j = 0; j < skipped.length / 2; j++) {
+          skipped[2 * j] = skips.get(j).get(0).asLong();
+          skipped[2 * j + 1] = skips.get(j).get(1).asLong();
+        }
         out[i] =
             new NativePartition.Range(
-                r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong());
+                r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong(), skipped);
       }
       return new NativePartition(
           plan.get("path").asText(),

@@ -23,7 +23,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * deleted by retention after planning is data loss too; every batch read is CRC-checked, and a corrupt one
  * names the file and position. With pushed timestamp filters, sealed segments whose time index ends before
  * them and batches whose header's timestamp span misses them are skipped without decoding (Spark applies
- * the filters to the rows). Not thread-safe: one reader per task, as Spark uses it.
+ * the filters to the rows). A {@code read_committed} range leaves out the batches its planner marked
+ * skipped (see {@link NativePartition.Range}). Not thread-safe: one reader per task, as Spark uses it.
  */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
   static final int ROWS = 4096;
@@ -228,6 +229,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         NativePartition.TimestampBounds ts = partition.timestamp;
         if (ts != null && !ts.overlapsMillis(h.baseTimestamp, h.maxTimestamp)) {
           continue;
+        }
+        if (range.skipped.length > 0 && range.skips(Math.max(h.baseOffset, start))) {
+          continue; // read_committed: an aborted or control batch
         }
         decodeChecked(at);
         int n = decoded.count;
