@@ -786,3 +786,20 @@ def _offsets(lengths: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
     out[0] = 0
     np.cumsum(lengths, dtype=np.int64, out=out[1:])
     return out
+
+
+def _header_field_positions() -> dict[str, int]:
+    """Where each field of :class:`BatchHeader` starts in the header, derived from ``HEADER``'s format."""
+    codes = HEADER.format.lstrip("<")
+    return {name: struct.calcsize("<" + codes[:i]) for i, name in enumerate(BatchHeader._fields)}
+
+
+#: Byte position of each header field (``BatchHeader`` names), for code that patches a header in place.
+HEADER_FIELD_AT: Final = _header_field_positions()
+BASE_OFFSET_AT: Final = HEADER_FIELD_AT["base_offset"]  # i64, outside the CRC: assigned at append time
+BATCH_LENGTH_AT: Final = HEADER_FIELD_AT["batch_length"]  # i32
+CRC_AT: Final = HEADER_FIELD_AT["crc"]  # u32, of bytes [CRC_START, batch_length)
+CRC_START: Final = _CRC_START
+ATTRIBUTES_AT: Final = HEADER_FIELD_AT["attributes"]  # i16
+BASE_TIMESTAMP_AT: Final = HEADER_FIELD_AT["base_timestamp"]  # i64, followed by max_timestamp
+MAX_TIMESTAMP_AT: Final = HEADER_FIELD_AT["max_timestamp"]  # i64

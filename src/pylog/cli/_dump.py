@@ -31,14 +31,22 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from pylog.cli._common import CliError, NotASegmentFileError, Output, Parents
 from pylog.cli._formats import SHOW_VALUE_FORMATS, show_json, show_text
 from pylog.errors import CorruptRecordError, UnsupportedFormatError
 from pylog.partition import files
 from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY
-from pylog.record import HEADER_SIZE, BatchHeader, DecodedBatch, check_crc, decode_batch, decode_header
+from pylog.partition.reader import list_segments, read_entries, walk_headers
+from pylog.record import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
+    BatchHeader,
+    DecodedBatch,
+    check_crc,
+    decode_batch,
+    decode_header,
+)
 
 if TYPE_CHECKING:
     from pylog.cli._common import Subparsers
@@ -98,18 +106,14 @@ def _targets(path: str) -> list[tuple[str, str]]:
 
 
 def _directory_targets(path: str) -> list[tuple[str, str]]:
-    logs = []
-    for name in os.listdir(path):
-        parsed = files.parse_segment_name(name)
-        if parsed is not None and parsed[1] == files.LOG and not parsed[2]:
-            logs.append((parsed[0], os.path.join(path, name)))
-    if not logs:
+    bases = list_segments(path)
+    if not bases:
         root = os.path.exists(os.path.join(path, _MANIFEST))
         hint = "a log directory" if root else "not a partition directory"
         raise NotASegmentFileError(
             f"{path}: no segment files here ({hint}; name a partition directory such as <log-dir>/topic-0)"
         )
-    return [(p, files.LOG) for _, p in sorted(logs)]
+    return [(files.segment_path(path, base, files.LOG), files.LOG) for base in bases]
 
 
 _MANIFEST = "manifest"
@@ -202,20 +206,18 @@ def _read(path: str) -> Iterator[Buffer]:
 
 def _walk(buf: Buffer) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
     """``(position, header, problem)`` per batch; a None header (unreadable) ends the walk."""
-    pos, size = 0, len(buf)
-    while pos < size:
-        try:
-            h = decode_header(buf, pos, size)
-        except (CorruptRecordError, UnsupportedFormatError) as exc:
-            yield pos, None, str(exc)
-            return
-        try:
-            check_crc(buf, pos, h)
-            problem = None
-        except CorruptRecordError as exc:
-            problem = str(exc)
-        yield pos, h, problem
-        pos += h.batch_length
+    at = 0  # where the next header starts: the position of an unreadable one
+    try:
+        for pos, h in walk_headers(buf, 0, len(buf)):
+            at = pos + h.batch_length
+            try:
+                check_crc(buf, pos, h)
+                problem = None
+            except CorruptRecordError as exc:
+                problem = str(exc)
+            yield pos, h, problem
+    except (CorruptRecordError, UnsupportedFormatError) as exc:
+        yield at, None, str(exc)
 
 
 # -- .log -------------------------------------------------------------------------------------------------
@@ -264,8 +266,8 @@ def _batch_dict(path: str, pos: int, h: BatchHeader, problem: str | None) -> dic
         "producer_id": h.producer_id,
         "producer_epoch": h.producer_epoch,
         "base_sequence": h.base_sequence,
-        "transactional": bool(h.attributes & 0x10),
-        "control": bool(h.attributes & 0x20),
+        "transactional": bool(h.attributes & ATTR_TRANSACTIONAL),
+        "control": bool(h.attributes & ATTR_CONTROL),
     }
 
 
@@ -361,27 +363,19 @@ def _header(key: str, raw: bytes | None, as_json: bool) -> dict[str, Any]:
 # -- .index and .timeindex --------------------------------------------------------------------------------
 
 
-def _entries(path: str, dtype: np.dtype[Any]) -> tuple[np.ndarray[Any, Any], bool]:
-    """The file's entries and whether its size is a whole number of entries."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    whole = len(raw) - len(raw) % dtype.itemsize
-    return np.frombuffer(raw[:whole], dtype=dtype), whole == len(raw)
-
-
 def _dump_index(path: str, kind: str, out: Output) -> None:
     base = _base_offset(path)
     if not out.json:
         out.line(f"Dumping {path}")
     if kind == files.INDEX:
-        entries, whole = _entries(path, OFFSET_ENTRY)
+        entries, whole = read_entries(path, OFFSET_ENTRY)
         for rel, pos in entries.tolist():
             if out.json:
                 out.json_line({"type": "index_entry", "file": path, "offset": base + rel, "position": pos})
             else:
                 out.line(f"offset: {base + rel} position: {pos}")
     else:
-        entries, whole = _entries(path, TIME_ENTRY)
+        entries, whole = read_entries(path, TIME_ENTRY)
         for ts, rel in entries.tolist():
             if out.json:
                 out.json_line(
@@ -427,7 +421,7 @@ def _verify_indexes(log_path: str, out: Output) -> bool:
 def _check_offset_index(path: str, base: int, starts: dict[int, int]) -> list[str]:
     if not os.path.exists(path):
         return [f"{path}: missing (rebuildable)"] if starts else []
-    entries, whole = _entries(path, OFFSET_ENTRY)
+    entries, whole = read_entries(path, OFFSET_ENTRY)
     problems = [] if whole else [f"{path}: size is not a multiple of {OFFSET_ENTRY.itemsize}"]
     previous = -1
     for i, (rel, pos) in enumerate(entries.tolist()):
@@ -445,7 +439,7 @@ def _check_offset_index(path: str, base: int, starts: dict[int, int]) -> list[st
 def _check_time_index(path: str, base: int, rels: list[int], maxes: list[int], seg_max: int) -> list[str]:
     if not os.path.exists(path):
         return [f"{path}: missing (rebuildable)"] if rels else []
-    entries, whole = _entries(path, TIME_ENTRY)
+    entries, whole = read_entries(path, TIME_ENTRY)
     problems = [] if whole else [f"{path}: size is not a multiple of {TIME_ENTRY.itemsize}"]
     previous = None
     for i, (ts, rel) in enumerate(entries.tolist()):

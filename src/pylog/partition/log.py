@@ -3,7 +3,10 @@
 Thread-safety: thread-safe. An ``RLock`` serializes the threads of one process; the ``flock`` on
 ``partition.state`` serializes appending processes. Any number of processes may read and append to the same
 partition directory; readers never block writers and never see a half-written batch (a batch is visible only
-after the writer publishes the new size in the shared state).
+after the writer publishes the new size in the shared state). Every change takes the two locks in that order
+and then catches up with what other processes published, in one place (:meth:`PartitionLog.locked_for_write`,
+also used by the cleaner); the segment layout it changes is kept by a
+:class:`~pylog.partition.segments.SegmentList`, the only code that changes the list of segments.
 
 Crash contract:
 - ``append`` returns after the batch was handed to the operating system (it survives a process kill);
@@ -44,12 +47,19 @@ from pylog.errors import (
 from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
 from pylog.partition.cleaner import CleanResult, TxnStatus, clean_partition
+from pylog.partition.reader import walk_headers
 from pylog.partition.segment import MapCache, Segment, inode_of
 from pylog.partition.segments import SegmentList
 from pylog.partition.state import FrozenState, PartitionState, Snapshot
 from pylog.record import (
-    _CRC_START,
+    ATTR_COMPRESSION_MASK,
     ATTR_LOG_APPEND_TIME,
+    ATTRIBUTES_AT,
+    BASE_OFFSET_AT,
+    BASE_TIMESTAMP_AT,
+    BATCH_LENGTH_AT,
+    CRC_AT,
+    CRC_START,
     HEADER,
     HEADER_SIZE,
     BatchHeader,
@@ -62,6 +72,8 @@ from pylog.record import (
 __all__ = ["AppendInfo", "HandleBudget", "PartitionLog", "RecoveryReport"]
 
 _MAX_REL = 0xFFFFFFFF
+_I16, _I32, _U32, _I64 = struct.Struct("<h"), struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<q")
+_TIMESTAMPS = struct.Struct("<qq")
 _SPLIT_WRITE_BYTES = 64 << 10  # batches from this size on are not copied to patch their base offset
 
 
@@ -468,7 +480,7 @@ class PartitionLog:
         if self._should_roll(active, size, h.last_offset_delta, now):
             active = self._roll()
         base = active.next_offset
-        struct.pack_into("<q", buf, 0, base)
+        _I64.pack_into(buf, BASE_OFFSET_AT, base)
         append_time = -1
         if self.config.log_append_time:
             append_time = now
@@ -690,7 +702,7 @@ class PartitionLog:
                     break
                 window = _window(seg, pos, max(budget, HEADER_SIZE), active)
                 continue
-            length = struct.unpack_from("<i", buf, pos + shift + 8)[0]
+            length = _I32.unpack_from(buf, pos + shift + BATCH_LENGTH_AT)[0]
             if pos + length > limit and pos + length <= seg.size:
                 if pos > first:
                     break
@@ -740,7 +752,7 @@ class PartitionLog:
                     continue
                 buf = seg.view()
                 pos = seg.position_for_time(timestamp)
-                for p, h in _walk(buf, pos, seg.size):
+                for p, h in walk_headers(buf, pos, seg.size):
                     if h.max_timestamp >= timestamp:
                         b = decode_batch(buf, p)
                         hits = (b.timestamps >= timestamp).nonzero()[0]
@@ -934,21 +946,16 @@ def _next_of(out: list[tuple[memoryview | bytes, int]]) -> int:
     return BatchHeader._make(HEADER.unpack_from(buf, pos)).next_offset
 
 
-def _walk(buf: memoryview | bytes, pos: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-    while pos < end:
-        h = decode_header(buf, pos, end)
-        yield pos, h
-        pos += h.batch_length
-
-
 def _restamp(buf: bytearray, now: int) -> None:
-    """Set a batch's timestamps to ``now`` (LogAppendTime) and recompute its CRC."""
-    attributes = struct.unpack_from("<h", buf, 18)[0] | ATTR_LOG_APPEND_TIME
-    struct.pack_into("<h", buf, 18, attributes)
-    struct.pack_into("<qq", buf, 24, now, now)
-    if buf[HEADER_SIZE] != 0 and not (attributes & 0x07):
+    """Set a batch's timestamps to ``now`` (LogAppendTime) and recompute its CRC. The payload's first byte is
+    its timestamp width (``pylog.record``): 0 means every record carries the base timestamp, so only such
+    batches (or compressed ones, whose payload cannot be checked here) can be restamped in the header."""
+    attributes = _I16.unpack_from(buf, ATTRIBUTES_AT)[0] | ATTR_LOG_APPEND_TIME
+    _I16.pack_into(buf, ATTRIBUTES_AT, attributes)
+    _TIMESTAMPS.pack_into(buf, BASE_TIMESTAMP_AT, now, now)  # base_timestamp, max_timestamp
+    if buf[HEADER_SIZE] != 0 and not (attributes & ATTR_COMPRESSION_MASK):
         raise CorruptRecordError("LogAppendTime batches must be built with constant timestamps")
-    struct.pack_into("<I", buf, 12, crc32c(memoryview(buf)[_CRC_START:]))
+    _U32.pack_into(buf, CRC_AT, crc32c(memoryview(buf)[CRC_START:]))
 
 
 def _check_offset(offset: object) -> None:

@@ -18,6 +18,12 @@ held. The steps, in order (Kafka's ``LogLoader`` is the model):
    end, and the shared state rebuilt.
 
 Recovery is idempotent: a crash at any step leaves files from which the same procedure converges.
+
+Thread-safety: the caller holds the partition's file lock (``flock`` on ``partition.state``) and no other
+thread has the partition yet (recovery) or holds its thread lock (truncation, through
+:meth:`PartitionLog.locked_for_write`). The new layout is handed to the partition's
+:class:`~pylog.partition.segments.SegmentList`; recovery then resets the shared state from it, and
+truncation's caller publishes it.
 """
 
 from __future__ import annotations

@@ -44,11 +44,22 @@ from pylog.partition.index import (
     check_time_index,
     durable_prefix,
 )
-from pylog.record import HEADER_SIZE, BatchHeader, check_crc, crc32c, decode_header
+from pylog.partition.reader import walk_headers
+from pylog.record import (
+    BATCH_LENGTH_AT,
+    CRC_AT,
+    CRC_START,
+    HEADER_SIZE,
+    BatchHeader,
+    check_crc,
+    crc32c,
+    decode_header,
+)
 
 __all__ = ["MapCache", "ScanResult", "Segment", "inode_of"]
 
 _EMPTY = b""
+_I32, _U32 = struct.Struct("<i"), struct.Struct("<I")
 
 
 # Index entries are written to their files this many at a time (and at every flush, roll and close): a
@@ -197,12 +208,7 @@ class Segment:
     def headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from ``start`` up to ``end``, bounds-checked, CRC not checked."""
         limit = self.size if end is None else end
-        buf = self.view(limit)
-        pos = start
-        while pos < limit:
-            h = decode_header(buf, pos, limit)
-            yield pos, h
-            pos += h.batch_length
+        return walk_headers(self.view(limit), start, limit)
 
     def position_for(self, offset: int) -> int:
         """Byte position of the first batch whose last offset is >= ``offset`` (``size`` if none)."""
@@ -539,9 +545,10 @@ def _unless_intact(
     """A batch claiming a newer format version is real only if it is intact: it fits before ``limit`` and its
     CRC (which covers the version byte) matches. Then ``exc`` is re-raised; otherwise the bytes are a torn or
     garbage write and are reported as corruption, like any other invalid batch."""
-    length, crc = struct.unpack_from("<iI", buf, at + 8)
+    length = _I32.unpack_from(buf, at + BATCH_LENGTH_AT)[0]
+    crc = _U32.unpack_from(buf, at + CRC_AT)[0]
     fits = HEADER_SIZE <= length <= limit - at
-    if fits and crc32c(memoryview(buf)[at + 16 : at + length]) == crc:
+    if fits and crc32c(memoryview(buf)[at + CRC_START : at + length]) == crc:
         raise exc
     return CorruptRecordError(f"invalid batch at position {pos}: {exc}", position=pos)
 

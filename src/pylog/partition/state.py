@@ -15,10 +15,13 @@ descriptor of the file never drops it, unlike ``fcntl.lockf``). Layout, eight li
     7     session             the log session that last validated this partition (see pylog.log; 0: none)
 
 Only a process holding the writer lock changes it. Readers take a consistent snapshot without locking (read seq,
-read fields, re-read seq). The file is shared memory, not durable truth: after a restart of every process it
-is rebuilt from the segment files by recovery. A writer killed in the middle of publishing leaves ``seq`` odd;
-the next lock holder sees that and re-derives the state from the files (:meth:`PartitionLog._repair`).
+read fields, re-read seq): :func:`read_snapshot` is the one implementation of that loop, used by
+:class:`PartitionState` and by :func:`read_published` (readers that never write, such as
+:mod:`pylog.partition.reader`). The file is shared memory, not durable truth: after a restart of every process
+it is rebuilt from the segment files by recovery. A writer killed in the middle of publishing leaves ``seq``
+odd; the next lock holder sees that and re-derives the state from the files (``PartitionLog``'s repair).
 Thread-safety: the lock is a process-level lock, so callers also hold a ``threading.Lock``.
+Crash contract: none needed; nothing in it is durable (see above).
 """
 
 from __future__ import annotations
@@ -30,13 +33,17 @@ import struct
 from typing import NamedTuple
 
 from pylog import fs
-from pylog.errors import LockError, ReadOnlyLogError, UnsupportedFormatError
+from pylog.errors import CorruptRecordError, LockError, ReadOnlyLogError, UnsupportedFormatError
 
-__all__ = ["FrozenState", "PartitionState", "Snapshot"]
+__all__ = ["FrozenState", "PartitionState", "Snapshot", "read_published", "read_snapshot"]
 
 _MAGIC = int.from_bytes(b"PLPSTAT1", "little")
 _SIZE = 64
+_SLOT = struct.Struct("<q")
+_SEQ_AT = 8
 _FIELDS = struct.Struct("<5q")  # slots 2..6
+_FIELDS_AT = 16
+_SPINS = 10_000
 
 
 class Snapshot(NamedTuple):
@@ -45,6 +52,45 @@ class Snapshot(NamedTuple):
     active_size: int
     layout_epoch: int
     active_max_timestamp: int
+
+
+def read_snapshot(m: mmap.mmap, spins: int = _SPINS) -> Snapshot | None:
+    """The seqlock read of a mapped state: a consistent snapshot, or None if a publish stayed in progress
+    (``seq`` odd, or changed under the read) for ``spins`` tries."""
+    for _ in range(spins):
+        s1 = _SLOT.unpack_from(m, _SEQ_AT)[0]
+        if s1 & 1:
+            continue
+        fields = _FIELDS.unpack_from(m, _FIELDS_AT)
+        if _SLOT.unpack_from(m, _SEQ_AT)[0] == s1:
+            return Snapshot(*fields)
+    return None
+
+
+def read_published(path: str, spins: int = _SPINS) -> Snapshot | None:
+    """The state published in the file at ``path``, for a reader that never writes or locks: None when the
+    file is missing or no writer ever published (or it is not a state file of this version). Raises
+    :class:`CorruptRecordError` when a publish stays in progress (a writer died in the middle of it and no
+    writer repaired it yet)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        if os.fstat(fd).st_size < _SIZE:
+            return None
+        m = mmap.mmap(fd, _SIZE, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    try:
+        if _SLOT.unpack_from(m, 0)[0] != _MAGIC:
+            return None
+        snap = read_snapshot(m, spins)
+    finally:
+        m.close()
+    if snap is None:
+        raise CorruptRecordError(f"{path}: a writer stays in the middle of publishing", path=path)
+    return snap
 
 
 class PartitionState:
@@ -101,17 +147,9 @@ class PartitionState:
         """True when a writer died in the middle of publishing (call with the lock held)."""
         return self.seq & 1 == 1
 
-    def read(self, spins: int = 10_000) -> Snapshot | None:
+    def read(self, spins: int = _SPINS) -> Snapshot | None:
         """A consistent snapshot, or None if a publish stayed in progress for ``spins`` tries."""
-        m = self._map
-        for _ in range(spins):
-            s1 = struct.unpack_from("<q", m, 8)[0]
-            if s1 & 1:
-                continue
-            fields = _FIELDS.unpack_from(m, 16)
-            if struct.unpack_from("<q", m, 8)[0] == s1:
-                return Snapshot(*fields)
-        return None
+        return read_snapshot(self._map, spins)
 
     def publish(self, snap: Snapshot) -> None:
         """Publish ``snap`` (caller holds the lock)."""
