@@ -85,11 +85,13 @@ class SegmentList:
 
     def find_run(self, olds: Sequence[Segment]) -> list[Segment] | None:
         """The segments now in the list that are the sealed run ``olds`` (same base offsets, files and sizes),
-        or None when the run changed since ``olds`` were taken (retention, truncation, another cleaner)."""
+        or None when the run changed since ``olds`` were taken (retention, truncation, another cleaner). A
+        run that now reaches the active segment has changed too: truncation made one of its segments the
+        active one, and the active segment is never rewritten."""
         base = olds[0].base_offset
         sealed = self._bases[:-1]
         i = sealed.index(base) if base in sealed else -1
-        group = self._segments[i : i + len(olds)] if i >= 0 else []
+        group = self._segments[:-1][i : i + len(olds)] if i >= 0 else []
         if [_identity(s) for s in group] != [_identity(s) for s in olds]:
             return None
         return group

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import pylog
 from pylog.errors import ConfigError, CorruptRecordError, InvalidRecordError
-from pylog.partition import files
+from pylog.partition import cleaner, files
 from pylog.partition.cleaner import CleanerCheckpoint, load_checkpoint, read_checkpoint
 from pylog.partition.log import PartitionLog
 
@@ -447,6 +447,37 @@ def test_truncation_lowers_the_checkpoint(log: pylog.Log, clock: pylog.ManualClo
     _fill(log, clock, [(7, None)] + [(8, i) for i in range(40)], flush_every=1)
     topic.compact()  # the tombstone was written again below the old end: this pass cleans it first
     assert (b"k7", None) in _records(log).values()
+
+
+def test_a_run_whose_last_segment_became_active_is_left_alone(
+    log: pylog.Log, clock: pylog.ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Truncating exactly at the end of a sealed segment while a pass writes its cleaned copy makes that
+    segment the active one with its file and size unchanged. The pass must not merge it into its run: the
+    active segment would be replaced by a sealed one (with a roll's final time entry, which no active segment
+    has), and verify() then reported its time index as not matching the log."""
+    topic = _compacted(log, segment_bytes=300)
+    sent = _fill(log, clock, [(i % 3, i) for i in range(60)], flush_every=1)
+    plog = topic.partition(0)
+    cut = plog.segments[-1].base_offset  # truncating here makes the last sealed segment active, untouched
+    write = cleaner._write
+
+    def write_then_truncate(path: str, chunks: list[bytes | memoryview]) -> None:
+        write(path, chunks)
+        if plog.log_end_offset > cut:
+            plog.truncate_to(cut)
+
+    monkeypatch.setattr(cleaner, "_write", write_then_truncate)
+    (result,) = topic.compact()
+    assert plog.log_end_offset == cut
+    assert result.problems or result.skipped  # the partition changed under the pass: nothing swapped
+    assert log.verify() == {}
+    kept = {o: kv for o, kv in sent.items() if o < cut}
+    assert topic.table() == _model_table(kept)
+    _fill(log, clock, [(i % 3, i) for i in range(20)], flush_every=1)
+    monkeypatch.undo()
+    topic.compact()
+    assert log.verify() == {}
 
 
 # -- concurrency ------------------------------------------------------------------------------------------

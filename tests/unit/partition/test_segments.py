@@ -87,6 +87,9 @@ def test_find_run_refuses_a_run_that_changed(tmp_path: os.PathLike[str]) -> None
     for seg in olds:
         seg.size = 10
     assert layout.find_run(olds) == layout[0:2]
+    active = Segment(directory, 20, layout.cache)
+    active.size = 10
+    assert layout.find_run([*olds, active]) is None  # the active segment is never part of a run
     olds[1].size = 5  # appended to (or truncated) since the pass read it
     assert layout.find_run(olds) is None
     os.replace(os.path.join(directory, f"{0:020d}.log"), os.path.join(directory, "x"))
