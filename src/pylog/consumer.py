@@ -21,36 +21,30 @@ Thread-safety: not thread-safe (like Kafka's consumer): use one consumer per thr
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from itertools import repeat
+from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import msgpack
-
-from pylog.consumer_config import check_consumer_settings, group_config
+from pylog.consumer_config import consumer_configs
 from pylog.deadletter import DeadLetters
 from pylog.errors import (
     ConfigError,
-    DeserializationError,
     IllegalStateError,
     InvalidOffsetError,
     InvalidTimestampError,
     LogClosedError,
-    NoOffsetForPartitionError,
-    OffsetOutOfRangeError,
     StorageError,
     UnknownPartitionError,
     UnknownTopicError,
 )
+from pylog.fetcher import Fetcher
 from pylog.groups.member import GroupMember, topic_names
-from pylog.groups.store import validate_group_id
-from pylog.partition.visibility import OPEN, VISIBLE, Visibility
-from pylog.record import DecodedBatch, RecordLists, decode_lists
+from pylog.record import DecodedBatch
 from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from pylog.subscription import Subscription
 
 if TYPE_CHECKING:
     from pylog.directory import LogDirectory
@@ -58,84 +52,51 @@ if TYPE_CHECKING:
 
 __all__ = ["Consumer"]
 
-_DEFAULT: Any = object()
 _T = TypeVar("_T")
 _MAX_TIMESTAMP = (1 << 63) - 1
 
 
-def _unpack(raw: bytes) -> Any:
-    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-
-
 class Consumer:
-    """Reads records from a :class:`~pylog.Log`. Obtain with :meth:`pylog.Log.consumer`."""
+    """Reads records from a :class:`~pylog.Log`. Obtain with :meth:`pylog.Log.consumer`; ``settings`` are
+    kafka-python's (or Kafka's) consumer settings, listed and checked by :mod:`pylog.consumer_config`.
 
-    def __init__(
-        self,
-        log: LogDirectory,
-        *topics: str,
-        group_id: str | None = None,
-        auto_offset_reset: str = "latest",
-        consumer_timeout_ms: float = float("inf"),
-        max_poll_records: int = 500,
-        max_partition_fetch_bytes: int = 1 << 20,
-        key_deserializer: Callable[[bytes], Any] | None = None,
-        value_deserializer: Callable[[bytes], Any] | None = _DEFAULT,
-        on_deserialization_error: str = "raise",
-        dead_letter_topic: str | None = None,
-        isolation_level: str = "read_uncommitted",
-        **group_config_settings: Any,
-    ) -> None:
-        checked = check_consumer_settings(
-            {
-                "auto_offset_reset": auto_offset_reset,
-                "consumer_timeout_ms": consumer_timeout_ms,
-                "max_poll_records": max_poll_records,
-                "max_partition_fetch_bytes": max_partition_fetch_bytes,
-                "key_deserializer": key_deserializer,
-                "value_deserializer": None if value_deserializer is _DEFAULT else value_deserializer,
-                "isolation_level": isolation_level,
-            }
-        )
-        if group_id is not None:
-            validate_group_id(group_id)
-        config = group_config(group_id, group_config_settings)
-        self.log = log
-        self.group_id = group_id
-        self.auto_offset_reset: str = checked["auto_offset_reset"]
-        self.consumer_timeout_ms: float = checked["consumer_timeout_ms"]
-        self.max_poll_records = max_poll_records
-        self.max_partition_fetch_bytes = max_partition_fetch_bytes
-        self.isolation_level = isolation_level
-        self._key_deser = key_deserializer
-        self._value_deser: Callable[[bytes], Any] | None = (
-            _unpack if value_deserializer is _DEFAULT else value_deserializer
-        )
-        self._dead_letters = DeadLetters(log, dead_letter_topic, on_deserialization_error)
+    Its parts: a :class:`~pylog.subscription.Subscription` (what it reads and where), shared with its
+    :class:`~pylog.groups.member.GroupMember` when it has a ``group_id``, and a :class:`~pylog.fetcher.Fetcher`
+    (position -> records); this class keeps the records fetched and not yet returned, one buffer per partition."""
+
+    def __init__(self, log: LogDirectory, *topics: str, **settings: Any) -> None:
+        self.config, group = consumer_configs(settings)
         for name in topics:  # before anything is created: a consumer of a missing topic leaves no trace
             log.topic(name)
-        self._assignment: list[TopicPartition] = []
-        self._positions: dict[TopicPartition, int | None] = {}
-        self._paused: set[TopicPartition] = set()
+        self.log = log
+        self._sub = Subscription()
+        self._sub.bind(self._drop_buffer, self._consumed_position)
         self._buffers: dict[TopicPartition, _Buffer] = {}
         self._current: _Buffer | None = None  # where next() takes records from without a poll
-        self._poison: dict[TopicPartition, DeserializationError] = {}
-        self._txns: Any = log.transactions() if isolation_level == "read_committed" else None
-        self._next_expiry_check = 0.0
-        self._subscription: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
+        self._dead_letters = DeadLetters(
+            log, self.config.dead_letter_topic, self.config.on_deserialization_error
+        )
+        self._fetcher = Fetcher(log, self._sub, self.config, self._dead_letters, self._committed_position)
         self._next_meta_check = 0.0
         self._rr = 0
         self._closed = False
         self._group: GroupMember | None = None
-        if group_id is not None:
-            self._group = GroupMember(self, group_id, config)
+        if self.config.group_id is not None:
+            self._group = GroupMember(log, self._sub, self.config.group_id, group)
         if topics:
             try:
                 self.subscribe(list(topics))
             except BaseException:
                 self.close(autocommit=False)  # refused by the group: release what was opened
                 raise
+
+    @property
+    def group_id(self) -> str | None:
+        return self.config.group_id
+
+    @property
+    def consumer_timeout_ms(self) -> float:
+        return self.config.consumer_timeout_ms
 
     # -- assignment -------------------------------------------------------------------------------------
 
@@ -147,26 +108,15 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Manually assign partitions (no group management). Replaces the previous assignment."""
         self._check()
-        if self._subscription or self._pattern is not None:
+        if self._sub.subscribed:
             raise IllegalStateError("assign() cannot be mixed with subscribe(); call unsubscribe() first")
         tps = [_topic_partition(tp) for tp in partitions]
         for tp in tps:
             self._plog(tp)
-        self._set_assignment(tps)
-
-    def _set_assignment(self, tps: list[TopicPartition]) -> None:
-        keep = set(tps)
-        for tp in list(self._positions):
-            if tp not in keep:
-                self._positions.pop(tp)
-                self._drop_buffer(tp)
-                self._paused.discard(tp)
-        for tp in tps:
-            self._positions.setdefault(tp, None)
-        self._assignment = sorted(keep)
+        self._sub.assign(tps)
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self._assignment)
+        return set(self._sub.assigned)
 
     def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
         """Subscribe to topics (or a regex ``pattern``). Without a group, every partition is assigned."""
@@ -187,38 +137,41 @@ class Consumer:
             compiled = re.compile(pattern) if pattern is not None else None
         except (re.error, TypeError) as exc:
             raise ConfigError(f"pattern must be a valid regular expression, got {pattern!r}: {exc}") from exc
-        if self._group is not None:  # first: a subscription the group refuses leaves the consumer as it was
-            self._group.subscribe(set(topics), compiled, listener)
-        self._subscription = set(topics)
-        self._pattern = compiled
+        previous = self._sub.subscribe(topics, compiled, listener)
         if self._group is None:
             self._update_subscription_assignment(force=True)
+            return
+        try:
+            self._group.subscribe()
+        except BaseException:  # a subscription the group refuses leaves the consumer as it was
+            self._sub.restore(previous)
+            raise
 
     def subscription(self) -> set[str]:
         """The subscribed topics: the names given to ``subscribe()``, or the existing topics its pattern
         matches now."""
-        if self._pattern is not None:
+        if self._sub.pattern is not None:
             return set(self._subscribed_topics())
-        return set(self._subscription)
+        return set(self._sub.topics)
 
     def unsubscribe(self) -> None:
         if self._group is not None:
             self._group.unsubscribe()
-        self._subscription = set()
-        self._pattern = None
-        self._set_assignment([])
+        self._sub.unsubscribe()
+        self._sub.revoke_all()
 
     def _subscribed_topics(self) -> list[str]:
-        if self._pattern is None:
-            return sorted(self._subscription)
-        return [t for t in topic_names(self.log) if self._pattern.fullmatch(t)]
+        pattern = self._sub.pattern
+        if pattern is None:
+            return sorted(self._sub.topics)
+        return [t for t in topic_names(self.log) if pattern.fullmatch(t)]
 
     def _update_subscription_assignment(self, force: bool = False) -> None:
         now = self.log.clock.monotonic_ms()
         if not force and now < self._next_meta_check:
             return
         self._next_meta_check = now + 500
-        if not self._subscription and self._pattern is None:
+        if not self._sub.subscribed:
             return
         existing = set(topic_names(self.log))  # a subscribed topic deleted since leaves the assignment
         tps = []
@@ -226,11 +179,8 @@ class Consumer:
             if name in existing:
                 with contextlib.suppress(UnknownTopicError):
                     tps.extend(self.log.topic(name).partitions())
-        if tps != self._assignment:
-            self._set_assignment(tps)
-
-    def _subscribed_mode(self) -> bool:
-        return bool(self._subscription) or self._pattern is not None
+        if tps != self._sub.assigned:
+            self._sub.assign(tps)
 
     def _guarded(self, tp: TopicPartition, read: Callable[[], _T]) -> _T:
         """Run ``read`` (a read of ``tp``), turning files that vanished under it into the typed error of what
@@ -255,10 +205,9 @@ class Consumer:
         """A subscribed topic or partition that no longer exists is skipped: it leaves the assignment at the
         next metadata check (without a group) or rebalance (with one), as in Kafka. Under ``assign()`` the
         error is raised: the caller chose the partition."""
-        if not self._subscribed_mode():
+        if not self._sub.subscribed:
             raise exc
-        self._positions[tp] = None  # a topic created again under this name starts from its own offsets
-        self._drop_buffer(tp)
+        self._sub.seek(tp, None)  # a topic created again under this name starts from its own offsets
         self._next_meta_check = 0.0
         if self._group is not None:
             self._group.check_topics()
@@ -266,11 +215,11 @@ class Consumer:
     # -- positions --------------------------------------------------------------------------------------
 
     def _plog(self, tp: TopicPartition) -> PartitionLog:
-        return self.log.topic(tp.topic).partition(tp.partition)
+        return self._fetcher.plog(tp)
 
     def _require(self, tp: TopicPartition) -> TopicPartition:
         tp = _topic_partition(tp)
-        if tp not in self._positions:
+        if not self._sub.is_assigned(tp):
             raise IllegalStateError(f"{tp} is not assigned to this consumer")
         return tp
 
@@ -279,67 +228,61 @@ class Consumer:
         tp = self._require(partition)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidOffsetError(f"offset must be an int >= 0, got {offset!r}")
-        self._positions[tp] = offset
-        self._drop_buffer(tp)
+        self._sub.seek(tp, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or tuple(self._assignment):
+        for tp in partitions or tuple(self._sub.assigned):
             tp = self._require(tp)
-            self._positions[tp] = self._plog(tp).log_start_offset
-            self._drop_buffer(tp)
+            self._sub.seek(tp, self._plog(tp).log_start_offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or tuple(self._assignment):
+        for tp in partitions or tuple(self._sub.assigned):
             tp = self._require(tp)
-            self._positions[tp] = self._plog(tp).log_end_offset
-            self._drop_buffer(tp)
+            self._sub.seek(tp, self._plog(tp).log_end_offset)
 
     def position(self, partition: TopicPartition) -> int:
         """The offset of the next record this consumer will return for ``partition``."""
         tp = self._require(partition)
-        pos = self._positions[tp]
+        pos = self._sub.positions[tp]
         if pos is None:
-            pos = self._reset_position(tp)
+            pos = self._fetcher.reset_position(tp)
         buf = self._buffers.get(tp)
         if buf is None:
             return pos
         buf.settle()
         return buf.recs[buf.i].offset if buf.i < len(buf.recs) else pos
 
+    def _consumed_position(self, tp: TopicPartition) -> int | None:
+        """The subscription's ``consumed`` hook: ``position(tp)``, or None while nothing set or fetched one."""
+        if self._sub.positions.get(tp) is None and tp not in self._buffers:
+            return None
+        return self.position(tp)
+
+    def _committed_position(self, tp: TopicPartition) -> int | None:
+        """Where a partition without a position starts when the group has committed an offset for it."""
+        return self._group.committed_position(tp) if self._group is not None else None
+
     def _drop_buffer(self, tp: TopicPartition) -> None:
         """Forget records fetched but not returned for ``tp`` (after a seek, a pause or a revocation)."""
         buf = self._buffers.pop(tp, None)
         if buf is not None:
             buf.halt()
-        self._poison.pop(tp, None)
+        self._fetcher.poison.pop(tp, None)
         self._current = None
-
-    def _reset_position(self, tp: TopicPartition) -> int:
-        committed: int | None = self._group.committed_position(tp) if self._group is not None else None
-        if committed is not None:
-            pos = committed
-        elif self.auto_offset_reset == "earliest":
-            pos = self._plog(tp).log_start_offset
-        elif self.auto_offset_reset == "latest":
-            pos = self._plog(tp).log_end_offset
-        else:
-            raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset='none'")
-        self._positions[tp] = pos
-        return pos
 
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
-            self._paused.add(self._require(tp))
+            self._sub.paused.add(self._require(tp))
         if self._current is not None:
             self._current.halt()
         self._current = None
 
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
-            self._paused.discard(_topic_partition(tp))
+            self._sub.paused.discard(_topic_partition(tp))
 
     def paused(self) -> set[TopicPartition]:
-        return set(self._paused)
+        return set(self._sub.paused)
 
     # -- metadata ---------------------------------------------------------------------------------------
 
@@ -379,7 +322,7 @@ class Consumer:
 
         Waits up to ``timeout_ms`` for at least one record."""
         self._check()
-        limit = self.max_poll_records if max_records is None else max_records
+        limit = self.config.max_poll_records if max_records is None else max_records
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(f"max_records must be an int >= 1, got {max_records!r}")
         clock = self.log.clock
@@ -402,7 +345,8 @@ class Consumer:
 
     def _collect(self, limit: int, update: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
-        tps = [tp for tp in self._assignment if tp not in self._paused]
+        tps = self._sub.fetchable()
+        poisoned = self._fetcher.poison
         if not tps:
             return out
         n = len(tps)
@@ -415,20 +359,20 @@ class Consumer:
             if buf is not None:
                 buf.halt()
             if buf is None or buf.i >= len(buf.recs):
-                poison = self._poison.get(tp)
+                poison = poisoned.get(tp)
                 if poison is not None:
                     if out:
                         continue  # return what is ready; the next poll raises
                     raise poison
                 try:
-                    recs = self._guarded(tp, partial(self._fetch, tp))
+                    recs = self._guarded(tp, partial(self._fetcher.fetch, tp))
                 except (UnknownTopicError, UnknownPartitionError) as exc:
                     self._skip_vanished(tp, exc)
                     continue
                 if not recs:
                     self._buffers.pop(tp, None)
-                    if tp in self._poison and not out:
-                        raise self._poison[tp]
+                    if tp in poisoned and not out:
+                        raise poisoned[tp]
                     continue
                 buf = self._buffers[tp] = _Buffer(recs)
             take = buf.recs[buf.i : buf.i + remaining]
@@ -440,184 +384,6 @@ class Consumer:
                 break
         return out
 
-    def _read(self, tp: TopicPartition, pos: int, max_bytes: int) -> list[DecodedBatch]:
-        """Batches from ``pos``; an out-of-range position is reset by ``auto_offset_reset`` (the new position
-        is left in ``_positions``)."""
-        plog = self._plog(tp)
-        try:
-            return plog.read(pos, max_bytes)
-        except OffsetOutOfRangeError:
-            if self.auto_offset_reset == "none":
-                raise
-            self._positions[tp] = None
-            return plog.read(self._reset_position(tp), max_bytes)
-
-    def _read_raw(self, tp: TopicPartition, pos: int, max_bytes: int) -> list[tuple[Any, int]]:
-        plog = self._plog(tp)
-        try:
-            return plog.read_raw(pos, max_bytes)
-        except OffsetOutOfRangeError:
-            if self.auto_offset_reset == "none":
-                raise
-            self._positions[tp] = None
-            return plog.read_raw(self._reset_position(tp), max_bytes)
-
-    def _fetch(self, tp: TopicPartition) -> list[ConsumerRecord]:
-        pos = self._positions.get(tp)
-        if pos is None:
-            pos = self._reset_position(tp)
-        self._positions[tp] = pos
-        raw = self._read_raw(tp, pos, self.max_partition_fetch_bytes)
-        pos = self._positions[tp] or 0
-        if not raw:
-            return []
-        records: list[ConsumerRecord] = []
-        visibility = self._visible()
-        for buf, at in raw:
-            b = decode_lists(buf, at)
-            if visibility is not None:
-                verdict = visibility.classify(b.header)
-                if verdict == OPEN:
-                    return records  # an open transaction: the last stable offset
-                if verdict != VISIBLE:  # aborted, or a control batch
-                    self._positions[tp] = b.header.next_offset
-                    continue
-            stop = self._records(tp, b, pos, records)
-            if stop is not None:  # a record that cannot be deserialized, under the "raise" policy
-                self._positions[tp] = stop
-                return records
-            self._positions[tp] = b.header.next_offset
-        return records
-
-    def _records(
-        self, tp: TopicPartition, b: RecordLists, start: int, out: list[ConsumerRecord]
-    ) -> int | None:
-        """Append the batch's records from offset ``start`` on to ``out``. Returns the offset of a record the
-        deserializers cannot decode when the policy is to raise (the error is kept for the next poll)."""
-        offsets = b.offsets
-        keys = b.keys
-        values = b.values
-        ksizes = _sizes(keys)
-        vsizes = _sizes(values)
-        bad: dict[int, BaseException] = {}
-        if self._key_deser is not None:
-            keys = self._deserialize(self._key_deser, keys, bad, "key")
-        if self._value_deser is not None:
-            values = self._deserialize(self._value_deser, values, bad, "value")
-        # tuple.__new__ straight from zip's tuples: no Python-level __new__ call per record. The cyclic GC is
-        # paused while they are built: otherwise every 700 allocations it re-scans the young records of this
-        # batch (which cannot form cycles), and that costs more than building them.
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
-            recs: list[ConsumerRecord] = self._build(tp, b, keys, values, ksizes, vsizes)
-        finally:
-            if paused:
-                gc.enable()
-        if bad:
-            return self._poison_pills(tp, b, recs, bad, start, out)
-        if offsets[0] < start:
-            recs = [r for r in recs if r.offset >= start]
-        out.extend(recs)
-        return None
-
-    @staticmethod
-    def _build(
-        tp: TopicPartition,
-        b: RecordLists,
-        keys: list[Any],
-        values: list[Any],
-        ksizes: list[int],
-        vsizes: list[int],
-    ) -> list[ConsumerRecord]:
-        return list(
-            map(
-                _new_tuple,
-                repeat(ConsumerRecord),
-                zip(
-                    repeat(tp.topic),
-                    repeat(tp.partition),
-                    b.offsets,
-                    b.timestamps,
-                    repeat(b.header.timestamp_type),
-                    keys,
-                    values,
-                    b.headers,
-                    ksizes,
-                    vsizes,
-                ),
-            )
-        )
-
-    def _poison_pills(
-        self,
-        tp: TopicPartition,
-        b: RecordLists,
-        recs: list[ConsumerRecord],
-        bad: dict[int, BaseException],
-        start: int,
-        out: list[ConsumerRecord],
-    ) -> int | None:
-        for i, rec in enumerate(recs):
-            if rec.offset < start:
-                continue
-            exc = bad.get(i)
-            if exc is None:
-                out.append(rec)
-                continue
-            policy = self._dead_letters.policy
-            if policy == "raise":
-                err = DeserializationError(
-                    f"cannot deserialize record {tp.topic}-{tp.partition} offset {rec.offset}: {exc}; "
-                    f"seek to offset {rec.offset + 1} to skip it"
-                )
-                err.topic_partition, err.offset = tp, rec.offset
-                err.__cause__ = exc
-                self._poison[tp] = err
-                return rec.offset
-            if policy == "dead_letter":
-                raw = (b.keys[i], b.values[i], list(b.headers[i] or ()))
-                self._dead_letters.send(
-                    tp.topic, tp.partition, rec.offset, rec.timestamp, raw, exc, "deserialization"
-                )
-            else:
-                self._dead_letters.skipped += 1
-        return None
-
-    @staticmethod
-    def _deserialize(
-        fn: Callable[[bytes], Any], items: list[Any], bad: dict[int, BaseException], what: str
-    ) -> list[Any]:
-        try:
-            return [None if x is None else fn(x) for x in items]
-        except Exception:
-            out = []
-            for i, x in enumerate(items):
-                try:
-                    out.append(None if x is None else fn(x))
-                except Exception as exc:
-                    bad.setdefault(i, exc)
-                    out.append(x)
-            return out
-
-    def _visible(self) -> Visibility | None:
-        """read_committed: the transaction visibility rule (:mod:`pylog.partition.visibility`) for one read,
-        over the transaction log; None for read_uncommitted. A transaction still open past its timeout is
-        aborted when the rule meets it, checked at most once a second of the log's clock."""
-        if self._txns is None:
-            return None
-        return Visibility(self._txns.status, self._abort_expired)
-
-    def _abort_expired(self) -> bool:
-        """The rule's ``expire`` callback: abort the transactions open past their timeout (at most once a
-        second); True when some were, so the rule asks for the status again."""
-        now = self.log.clock.monotonic_ms()
-        if now < self._next_expiry_check:
-            return False
-        self._next_expiry_check = now + 1000
-        return bool(self._txns.abort_expired(self.log.clock.time_ms()))
-
     def dead_letter(self, record: ConsumerRecord, error: BaseException) -> None:
         """Send ``record`` (one this consumer returned) to ``dead_letter_topic`` with ``error`` in its headers:
         its stored key, value and headers, byte for byte (see :mod:`pylog.deadletter`)."""
@@ -625,20 +391,10 @@ class Consumer:
         if not isinstance(record, ConsumerRecord):
             raise ConfigError(f"dead_letter() takes a ConsumerRecord, got {type(record).__name__}")
         tp = TopicPartition(record.topic, record.partition)
-        raw = self._raw_record(tp, record.offset)
+        raw = self._fetcher.raw_record(tp, record.offset)
         self._dead_letters.send(
             tp.topic, tp.partition, record.offset, record.timestamp, raw, error, "processing"
         )
-
-    def _raw_record(
-        self, tp: TopicPartition, offset: int
-    ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
-        for buf, at in self._plog(tp).read_raw(offset, 1):
-            b = decode_lists(buf, at)
-            for i, off in enumerate(b.offsets):
-                if off == offset:
-                    return (b.keys[i], b.values[i], list(b.headers[i] or ()))
-        raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition} offset {offset} is no longer in the log")
 
     def metrics(self) -> dict[str, int]:
         """Counters: ``records_skipped`` and ``records_dead_lettered`` by the deserialization error policy
@@ -658,7 +414,7 @@ class Consumer:
         from pylog.arrow import batches_to_arrow
 
         self._check()
-        limit = self.max_partition_fetch_bytes if max_bytes is None else max_bytes
+        limit = self.config.max_partition_fetch_bytes if max_bytes is None else max_bytes
         clock = self.log.clock
         deadline = clock.monotonic_ms() + _wait_ms(timeout_ms)
         spins = 0
@@ -668,9 +424,7 @@ class Consumer:
             else:
                 self._update_subscription_assignment()
             out: dict[TopicPartition, Any] = {}
-            for tp in list(self._assignment):
-                if tp in self._paused:
-                    continue
+            for tp in self._sub.fetchable():
                 try:
                     batches, start = self._guarded(tp, partial(self._arrow_batches, tp, limit))
                 except (UnknownTopicError, UnknownPartitionError) as exc:
@@ -681,7 +435,7 @@ class Consumer:
                 rb = batches_to_arrow(
                     tp.topic, tp.partition, batches, start_offset=start, include_headers=include_headers
                 )
-                self._positions[tp] = batches[-1].header.next_offset
+                self._sub.positions[tp] = batches[-1].header.next_offset
                 if rb.num_rows:
                     out[tp] = rb
             if out:
@@ -695,34 +449,28 @@ class Consumer:
 
     def _arrow_batches(self, tp: TopicPartition, limit: int) -> tuple[list[DecodedBatch], int]:
         """The visible batches from the position of ``tp`` (which moves past aborted ones), and that position."""
-        self._positions[tp] = self.position(tp)
-        self._drop_buffer(tp)
-        batches = self._read(tp, self._positions[tp] or 0, limit)
-        visibility = self._visible()
-        if visibility is not None:
-            batches, skip_to = visibility.visible(batches)
-            if not batches and skip_to is not None:
-                self._positions[tp] = skip_to
-        return batches, self._positions[tp] or 0
+        self._sub.seek(tp, self.position(tp))
+        return self._fetcher.visible_batches(tp, limit)
 
     # -- iteration --------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        return self._iterate_records()
-
-    def _iterate_records(self) -> Iterator[ConsumerRecord]:
         """What ``for record in consumer`` runs: ``next()`` semantics (one record at a time, ending after
-        ``consumer_timeout_ms`` without one), walking each fetched buffer with a C iterator."""
+        ``consumer_timeout_ms`` without one). ``chain`` walks each fetched buffer with a C list iterator, so
+        no Python code runs per record."""
+        return chain.from_iterable(self._runs())
+
+    def _runs(self) -> Iterator[Iterable[ConsumerRecord]]:
         while True:
             buf = self._current
             if buf is not None and (self._group is None or not self._group.wants_poll):
-                yield from buf.walk()
+                yield buf.walk()
                 buf.settle()
             try:
                 rec = self.__next__()
             except StopIteration:
                 return
-            yield rec
+            yield (rec,)
 
     def __next__(self) -> ConsumerRecord:
         # Fast path: the next record of the partition the last call took from, as long as nothing (a seek,
@@ -745,12 +493,14 @@ class Consumer:
         """Yield records until none arrives for ``timeout_ms`` (default ``consumer_timeout_ms``); fetches in
         bulk, which is much faster than ``next()`` one record at a time."""
         wait = self.consumer_timeout_ms if timeout_ms is None else timeout_ms
+        return chain.from_iterable(self._polled(wait))
+
+    def _polled(self, wait: float) -> Iterator[list[ConsumerRecord]]:
         while True:
             got = self.poll(timeout_ms=wait)
             if not got:
                 return
-            for recs in got.values():
-                yield from recs
+            yield from got.values()
 
     # -- groups and lifecycle ---------------------------------------------------------------------------
 
@@ -775,7 +525,7 @@ class Consumer:
     def lag(self) -> dict[TopicPartition, int]:
         """Records between this consumer's position and the log end, per assigned partition."""
         self._check()
-        return {tp: max(self._plog(tp).log_end_offset - self.position(tp), 0) for tp in self._assignment}
+        return {tp: max(self._plog(tp).log_end_offset - self.position(tp), 0) for tp in self._sub.assigned}
 
     def close(self, autocommit: bool = True) -> None:
         if self._closed:
@@ -834,17 +584,6 @@ class _Buffer:
         self.settle()
         self._it = None
         self._view.clear()  # a walk in progress ends at its next step
-
-
-_new_tuple = tuple.__new__
-
-
-def _sizes(items: list[bytes | None]) -> list[int]:
-    """Byte sizes, -1 for None (Kafka's serialized_*_size)."""
-    try:
-        return list(map(len, items))  # type: ignore[arg-type]
-    except TypeError:  # some None among them
-        return [-1 if x is None else len(x) for x in items]
 
 
 def _wait_ms(timeout_ms: object) -> float:

@@ -1,7 +1,10 @@
-"""Consumer settings: kafka-python's names and defaults, every one checked when the consumer is created.
+"""Consumer and group settings: one table of names, types, ranges, defaults and Kafka's names, checked before
+the consumer creates anything, into two frozen dataclasses (:class:`ConsumerConfig`, :class:`GroupConfig`).
 
 A bad setting is a :class:`~pylog.errors.ConfigError` naming the setting, the value given and what is
-allowed, raised before the consumer creates anything (no group directory, no transaction log).
+allowed, raised before the consumer creates anything (no group directory, no transaction log). An unknown
+name is a ConfigError that names the closest known setting. Kafka's dotted names (``"auto.offset.reset"``)
+are accepted too, through a dict: ``log.consumer("t", **{"auto.offset.reset": "earliest"})``.
 
 Setting, default, allowed values::
 
@@ -13,6 +16,8 @@ Setting, default, allowed values::
     max_partition_fetch_bytes         1048576                an int >= 1 (a larger first batch is still returned)
     key_deserializer                  None                   None or a callable
     value_deserializer                msgpack                None or a callable
+    on_deserialization_error          "raise"                "raise", "skip", "dead_letter" (pylog.deadletter)
+    dead_letter_topic                 None                   None or a topic name; needed by "dead_letter"
     isolation_level                   "read_uncommitted"     "read_uncommitted", "read_committed"
     session_timeout_ms                45000                  an int >= 1, above heartbeat_interval_ms
     heartbeat_interval_ms             3000                   an int >= 1
@@ -27,26 +32,34 @@ Setting, default, allowed values::
 
 The group settings are accepted without a ``group_id`` too, as kafka-python does (they are checked, and have
 no effect: without a group nothing is committed automatically), except ``group_instance_id``, which names a
-member of a group. ``on_deserialization_error`` and ``dead_letter_topic`` are checked by
-:mod:`pylog.deadletter`.
+member of a group.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+import msgpack
+
+from pylog.deadletter import POLICIES
+from pylog.directory import validate_topic_name
 from pylog.errors import ConfigError
 from pylog.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignor, get_assignor
+from pylog.groups.store import validate_group_id
 
 __all__ = [
-    "GROUP_SETTINGS",
+    "CONSUMER_OPTIONS",
+    "GROUP_OPTIONS",
+    "ConsumerConfig",
     "GroupConfig",
-    "check_consumer_settings",
+    "Option",
     "check_timeout_ms",
-    "group_config",
+    "consumer_configs",
+    "msgpack_deserializer",
 ]
 
 _RESETS = {
@@ -59,6 +72,14 @@ _RESETS = {
 _ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
+def msgpack_deserializer(raw: bytes) -> Any:
+    """The default value deserializer: one msgpack object (what the producer's default serializer wrote)."""
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+# -- checks: each returns the value in its stored form, or raises a ConfigError naming setting and value --
+
+
 def _bad(name: str, value: object, allowed: str) -> ConfigError:
     return ConfigError(f"{name} must be {allowed}, got {value!r}")
 
@@ -69,11 +90,19 @@ def int_at_least(name: str, value: object, least: int) -> int:
     return value
 
 
-def choice(name: str, value: object, allowed: Iterable[str]) -> str:
+def _int_at_least(least: int) -> Callable[[str, object], int]:
+    return lambda name, value: int_at_least(name, value, least)
+
+
+def _choice(allowed: Iterable[str]) -> Callable[[str, object], str]:
     names = tuple(allowed)
-    if not isinstance(value, str) or value not in names:
-        raise _bad(name, value, "one of " + ", ".join(repr(n) for n in names))
-    return value
+
+    def check(name: str, value: object) -> str:
+        if not isinstance(value, str) or value not in names:
+            raise _bad(name, value, "one of " + ", ".join(repr(n) for n in names))
+        return value
+
+    return check
 
 
 def check_timeout_ms(name: str, value: object) -> float:
@@ -83,7 +112,13 @@ def check_timeout_ms(name: str, value: object) -> float:
     return float(value)
 
 
-def optional_callable(name: str, value: object) -> Callable[..., Any] | None:
+def _reset(name: str, value: object) -> str:
+    if not isinstance(value, str) or value not in _RESETS:
+        raise _bad(name, value, "'earliest', 'latest' or 'none'")
+    return _RESETS[value]
+
+
+def _optional_callable(name: str, value: object) -> Callable[..., Any] | None:
     if value is not None and not callable(value):
         raise _bad(name, value, "None or a callable")
     return value
@@ -99,6 +134,12 @@ def _optional_name(name: str, value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
         raise _bad(name, value, "None or a non-empty str")
     return value
+
+
+def _optional_topic(name: str, value: object) -> str | None:
+    if value is not None:
+        validate_topic_name(value)
+    return value  # type: ignore[return-value]
 
 
 def _str(name: str, value: object) -> str:
@@ -125,20 +166,63 @@ def _assignor(name: str, value: object) -> Assignor:
     return get_assignor(first) if isinstance(first, str) else first
 
 
-def check_consumer_settings(settings: Mapping[str, object]) -> dict[str, Any]:
-    """The consumer's own settings (not the group's), checked; ``auto_offset_reset`` in its current name."""
-    out: dict[str, Any] = dict(settings)
-    reset = settings["auto_offset_reset"]
-    if not isinstance(reset, str) or reset not in _RESETS:
-        raise _bad("auto_offset_reset", reset, "'earliest', 'latest' or 'none'")
-    out["auto_offset_reset"] = _RESETS[reset]
-    out["consumer_timeout_ms"] = check_timeout_ms("consumer_timeout_ms", settings["consumer_timeout_ms"])
-    int_at_least("max_poll_records", settings["max_poll_records"], 1)
-    int_at_least("max_partition_fetch_bytes", settings["max_partition_fetch_bytes"], 1)
-    choice("isolation_level", settings["isolation_level"], _ISOLATION_LEVELS)
-    for name in ("key_deserializer", "value_deserializer"):
-        optional_callable(name, settings[name])
-    return out
+# -- the table --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its name (kafka-python's), Kafka's name (None where Kafka has none) and its check."""
+
+    name: str
+    kafka: str | None
+    check: Callable[[str, Any], Any]
+
+
+CONSUMER_OPTIONS: tuple[Option, ...] = (
+    Option("auto_offset_reset", "auto.offset.reset", _reset),
+    Option("consumer_timeout_ms", None, check_timeout_ms),
+    Option("max_poll_records", "max.poll.records", _int_at_least(1)),
+    Option("max_partition_fetch_bytes", "max.partition.fetch.bytes", _int_at_least(1)),
+    Option("key_deserializer", "key.deserializer", _optional_callable),
+    Option("value_deserializer", "value.deserializer", _optional_callable),
+    Option("on_deserialization_error", None, _choice(POLICIES)),
+    Option("dead_letter_topic", "errors.deadletterqueue.topic.name", _optional_topic),
+    Option("isolation_level", "isolation.level", _choice(_ISOLATION_LEVELS)),
+)
+
+GROUP_OPTIONS: tuple[Option, ...] = (
+    Option("session_timeout_ms", "session.timeout.ms", _int_at_least(1)),
+    Option("heartbeat_interval_ms", "heartbeat.interval.ms", _int_at_least(1)),
+    Option("max_poll_interval_ms", "max.poll.interval.ms", _int_at_least(1)),
+    Option("enable_auto_commit", "enable.auto.commit", _flag),
+    Option("auto_commit_interval_ms", "auto.commit.interval.ms", _int_at_least(0)),
+    Option("partition_assignment_strategy", "partition.assignment.strategy", _assignor),
+    Option("group_instance_id", "group.instance.id", _optional_name),
+    Option("client_id", "client.id", _str),
+    Option("group_initial_rebalance_delay_ms", "group.initial.rebalance.delay.ms", _int_at_least(0)),
+)
+
+_GROUP_ID = Option(
+    "group_id", "group.id", lambda name, value: None if value is None else validate_group_id(value)
+)
+_ALL = {o.name: o for o in (_GROUP_ID, *CONSUMER_OPTIONS, *GROUP_OPTIONS)}
+_KAFKA_NAMES = {o.kafka: o.name for o in _ALL.values() if o.kafka is not None}
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """A consumer's own settings, checked (see the module docstring)."""
+
+    group_id: str | None = None
+    auto_offset_reset: str = "latest"
+    consumer_timeout_ms: float = float("inf")
+    max_poll_records: int = 500
+    max_partition_fetch_bytes: int = 1 << 20
+    key_deserializer: Callable[[bytes], Any] | None = None
+    value_deserializer: Callable[[bytes], Any] | None = msgpack_deserializer
+    on_deserialization_error: str = "raise"
+    dead_letter_topic: str | None = None
+    isolation_level: str = "read_uncommitted"
 
 
 @dataclass(frozen=True)
@@ -157,36 +241,44 @@ class GroupConfig:
     group_initial_rebalance_delay_ms: int = 0
 
 
-GROUP_SETTINGS: dict[str, Callable[[str, Any], Any]] = {
-    "session_timeout_ms": lambda n, v: int_at_least(n, v, 1),
-    "heartbeat_interval_ms": lambda n, v: int_at_least(n, v, 1),
-    "max_poll_interval_ms": lambda n, v: int_at_least(n, v, 1),
-    "enable_auto_commit": _flag,
-    "auto_commit_interval_ms": lambda n, v: int_at_least(n, v, 0),
-    "partition_assignment_strategy": _assignor,
-    "group_instance_id": _optional_name,
-    "client_id": _str,
-    "group_initial_rebalance_delay_ms": lambda n, v: int_at_least(n, v, 0),
-}
+_CONSUMER_FIELDS = frozenset(f.name for f in fields(ConsumerConfig))
 
 
-def group_config(group_id: str | None, settings: Mapping[str, Any]) -> GroupConfig:
-    """The group settings among a consumer's keyword arguments, checked (also without a ``group_id``)."""
-    unknown = sorted(set(settings) - set(GROUP_SETTINGS))
-    if unknown:
+def consumer_configs(settings: Mapping[str, Any]) -> tuple[ConsumerConfig, GroupConfig]:
+    """A consumer's keyword arguments (kafka-python's names or Kafka's), checked, as its two configs."""
+    values: dict[str, Any] = {}
+    for given, value in settings.items():
+        name = _KAFKA_NAMES.get(given, given)
+        option = _ALL.get(name)
+        if option is None:
+            raise ConfigError(_unknown(given))
+        if name in values:
+            raise ConfigError(f"{name} is given twice (as {name!r} and as Kafka's {option.kafka!r})")
+        values[name] = option.check(name, value)
+    consumer = ConsumerConfig(**{k: v for k, v in values.items() if k in _CONSUMER_FIELDS})
+    group = GroupConfig(**{k: v for k, v in values.items() if k not in _CONSUMER_FIELDS})
+    _check_together(consumer, group)
+    return consumer, group
+
+
+def _unknown(name: str) -> str:
+    close = difflib.get_close_matches(name, [*_ALL, *_KAFKA_NAMES], n=1, cutoff=0.6)
+    hint = f"; did you mean {_KAFKA_NAMES.get(close[0], close[0])!r}?" if close else ""
+    return (
+        f"unknown consumer config {name!r}{hint} pylog's consumer settings are listed in pylog.consumer_config "
+        "and docs/kafka-python.md (network settings such as bootstrap_servers do not apply)"
+    )
+
+
+def _check_together(consumer: ConsumerConfig, group: GroupConfig) -> None:
+    if group.heartbeat_interval_ms >= group.session_timeout_ms:
         raise ConfigError(
-            f"unknown consumer config {', '.join(unknown)}; pylog's consumer settings are listed in "
-            "docs/kafka-python.md (network settings such as bootstrap_servers do not apply)"
+            f"heartbeat_interval_ms ({group.heartbeat_interval_ms}) must be lower than session_timeout_ms "
+            f"({group.session_timeout_ms})"
         )
-    values = {name: GROUP_SETTINGS[name](name, value) for name, value in settings.items()}
-    config = GroupConfig(**values)
-    if config.heartbeat_interval_ms >= config.session_timeout_ms:
+    if consumer.group_id is None and group.group_instance_id is not None:
         raise ConfigError(
-            f"heartbeat_interval_ms ({config.heartbeat_interval_ms}) must be lower than session_timeout_ms "
-            f"({config.session_timeout_ms})"
+            f"group_instance_id={group.group_instance_id!r} needs a group_id (it names a member of a group)"
         )
-    if group_id is None and config.group_instance_id is not None:
-        raise ConfigError(
-            f"group_instance_id={config.group_instance_id!r} needs a group_id (it names a member of a group)"
-        )
-    return config
+    if consumer.on_deserialization_error == "dead_letter" and not consumer.dead_letter_topic:
+        raise ConfigError('on_deserialization_error="dead_letter" needs dead_letter_topic')

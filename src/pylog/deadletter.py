@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pylog.directory import validate_topic_name
 from pylog.errors import ConfigError, TopicExistsError
 from pylog.producer import Producer
 
@@ -52,14 +51,7 @@ class DeadLetters:
     """Sends records to a dead-letter topic. Not thread-safe: belongs to one consumer."""
 
     def __init__(self, log: LogDirectory, topic: str | None, policy: str) -> None:
-        if policy not in POLICIES:
-            raise ConfigError(
-                f"on_deserialization_error must be one of {', '.join(POLICIES)}, got {policy!r}"
-            )
-        if policy == "dead_letter" and not topic:
-            raise ConfigError('on_deserialization_error="dead_letter" needs dead_letter_topic')
-        if topic is not None:
-            validate_topic_name(topic)
+        """``topic`` and ``policy`` are checked settings (:mod:`pylog.consumer_config`)."""
         self.log = log
         self.topic = topic
         self.policy = policy

@@ -195,3 +195,33 @@ def test_poll_rejects_a_timeout_that_is_not_a_number(log: pylog.Log) -> None:
             consumer.poll(timeout_ms=bad)
     assert consumer.poll(timeout_ms=-5) == {}  # a negative wait does not wait
     consumer.close()
+
+
+def test_an_unknown_setting_names_the_closest_known_one(log: pylog.Log) -> None:
+    with pytest.raises(ConfigError, match=r"'max_poll_record'.*did you mean 'max_poll_records'"):
+        log.consumer("t", max_poll_record=10)
+    with pytest.raises(ConfigError, match=r"did you mean 'auto.offset.reset'"):
+        log.consumer("t", **{"auto.offset.rest": "earliest"})
+
+
+def test_kafkas_dotted_names_are_accepted(log: pylog.Log) -> None:
+    consumer = log.consumer("t", **{"auto.offset.reset": "earliest", "max.poll.records": 7})
+    assert consumer.config.auto_offset_reset == "earliest" and consumer.config.max_poll_records == 7
+    assert sum(len(recs) for recs in consumer.poll(timeout_ms=100).values()) == 7
+    consumer.close()
+    with pytest.raises(ConfigError, match="given twice"):
+        log.consumer("t", max_poll_records=1, **{"max.poll.records": 2})
+
+
+def test_configs_are_frozen_and_hold_the_checked_values(log: pylog.Log) -> None:
+    from dataclasses import FrozenInstanceError
+
+    from pylog.consumer_config import ConsumerConfig, consumer_configs
+
+    consumer, group = consumer_configs(
+        {"auto_offset_reset": "smallest", "group_id": "g", "session_timeout_ms": 10_000}
+    )
+    assert consumer == ConsumerConfig(group_id="g", auto_offset_reset="earliest")
+    assert group.session_timeout_ms == 10_000 and group.heartbeat_interval_ms == 3_000
+    with pytest.raises(FrozenInstanceError):
+        consumer.max_poll_records = 1  # type: ignore[misc]

@@ -1,7 +1,10 @@
 """A consumer's membership in its group: joining, heartbeats, rebalances, and committed offsets.
 
-A :class:`GroupMember` belongs to one :class:`~pylog.consumer.Consumer` (created for it when the consumer has
-a ``group_id``). Members in the same process and members in other processes that opened the same log
+A :class:`GroupMember` belongs to one consumer (created for it when the consumer has a ``group_id``), and
+shares with it one :class:`~pylog.subscription.Subscription`: the member reads the subscribed topics and the
+rebalance listener from it, changes its assignment (:meth:`~pylog.subscription.Subscription.assign`) and
+commits its positions (:meth:`~pylog.subscription.Subscription.consumed_positions`); it knows nothing else of
+the consumer. Members in the same process and members in other processes that opened the same log
 directory are the same thing to the group: they meet in the group's files (:mod:`pylog.groups.store`) and
 move the group forward with the functions of :mod:`pylog.groups.coordinator`.
 
@@ -27,12 +30,11 @@ import contextlib
 import itertools
 import os
 import queue
-import re
 import socket
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pylog.consumer_config import GroupConfig
@@ -50,9 +52,9 @@ from pylog.groups import coordinator
 from pylog.groups.assignors import Assignor
 from pylog.groups.store import GroupStore, to_topic_partition
 from pylog.structs import OffsetAndMetadata, TopicPartition
+from pylog.subscription import Subscription
 
 if TYPE_CHECKING:
-    from pylog.consumer import Consumer
     from pylog.directory import LogDirectory
 
 __all__ = ["GroupMember", "topic_names"]
@@ -76,37 +78,28 @@ class GroupMember:
     ``group_initial_rebalance_delay_ms`` is also the debounce window: each join during a rebalance extends the
     wait for more members by this much, up to the rebalance deadline."""
 
-    def __init__(self, consumer: Consumer, group_id: str, config: GroupConfig) -> None:
-        self.session_timeout_ms = config.session_timeout_ms
-        self.heartbeat_interval_ms = config.heartbeat_interval_ms
-        self.max_poll_interval_ms = config.max_poll_interval_ms
-        self.auto_commit_interval_ms = config.auto_commit_interval_ms
-        self.rebalance_delay_ms = config.group_initial_rebalance_delay_ms
-        self.assignor: Assignor = config.partition_assignment_strategy
-        self.enable_auto_commit = config.enable_auto_commit
-        self.group_instance_id = config.group_instance_id
-        self.client_id = config.client_id
-        self.consumer = consumer
-        self.log = consumer.log
-        self.clock = consumer.log.clock
-        self.store = GroupStore(self.log.path, group_id)
+    def __init__(
+        self, log: LogDirectory, subscription: Subscription, group_id: str, config: GroupConfig
+    ) -> None:
+        self.config = config
+        self.log = log
+        self.clock = log.clock
+        self.subscription = subscription
+        self.store = GroupStore(log.path, group_id)
         self.group_id = group_id
         self.member_id: str | None = None
         self.generation = -1
         self.assignment: set[TopicPartition] = set()
         #: Set when the user's thread has group work to do in its next poll.
         self.wants_poll = False
-        self._topics: set[str] = set()
-        self._pattern: str | None = None
         self._subscribed = False
-        self._listener: Any = None
         self._lock_fd: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._last_poll_ms = self.clock.monotonic_ms()
         self._next_heartbeat_ms = 0.0
-        self._next_autocommit_ms = self.clock.monotonic_ms() + self.auto_commit_interval_ms
+        self._next_autocommit_ms = self.clock.monotonic_ms() + config.auto_commit_interval_ms
         self._last_committed: dict[TopicPartition, int] = {}
         self._seen_stamp: tuple[int, int, int] | None = None
         self._stable = False
@@ -119,48 +112,58 @@ class GroupMember:
         self._listener_errors: list[BaseException] = []
         self._closed = False
 
+    @property
+    def assignor(self) -> Assignor:
+        return self.config.partition_assignment_strategy
+
+    @property
+    def _delay_ms(self) -> int:
+        """``group_initial_rebalance_delay_ms``: how long a rebalance waits for more members to join."""
+        return self.config.group_initial_rebalance_delay_ms
+
     # -- subscription -----------------------------------------------------------------------------------
 
-    def subscribe(self, topics: set[str], pattern: re.Pattern[str] | None, listener: Any) -> None:
+    def subscribe(self) -> None:
+        """Join the group with the subscription's topics or pattern (or tell it they changed). A refusal
+        (another assignor in the group, an I/O error) leaves this member as it was, and raises."""
         self._check_open()
-        for name in ("on_partitions_revoked", "on_partitions_assigned"):
-            if listener is not None and not callable(getattr(listener, name, None)):
-                raise ConfigError(f"listener must have an {name}() method (see ConsumerRebalanceListener)")
-        previous = (self._topics, self._pattern, self._listener, self._subscribed)
-        self._topics = set(topics)
-        self._pattern = pattern.pattern if pattern is not None else None
-        self._listener = listener
+        self.subscription.check_listener()
+        previous = self._subscribed
         self._subscribed = True
         self._last_poll_ms = self.clock.monotonic_ms()  # max_poll_interval_ms counts from here
+        topics, pattern = self._wanted()
         try:
             with self.store.lock():
                 state = self.store.read_state()
                 me = state["members"].get(self.member_id) if self.member_id else None
                 if me is None:
                     self._join(state)
-                elif sorted(me["topics"]) != sorted(self._topics) or me.get("pattern") != self._pattern:
-                    me["topics"], me["pattern"] = sorted(self._topics), self._pattern
+                elif sorted(me["topics"]) != topics or me.get("pattern") != pattern:
+                    me["topics"], me["pattern"] = topics, pattern
                     coordinator.start_rebalance(
-                        state, self.clock.time_ms(), "subscription changed", self.rebalance_delay_ms
+                        state, self.clock.time_ms(), "subscription changed", self._delay_ms
                     )
                     self.store.write_state(state)
         except BaseException:
-            # refused (another assignor in the group, an I/O error): the consumer stays as it was
-            self._topics, self._pattern, self._listener, self._subscribed = previous
+            self._subscribed = previous
             raise
         self.wants_poll = True
         self._start_heartbeats()
+
+    def _wanted(self) -> tuple[list[str], str | None]:
+        """The subscribed topic names (sorted) and pattern, as the group's state records them."""
+        return sorted(self.subscription.topics), self.subscription.pattern_text
 
     def unsubscribe(self) -> None:
         if not self._subscribed:
             return
         try:
-            self._give_up_assignment(commit=self.enable_auto_commit)
+            self._give_up_assignment(commit=self.config.enable_auto_commit)
         finally:
             self._stop_heartbeats()
             self._leave("unsubscribed")
             self._subscribed = False
-            self._topics, self._pattern = set(), None
+            self.subscription.unsubscribe()
         self._raise_listener_error()
 
     def _join(self, state: dict[str, Any]) -> None:
@@ -173,30 +176,33 @@ class GroupMember:
                 f"group {self.group_id!r} uses partition_assignment_strategy {theirs[0]!r}; "
                 f"this consumer asks for {self.assignor.name!r} (every member must use the same)"
             )
-        member_id = f"{self.client_id}-{next(_COUNTER)}-{uuid.uuid4().hex[:12]}"
+        member_id = f"{self.config.client_id}-{next(_COUNTER)}-{uuid.uuid4().hex[:12]}"
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)
             if self.member_id is not None:
                 self.store.remove_member_lock(self.member_id)
         self._lock_fd = self.store.hold_member_lock(member_id)
+        topics, pattern = self._wanted()
         record = {
-            "instance_id": self.group_instance_id,
-            "client_id": self.client_id,
+            "instance_id": self.config.group_instance_id,
+            "client_id": self.config.client_id,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "topics": sorted(self._topics),
-            "pattern": self._pattern,
+            "topics": topics,
+            "pattern": pattern,
             "assignor": self.assignor.name,
-            "session_timeout_ms": self.session_timeout_ms,
-            "rebalance_timeout_ms": self.max_poll_interval_ms,
+            "session_timeout_ms": self.config.session_timeout_ms,
+            "rebalance_timeout_ms": self.config.max_poll_interval_ms,
             "heartbeat_ms": now,
             "joined": -1,
             "owned": [],
             "assignment": [],
             "generation": -1,
         }
-        previous = state["static"].get(self.group_instance_id) if self.group_instance_id else None
+        previous = (
+            state["static"].get(self.config.group_instance_id) if self.config.group_instance_id else None
+        )
         if previous is not None and previous in state["members"]:
             # a static member back within its session: same assignment, no rebalance (KIP-345)
             old = state["members"].pop(previous)
@@ -211,14 +217,12 @@ class GroupMember:
             if state.get("leader") == previous:
                 state["leader"] = member_id
             if not same:
-                coordinator.start_rebalance(
-                    state, now, f"{member_id}: subscription changed", self.rebalance_delay_ms
-                )
+                coordinator.start_rebalance(state, now, f"{member_id}: subscription changed", self._delay_ms)
         else:
             state["members"][member_id] = record
-            coordinator.start_rebalance(state, now, f"{member_id} joined", self.rebalance_delay_ms)
-        if self.group_instance_id is not None:
-            state["static"][self.group_instance_id] = member_id
+            coordinator.start_rebalance(state, now, f"{member_id} joined", self._delay_ms)
+        if self.config.group_instance_id is not None:
+            state["static"][self.config.group_instance_id] = member_id
         self.member_id = member_id
         self.generation = -1
         self._stable = False
@@ -229,16 +233,18 @@ class GroupMember:
             return
         with self.store.lock():
             state = self.store.read_state()
-            if self.member_id in state["members"] and (self.group_instance_id is None or reason != "closed"):
+            if self.member_id in state["members"] and (
+                self.config.group_instance_id is None or reason != "closed"
+            ):
                 coordinator.remove_member(
                     state,
                     self.member_id,
                     self.clock.time_ms(),
                     f"{self.member_id} {reason}",
-                    self.rebalance_delay_ms,
+                    self._delay_ms,
                 )
                 self.store.write_state(state)
-        self._release_member_lock(remove=self.group_instance_id is None or reason != "closed")
+        self._release_member_lock(remove=self.config.group_instance_id is None or reason != "closed")
         self.generation = -1
         self.member_id = None
         self._stable = False
@@ -280,7 +286,7 @@ class GroupMember:
             except Exception as exc:  # reported to the user's thread at its next poll
                 self._error = exc
                 self.wants_poll = True
-                self._stop.wait(min(self.heartbeat_interval_ms / 1000, 1.0))
+                self._stop.wait(min(self.config.heartbeat_interval_ms / 1000, 1.0))
 
     def heartbeat(self) -> None:
         """One heartbeat (normally run by the heartbeat thread; callable directly, for tests with a
@@ -298,13 +304,13 @@ class GroupMember:
                 self._seen_stamp = self.store.state_stamp()
                 return
             changed = False
-            if mono - self._last_poll_ms > self.max_poll_interval_ms:
+            if mono - self._last_poll_ms > self.config.max_poll_interval_ms:
                 coordinator.remove_member(
                     state,
                     self.member_id,
                     now,
                     f"{self.member_id} left: no poll() within max_poll_interval_ms",
-                    self.rebalance_delay_ms,
+                    self._delay_ms,
                 )
                 self.store.write_state(state)
                 self._left_for_poll_interval = True
@@ -312,17 +318,17 @@ class GroupMember:
                 return
             if mono >= self._next_heartbeat_ms:
                 me["heartbeat_ms"] = now
-                self._next_heartbeat_ms = mono + self.heartbeat_interval_ms
+                self._next_heartbeat_ms = mono + self.config.heartbeat_interval_ms
                 changed = True
             gone = coordinator.expire_members(
-                state, now, self.store.member_is_dead, self.member_id, self.rebalance_delay_ms
+                state, now, self.store.member_is_dead, self.member_id, self._delay_ms
             )
             changed = changed or bool(gone)
             partitions = self._partitions(state)
             if state["state"] == "Stable" and partitions != state["topics"]:
-                coordinator.start_rebalance(state, now, "topic metadata changed", self.rebalance_delay_ms)
+                coordinator.start_rebalance(state, now, "topic metadata changed", self._delay_ms)
                 changed = True
-            changed = coordinator.maybe_complete(state, now, partitions, self.rebalance_delay_ms) or changed
+            changed = coordinator.maybe_complete(state, now, partitions, self._delay_ms) or changed
             if changed:
                 self.store.write_state(state)
             self._seen_stamp = self.store.state_stamp()
@@ -365,8 +371,8 @@ class GroupMember:
                 self._sync()
             finally:
                 self._raise_listener_error()
-        if self.enable_auto_commit and now >= self._next_autocommit_ms:
-            self._next_autocommit_ms = now + self.auto_commit_interval_ms
+        if self.config.enable_auto_commit and now >= self._next_autocommit_ms:
+            self._next_autocommit_ms = now + self.config.auto_commit_interval_ms
             self._auto_commit()
 
     def _sync(self) -> None:
@@ -379,7 +385,7 @@ class GroupMember:
             me = state["members"].get(self.member_id) if self.member_id else None
             if me is None:
                 lost, self.assignment = self.assignment, set()
-                self.consumer._set_assignment([])
+                self.subscription.revoke_all()
                 if lost:
                     self._call("on_partitions_lost", lost)
                 if self._left_for_poll_interval:
@@ -393,7 +399,7 @@ class GroupMember:
             rebalance = state["rebalance"]
             if state["state"] == "PreparingRebalance" and me["joined"] != rebalance["id"]:
                 if state_protocol(state, self.assignor) == "eager" and self.assignment:
-                    self._revoke_all(commit=self.enable_auto_commit)
+                    self._revoke_all(commit=self.config.enable_auto_commit)
                 self._join_rebalance()
                 continue
             break
@@ -409,7 +415,7 @@ class GroupMember:
             me["joined"] = state["rebalance"]["id"]
             me["owned"] = [[tp.topic, tp.partition] for tp in sorted(self.assignment)]
             me["heartbeat_ms"] = now
-            coordinator.maybe_complete(state, now, self._partitions(state), self.rebalance_delay_ms)
+            coordinator.maybe_complete(state, now, self._partitions(state), self._delay_ms)
             self.store.write_state(state)
             self._stable = False
 
@@ -419,12 +425,12 @@ class GroupMember:
         revoked, added = old - new, new - old
         cooperative = state_protocol(state, self.assignor) == "cooperative"
         if revoked:
-            if self.enable_auto_commit:
+            if self.config.enable_auto_commit:
                 self._commit_quietly({tp: p for tp, p in self._positions().items() if tp in revoked})
             self._call("on_partitions_revoked", revoked)
         self.assignment = new
         self.generation = me["generation"]
-        self.consumer._set_assignment(sorted(new))
+        self.subscription.assign(new)
         self._call("on_partitions_assigned", added if cooperative else new)
         if cooperative and revoked:
             # KIP-429: partitions given up in this round go to their new owners in a follow-up rebalance
@@ -446,7 +452,7 @@ class GroupMember:
             self._commit_quietly(self._positions())
         self._call("on_partitions_revoked", self.assignment)
         self.assignment = set()
-        self.consumer._set_assignment([])
+        self.subscription.revoke_all()
 
     def _give_up_assignment(self, *, commit: bool) -> None:
         """On ``close()`` or ``unsubscribe()``: revoke the partitions (committing them first) while still a
@@ -464,21 +470,14 @@ class GroupMember:
             self._call("on_partitions_lost", self.assignment)
         self.assignment = set()
 
-    def _call(self, name: str, partitions: set[TopicPartition]) -> None:
+    def _call(self, name: str, partitions: Iterable[TopicPartition]) -> None:
         """Run a listener callback. An exception from it does not stop the protocol step under way (the
         assignment still changes, a follow-up rebalance is still requested); the first one is raised to the
         caller of ``poll()``, ``unsubscribe()`` or ``close()`` once the step is complete."""
-        listener = self._listener
-        if listener is None:
-            return
-        method = getattr(listener, name, None)
-        if method is None and name == "on_partitions_lost":
-            method = getattr(listener, "on_partitions_revoked", None)
-        if method is not None:
-            try:
-                method(sorted(partitions))
-            except Exception as exc:
-                self._listener_errors.append(exc)
+        try:
+            self.subscription.call_listener(name, partitions)
+        except Exception as exc:
+            self._listener_errors.append(exc)
 
     def _raise_listener_error(self) -> None:
         if self._listener_errors:
@@ -489,11 +488,7 @@ class GroupMember:
     # -- commits ----------------------------------------------------------------------------------------
 
     def _positions(self) -> dict[TopicPartition, int]:
-        out = {}
-        for tp in self.consumer._assignment:
-            if self.consumer._positions.get(tp) is not None or tp in self.consumer._buffers:
-                out[tp] = self.consumer.position(tp)
-        return out
+        return self.subscription.consumed_positions()
 
     def _auto_commit(self) -> None:
         if self._subscribed and self.member_id is None:
@@ -541,7 +536,7 @@ class GroupMember:
             state = self.store.read_state()
             if state["state"] == "Stable" and self._partitions(state) != state["topics"]:
                 reason = f"{self.member_id}: topic metadata changed"
-                coordinator.start_rebalance(state, self.clock.time_ms(), reason, self.rebalance_delay_ms)
+                coordinator.start_rebalance(state, self.clock.time_ms(), reason, self._delay_ms)
                 self.store.write_state(state)
         self.wants_poll = True
 
@@ -679,11 +674,11 @@ class GroupMember:
                 self._deliver_callbacks()
             if self._subscribed and self.member_id is not None:
                 try:
-                    self._give_up_assignment(commit=autocommit and self.enable_auto_commit)
+                    self._give_up_assignment(commit=autocommit and self.config.enable_auto_commit)
                 finally:
                     self._leave("closed")
         except PylogError:
-            self._release_member_lock(remove=self.group_instance_id is None)
+            self._release_member_lock(remove=self.config.group_instance_id is None)
             raise
         finally:
             self._closed = True
