@@ -1,17 +1,30 @@
 """The record accumulator: the producer's per-topic queues, and their drain into batches.
 
-``Producer.send`` adds each record to its topic's queue (:class:`QueuedRecords`); a drain takes a topic's
-whole queue, partitions the records in bulk (murmur2 vectorized with numpy), cuts them into batches (framing
-and CRC in :mod:`pylog.batching` / :mod:`pylog.record`) and appends them, per partition in the order they were
-sent. Drains run under one lock, which keeps the queues of a topic in order; with ``acks="all"`` the fsync that
-makes a drain durable runs after that lock is released, so that drains of other threads append meanwhile and
-the partition's next fsync covers them all (group commit).
+``Producer.send`` adds each record to its topic's queue without a lock; a drain takes a topic's whole queue,
+partitions the records in bulk (murmur2 vectorized with numpy), cuts them into batches (framing and CRC in
+:mod:`pylog.batching` / :mod:`pylog.record`) and appends them, per partition in the order they were sent.
+Drains run under one lock, which keeps the queues of a topic in order; with ``acks="all"`` the fsync that makes
+a drain durable runs after that lock is released, so that drains of other threads append meanwhile and the
+partition's next fsync covers them all (group commit, in :meth:`PartitionLog.flush`).
+
+How a record is queued without a lock (the GIL makes ``list.append`` and an attribute store atomic): a topic's
+:class:`TopicQueue` holds its current :class:`QueuedRecords`, whose ``records`` list ``send`` appends to. A
+drain installs a new one, *then* marks the old one ``sealed``, *then* takes a copy of its list (``taken``; the
+list itself is never replaced, so a late append cannot land in the copy). A sender that appended to the old
+list checks ``sealed`` after its append: if it reads False its record was appended before the seal, hence
+before the copy, and is drained; if it reads True it takes the drain lock (the copy is made by then) and,
+should its record have missed the copy, queues it again in the current queue (:meth:`settle`).
+
+Each record is a tuple, ``(key, value)`` or ``(key, value, timestamp, headers, partition)`` for a record with
+options of its own; its future (the producer's) holds the queue and the record, and finds the record's index in
+the drained list by identity, only when asked. A record holds nothing but bytes and ints, so that the garbage
+collector stops tracking it at its first pass: a queue of a million records costs the collector nothing.
 
 Delivery contract: every queued record ends written (its offset set) or failed; a failed queue is kept until
 :meth:`RecordAccumulator.take_failed` hands it to the producer, which raises what nobody saw through a future.
 
-Thread-safety: thread-safe. ``append`` may be called from any number of threads; drains serialize on the
-drain lock.
+Thread-safety: thread-safe. Records may be queued from any number of threads; drains serialize on the drain
+lock.
 """
 
 from __future__ import annotations
@@ -54,10 +67,12 @@ if TYPE_CHECKING:
     from pylog.partition.log import AppendInfo, PartitionLog
     from pylog.topic import Topic
 
-__all__ = ["FIELDS", "AppendBatch", "BatchFields", "QueuedRecords", "RecordAccumulator"]
+__all__ = ["AppendBatch", "BatchFields", "QueuedRecords", "RecordAccumulator", "TopicQueue"]
 
 _log = logging.getLogger("pylog.producer")
-FIELDS = 5  # items per queued record (see QueuedRecords)
+_NO_OPTIONS = (-1, b"", -1)  # timestamp, headers, partition of a record sent without them
+_WITH_OPTIONS = 5  # items of a queued record with options (see the module docstring)
+_ALWAYS = -1  # a TopicQueue.drain_at that sends every append through settle() (the sender thread sleeps)
 
 #: Producer id, epoch, sequence and transactional flag of the next batch to a partition.
 BatchFields = Callable[[TopicPartition], Mapping[str, Any]]
@@ -66,15 +81,14 @@ AppendBatch = Callable[["PartitionLog", TopicPartition, bytes, Mapping[str, Any]
 
 
 class QueuedRecords:
-    """Records queued for one topic, drained together.
+    """Records queued for one topic, drained (and acknowledged) together.
 
-    ``append`` adds each record as five consecutive items of ``records`` (key, value, timestamp or -1, encoded
-    headers, partition or -1): extending one flat list is cheaper than appending to five, and the drain splits
-    it into columns with slices. ``plain`` stays True while no record has a partition, timestamp or headers
-    of its own."""
+    ``records`` holds one tuple per record (see the module docstring); ``plain`` stays True while no record
+    has a partition, timestamp or headers of its own. Once drained, the columns (``keys``, ``values``, ``ts``,
+    ``headers``, ``partitions``) and ``offsets`` describe each record by its index in ``records``."""
 
     __slots__ = (
-        "acc",
+        "_index",
         "error",
         "finished",
         "headers",
@@ -84,49 +98,103 @@ class QueuedRecords:
         "offsets",
         "partitions",
         "plain",
+        "queue",
         "records",
-        "topic",
+        "sealed",
+        "taken",
         "ts",
         "values",
     )
 
-    def __init__(self, acc: RecordAccumulator, topic: str) -> None:
-        self.acc = acc
-        self.topic = topic
-        self.records: list[Any] = []
+    def __init__(self, queue: TopicQueue) -> None:
+        self.queue = queue
+        self.records: list[tuple[Any, ...]] = []  # appended to by send(), never replaced
+        self.taken: list[tuple[Any, ...]] = []  # the drain's copy of ``records``: what it writes
         self.plain = True
+        self.nbytes = 0  # approximate: updated without a lock (it only decides when send() drains)
+        self.sealed = False  # taken by a drain: appends from now on may miss it (see settle)
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.ts: list[int] = []
         self.headers: list[bytes] = []
         self.partitions: list[int] = []
-        self.nbytes = 0
         self.finished = False  # written (or failed); waiters are woken through the accumulator's condition
         self.error: BaseException | None = None
-        self.observed: set[int] = set()  # records of a failed drain whose failure reached the user
+        self.observed: set[int] = set()  # ids of records of a failed drain whose failure reached the user
         self.offsets: npt.NDArray[np.int64] | range | None = None
+        self._index: dict[int, int] | None = None
 
-    def written(self, i: int) -> bool:
-        """Record ``i`` reached the log (a drain that failed part way wrote the batches before the failure)."""
+    @property
+    def acc(self) -> RecordAccumulator:
+        return self.queue.acc
+
+    @property
+    def topic(self) -> str:
+        return self.queue.name
+
+    def index_of(self, record: tuple[Any, ...]) -> int:
+        """The index of ``record`` (a drained one) in the columns."""
+        records = self.taken
+        if len(records) == 1:
+            return 0
+        index = self._index
+        if index is None:
+            index = self._index = {id(r): i for i, r in enumerate(records)}
+        return index[id(record)]
+
+    def holds(self, record: tuple[Any, ...]) -> bool:
+        return any(r is record for r in reversed(self.taken))
+
+    def written(self, record: tuple[Any, ...]) -> bool:
+        """``record`` reached the log (a drain that failed part way wrote the batches before the failure)."""
         offsets = self.offsets
-        return offsets is not None and int(offsets[i]) >= 0
+        return offsets is not None and int(offsets[self.index_of(record)]) >= 0
 
     def unwritten(self) -> int:
         offsets = self.offsets
         if offsets is None:
-            return len(self.keys)
+            return len(self.taken)
         return 0 if isinstance(offsets, range) else int((offsets < 0).sum())
 
+    def take(self) -> None:
+        """Seal the queue and keep what it holds now (the drain's copy: see the module docstring)."""
+        self.sealed = True
+        self.taken = self.records[:]  # ``records`` itself stays the list late appends go to
+
     def split(self) -> None:
-        """Turn the queued records into the column lists (once, when drained)."""
-        r, self.records = self.records, []
-        self.keys, self.values, self.ts, self.headers, self.partitions = (
-            r[0::FIELDS],
-            r[1::FIELDS],
-            r[2::FIELDS],
-            r[3::FIELDS],
-            r[4::FIELDS],
-        )
+        """Turn the records into the column lists (once, when drained)."""
+        records = self.taken
+        n = len(records)
+        if self.plain:  # (list comprehensions: zip(*records) is ten times slower for long lists)
+            self.keys = [r[0] for r in records]
+            self.values = [r[1] for r in records]
+            self.headers = [b""] * n
+            self.partitions = [-1] * n
+            self.ts = [-1] * n
+            return
+        full = [r if len(r) == _WITH_OPTIONS else (*r, *_NO_OPTIONS) for r in records]
+        self.keys = [r[0] for r in full]
+        self.values = [r[1] for r in full]
+        self.ts = [r[2] for r in full]
+        self.headers = [r[3] for r in full]
+        self.partitions = [r[4] for r in full]
+
+
+class TopicQueue:
+    """A topic's queue: its current :class:`QueuedRecords` (``gen``), replaced by each drain.
+
+    ``drain_at`` is the byte count at which ``send`` hands its append to :meth:`RecordAccumulator.settle`
+    (which drains); :data:`_ALWAYS` while the sender thread sleeps, so that the next append wakes it."""
+
+    __slots__ = ("acc", "drain_at", "first_partition", "gen", "name", "topic")
+
+    def __init__(self, acc: RecordAccumulator, topic: Topic) -> None:
+        self.acc = acc
+        self.name = topic.name
+        self.topic = topic
+        self.first_partition = TopicPartition(topic.name, 0)
+        self.drain_at = acc.config.queue_bytes
+        self.gen = QueuedRecords(self)
 
 
 class RecordAccumulator:
@@ -143,39 +211,77 @@ class RecordAccumulator:
         self.acks = config.acks
         self._batch_fields = batch_fields
         self._append_batch = append_batch
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards the queue dicts and ``failed``, never held by send's fast path
         self.drain_lock = threading.RLock()
-        self.pending: dict[str, QueuedRecords] = {}
+        self.queues: dict[str, TopicQueue] = {}
+        #: the queue of each open Topic object, for send's fast path (a topic deleted and created again is
+        #: another object, so a stale entry is never found)
+        self.by_topic: dict[Topic | None, TopicQueue] = {}
         self.callbacks: list[tuple[Any, Any, Any]] = []  # (future, on success, on error), run by the producer
         self.failed: list[QueuedRecords] = []  # failed drains not yet reported by flush()/close()
         self.inflight: set[QueuedRecords] = set()  # taken from the queue, not yet finished (fsync under way)
         self._sticky = StickyPartitioner(min(config.batch_size, KEYLESS_RUN_BYTES))
         self._finished_cond = threading.Condition()
         self._finish_waiters = 0
-        self.on_new_queue: Callable[[], None] = lambda: None  # wakes the sender thread if it sleeps
+        self.sleeping = False  # the sender thread waits for a wake-up (set by the sender only)
+        self.wake_sender: Callable[[], None] = lambda: None
         self.on_callback: Callable[[], None] = lambda: None  # wakes the sender thread to run a callback
 
     # -- queueing -----------------------------------------------------------------------------------------
 
-    def append(
-        self, topic: str, record: tuple[Any, ...], size: int, plain: bool
-    ) -> tuple[QueuedRecords, int]:
-        """Queue ``record`` (see :class:`QueuedRecords`); returns its queue, its index there, and drains the
-        topic first when its queue holds ``queue_bytes``."""
+    def queue(self, topic: Topic) -> TopicQueue:
+        """The queue of ``topic`` (created on first use)."""
+        q = self.by_topic.get(topic)
+        if q is not None:
+            return q
         with self.lock:
-            p = self.pending.get(topic)
-            if p is None:
-                p = self.pending[topic] = QueuedRecords(self, topic)
-                self.on_new_queue()
-            records = p.records
-            i = len(records) // FIELDS
-            records += record
-            nbytes = p.nbytes = p.nbytes + size
-            if not plain:
-                p.plain = False
-        if nbytes >= self.config.queue_bytes:
-            self.drain_topic(topic, p)
-        return p, i
+            q = self.queues.get(topic.name)
+            if q is None:
+                q = self.queues[topic.name] = TopicQueue(self, topic)
+            elif q.topic is not topic:  # deleted and created again: forget the old object
+                self.by_topic.pop(q.topic, None)
+                q.topic = topic
+            self.by_topic[topic] = q
+        return q
+
+    def append(self, q: TopicQueue, record: tuple[Any, ...], size: int) -> QueuedRecords:
+        """Queue ``record`` (what ``send``'s fast path does inline); returns the queue that holds it."""
+        g = q.gen
+        if len(record) == _WITH_OPTIONS:
+            g.plain = False  # before the append: a drain that takes the record sees the flag
+        g.records.append(record)
+        g.nbytes += size
+        if g.sealed or g.nbytes >= q.drain_at:
+            return self.settle(q, g, record)
+        return g
+
+    def settle(self, q: TopicQueue, g: QueuedRecords, record: tuple[Any, ...]) -> QueuedRecords:
+        """After ``record`` was appended to ``g``: queue it again if a drain sealed ``g`` without it, wake the
+        sender thread if it sleeps, and drain when the queue holds ``queue_bytes``. Returns the queue that
+        holds the record."""
+        if self.sleeping:
+            self.wake_sender()
+        if g.sealed:
+            with self.drain_lock:  # the drain that sealed g has taken its copy
+                if g.holds(record):
+                    return g
+            size = len(record[0] or b"") + len(record[1] or b"") + len(record[3] if len(record) > 2 else b"")
+            return self.append(q, record, size + PER_RECORD)
+        if g.nbytes >= self.config.queue_bytes:
+            self.drain_topic(q, g)
+        return g
+
+    def queued(self) -> bool:
+        """Some queue holds records."""
+        return any(q.gen.records for q in list(self.queues.values()))
+
+    def sender_sleeps(self, sleeping: bool) -> None:
+        """The sender thread is about to wait for a wake-up (or woke up): while it sleeps every append goes
+        through :meth:`settle`, which wakes it. Set before the sender's last look at the queues."""
+        self.sleeping = sleeping
+        drain_at = _ALWAYS if sleeping else self.config.queue_bytes
+        for q in list(self.queues.values()):
+            q.drain_at = drain_at
 
     def take_failed(self) -> list[QueuedRecords]:
         with self.lock:
@@ -184,94 +290,90 @@ class RecordAccumulator:
 
     # -- draining -----------------------------------------------------------------------------------------
 
-    def _take(self, topic: str, p: QueuedRecords | None = None) -> QueuedRecords | None:
-        with self.lock:
-            cur = self.pending.get(topic)
-            if cur is None or (p is not None and cur is not p):
-                return None
-            return self.pending.pop(topic)
+    def _take(self, q: TopicQueue, g: QueuedRecords | None = None) -> QueuedRecords | None:
+        """Install a new queue in ``q`` and take the old one (only if it is ``g``, when given). Under the drain
+        lock."""
+        cur = q.gen
+        if (g is not None and cur is not g) or not cur.records:
+            return None
+        q.gen = QueuedRecords(q)
+        cur.take()
+        return cur
 
-    def drain_topic(self, topic: str, p: QueuedRecords | None = None) -> None:
-        """Append the records queued for ``topic`` (under the drain lock, which keeps them in order), then,
+    def drain_topic(self, q: TopicQueue, g: QueuedRecords | None = None) -> None:
+        """Append the records queued in ``q`` (under the drain lock, which keeps them in order), then,
         with ``acks="all"``, wait for their fsync outside it: drains of other threads append meanwhile, and
         the partition's next fsync covers them all (group commit)."""
         with self.drain_lock:
-            taken = self._take(topic, p)
+            taken = self._take(q, g)
             if taken is None:
                 return
             self.inflight.add(taken)
-            durable = self._write(topic, taken)
+            durable = self._write(taken)
         try:
             if durable:
-                self._make_durable(topic, taken, durable)
+                self._make_durable(taken, durable)
         finally:
             self.inflight.discard(taken)
 
     def drain_all(self) -> None:
-        for topic in list(self.pending):
-            self.drain_topic(topic)
+        for q in list(self.queues.values()):
+            if q.gen.records:
+                self.drain_topic(q)
 
-    def drain_for(self, p: QueuedRecords, timeout: float | None) -> None:
-        """Drain ``p`` for a caller waiting on one of its records. With ``acks="all"`` and an fsync of this
-        producer under way, first wait for that fsync: the records sent meanwhile then go out as one batch
-        with one fsync (group commit), instead of one batch and one fsync per waiting caller."""
-        if self.acks == "all" and self.inflight:
-            with self._finished_cond:
-                self._finish_waiters += 1
-                try:
-                    self._finished_cond.wait_for(
-                        lambda: p.finished or not self.inflight or self.pending.get(p.topic) is not p,
-                        timeout,
-                    )
-                finally:
-                    self._finish_waiters -= 1
-        if not p.finished:
-            self.drain_topic(p.topic, p)
+    def drain_for(self, g: QueuedRecords) -> None:
+        """Drain ``g`` for a caller waiting on one of its records, in the caller's thread, at once. With
+        ``acks="all"`` the fsync that follows is shared: a partition's flush waits for the fsync under way and
+        then runs one fsync for every batch appended meanwhile (group commit), so a caller does not wait for
+        another caller's fsync before appending (which would serialize appends and fsyncs)."""
+        if not g.finished:
+            self.drain_topic(g.queue, g)
 
-    def wait_finished(self, p: QueuedRecords, timeout: float | None) -> bool:
-        """Wait until another thread finished writing ``p`` (a waiter registers before it checks, and the
-        writer checks for waiters after it marked ``p`` finished, so no wake-up is lost)."""
+    def wait_finished(self, g: QueuedRecords, timeout: float | None) -> bool:
+        """Wait until another thread finished writing ``g`` (a waiter registers before it checks, and the
+        writer checks for waiters after it marked ``g`` finished, so no wake-up is lost)."""
         with self._finished_cond:
             self._finish_waiters += 1
             try:
-                return self._finished_cond.wait_for(lambda: p.finished, timeout)
+                return self._finished_cond.wait_for(lambda: g.finished, timeout)
             finally:
                 self._finish_waiters -= 1
 
     def fail_queued(self, exc: BaseException) -> None:
         """Fail every queued record with ``exc`` (the log was closed under the producer)."""
         with self.drain_lock:
-            with self.lock:
-                queued, self.pending = list(self.pending.values()), {}
-            for p in queued:
-                p.split()
-                p.error = exc
-                p.finished = True
+            for q in list(self.queues.values()):
+                g = self._take(q)
+                if g is None:
+                    continue
+                g.split()
+                g.error = exc
+                g.finished = True
                 with self.lock:
-                    self.failed.append(p)
+                    self.failed.append(g)
             with self._finished_cond:
                 self._finished_cond.notify_all()
 
-    def _make_durable(self, topic: str, p: QueuedRecords, durable: list[tuple[PartitionLog, int]]) -> None:
+    def _make_durable(self, g: QueuedRecords, durable: list[tuple[PartitionLog, int]]) -> None:
         try:
             for plog, up_to in durable:
                 plog.flush(up_to)
         except BaseException as exc:
-            self._fail(topic, p, exc)
+            self._fail(g, exc)
         finally:
-            self._finish(p)
+            self._finish(g)
 
-    def _fail(self, topic: str, p: QueuedRecords, exc: BaseException) -> None:
+    def _fail(self, g: QueuedRecords, exc: BaseException) -> None:
         if self.acks == "all":
-            p.offsets = None  # not durable: none of them is acknowledged
-        p.error = self._typed(topic, exc)
+            g.offsets = None  # not durable: none of them is acknowledged
+        g.error = self._typed(g.topic, exc)
         with self.lock:
-            self.failed.append(p)
-        _log.debug("producer write to %s failed: %r", topic, exc)
+            self.failed.append(g)
+        _log.debug("producer write to %s failed: %r", g.topic, exc)
 
-    def _finish(self, p: QueuedRecords) -> None:
-        p.finished = True
-        self.inflight.discard(p)
+    def _finish(self, g: QueuedRecords) -> None:
+        g.finished = True
+        self.inflight.discard(g)
         if self._finish_waiters:  # read after setting finished: see wait_finished
             with self._finished_cond:
                 self._finished_cond.notify_all()
@@ -292,27 +394,27 @@ class RecordAccumulator:
 
     # -- batch building -----------------------------------------------------------------------------------
 
-    def _write(self, topic: str, p: QueuedRecords) -> list[tuple[PartitionLog, int]]:
+    def _write(self, p: QueuedRecords) -> list[tuple[PartitionLog, int]]:
         """Append ``p``'s records; returns what must be fsynced before they are acknowledged (``acks="all"``),
         else marks them finished."""
         durable: list[tuple[PartitionLog, int]] = []
         try:
-            self._append_queued(topic, p, durable)
+            self._append_queued(p, durable)
         except BaseException as exc:
-            self._fail(topic, p, exc)
+            self._fail(p, exc)
             durable = []
         if not durable:
             self._finish(p)
         return durable
 
-    def _append_queued(self, topic: str, p: QueuedRecords, durable: list[tuple[PartitionLog, int]]) -> None:
-        p.split()
-        t = self.log.topic(topic)
-        n = len(p.keys)
+    def _append_queued(self, p: QueuedRecords, durable: list[tuple[PartitionLog, int]]) -> None:
+        t = self.log.topic(p.queue.name)  # checks the manifest: a topic deleted (and created again) meanwhile
         now = self.log.clock.time_ms()
-        if n <= SMALL_BATCH and t.num_partitions == 1 and self._fits_one_batch(t, p, n):
+        n = len(p.taken)
+        if n <= SMALL_BATCH and t.num_partitions == 1 and (n == 1 or self._fits_one_batch(t, p, n)):
             self._write_small(t, p, now, durable)
             return
+        p.split()
         if p.plain or t.config.log_append_time:
             ts = np.full(n, now, dtype=np.int64)
             p.ts = [now] * n
@@ -333,16 +435,22 @@ class RecordAccumulator:
     ) -> None:
         """:meth:`_write` for a few records to a one-partition topic (a caller waiting on each send): one
         batch, built and acknowledged without numpy, whose per-call overhead would dominate."""
-        n = len(p.keys)
-        if p.plain or t.config.log_append_time:
+        records = p.taken
+        n = len(records)
+        headers: list[bytes] | None = None
+        if p.plain:
+            p.keys = [r[0] for r in records]
+            p.values = [r[1] for r in records]
             p.ts = [now] * n
+            p.headers = [b""] * n
         else:
-            p.ts = [now if x < 0 else x for x in p.ts]
+            p.split()
+            p.ts = [now] * n if t.config.log_append_time else [now if x < 0 else x for x in p.ts]
+            headers = p.headers if any(p.headers) else None
         p.partitions = [0] * n
         plog = t.partition(0)
-        tp = TopicPartition(plog.topic, 0)
+        tp = p.queue.first_partition
         fields = self._batch_fields(tp)
-        headers = p.headers if not p.plain and any(p.headers) else None
         batch = encode_batch(0, p.keys, p.values, p.ts, headers, compression=self.compression(t), **fields)
         info = self._append_batch(plog, tp, batch, fields)
         if info.log_append_time >= 0:
@@ -352,16 +460,20 @@ class RecordAccumulator:
             durable.append((plog, info.last_offset + 1))
 
     def _fits_one_batch(self, t: Topic, p: QueuedRecords, n: int) -> bool:
-        if n == 1:
-            return True  # send() checked that a record fits on its own
+        """The ``n`` (a few) records of ``p`` fit one batch (``send()`` checked each fits on its own)."""
         limit = payload_limit(min(t.config.max_message_bytes, self.config.batch_size), self.compression(t))
-        return p.nbytes + n * (PER_RECORD_MAX - PER_RECORD) <= limit
+        size = sum(len(r[0] or b"") + len(r[1] or b"") + (len(r[3]) if len(r) > 2 else 0) for r in p.taken)
+        return size + n * PER_RECORD_MAX <= limit
 
     def _assign_partitions(self, t: Topic, p: QueuedRecords) -> npt.NDArray[np.int32]:
         n = t.num_partitions
         if n == 1:
             p.partitions = [0] * len(p.keys)
             return np.zeros(len(p.keys), dtype=np.int32)
+        if p.plain and None not in p.keys:  # every record keyed, none with a partition of its own
+            parts = partitions_for_keys(p.keys, n)  # type: ignore[arg-type]
+            p.partitions = parts.tolist()
+            return parts
         parts = np.asarray(p.partitions, dtype=np.int32)
         free = np.flatnonzero(parts < 0)
         if len(free):
@@ -463,7 +575,7 @@ class RecordAccumulator:
         compression = self.compression(t)
         limit = payload_limit(t.config.max_message_bytes, compression)
         with self.drain_lock:
-            self.drain_topic(t.name)
+            self.drain_topic(self.queue(t))
             if t.num_partitions == 1 or partition is not None:
                 groups: list[tuple[int, list[Any]]] = [(int(parts[0]), runs(n, sizes, limit))]
             else:

@@ -1,9 +1,11 @@
 """Producer: serialize -> partition -> batch -> append -> RecordMetadata, with kafka-python's API.
 
-``send()`` only validates, serializes and queues the record (cheap); records are partitioned in bulk (murmur2
-vectorized with numpy) and encoded into one batch per partition when the queue is drained: when it holds
-enough bytes, after ``linger_ms`` (a background sender thread), on ``flush()``, on ``future.get()``, and on
-``close()``. Per partition, records are appended in the order they were sent.
+``send()`` only validates, serializes and queues the record, without a lock (see :mod:`pylog.accumulator`);
+records are partitioned in bulk (murmur2 vectorized with numpy) and encoded into one batch per partition when
+the queue is drained: when it holds ``max_queued_bytes`` (by that ``send()``), after ``linger_ms`` (by the
+background sender thread, for records nobody waits on), on ``flush()``, on ``future.get()`` (in the waiting
+caller's thread: no handoff to the sender thread and back), and on ``close()``. Per partition, records are
+appended in the order they were sent.
 
 ``acks``: ``0`` resolves futures at once (offset -1); ``1`` (default) after the batch was written to the
 operating system (survives a crash of this process); ``"all"`` after fsync (survives power loss), with one
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from pylog.accumulator import QueuedRecords, RecordAccumulator
+from pylog.accumulator import QueuedRecords, RecordAccumulator, TopicQueue
 from pylog.batching import PER_RECORD, RECORD_OVERHEAD, Column
 from pylog.directory import FORK_GENERATION
 from pylog.errors import (
@@ -76,72 +78,81 @@ def _default_key(key: Any) -> bytes:
     raise SerializationError(f"keys must be bytes or str without a key_serializer, got {type(key).__name__}")
 
 
-class FutureRecordMetadata:
-    """The result of :meth:`Producer.send`. ``get()`` waits for the write and returns RecordMetadata."""
+class FutureRecordMetadata(tuple[Any, ...]):
+    """The result of :meth:`Producer.send`. ``get()`` waits for the write and returns RecordMetadata.
 
-    __slots__ = ("_i", "_p")
+    It is a pair ``(queue, record)`` (see :mod:`pylog.accumulator`), a tuple so that ``send`` builds it
+    without running Python code; futures compare and hash by identity, like other objects."""
 
-    def __init__(self, pending: QueuedRecords, index: int) -> None:
-        self._p = pending
-        self._i = index
+    __slots__ = ()
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        p: QueuedRecords = self[0]
+        state = "pending" if not p.finished else "failed" if self._error() else "done"
+        return f"<FutureRecordMetadata {p.queue.name!r} {state}>"
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
-        p = self._p
+        p: QueuedRecords = self[0]
+        record: tuple[Any, ...] = self[1]
         if not p.finished:
-            p.acc.drain_for(p, timeout)
-            if not p.finished and not p.acc.wait_finished(p, timeout):
+            acc = p.queue.acc
+            acc.drain_for(p)  # in this thread: no handoff to the sender thread and back
+            if not p.finished and not acc.wait_finished(p, timeout):
                 raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
-        error = self._error()
-        if error is not None:
-            p.observed.add(self._i)
-            raise error
-        i = self._i
-        key, value = p.keys[i], p.values[i]
-        offset = -1 if p.offsets is None else int(p.offsets[i])
+        if p.error is not None and not p.written(record):
+            p.observed.add(id(record))
+            raise p.error
+        i = p.index_of(record)
+        key, value = record[0], record[1]
         return RecordMetadata(
-            p.topic,
+            p.queue.name,
             p.partitions[i],
-            offset,
+            -1 if p.offsets is None else int(p.offsets[i]),
             p.ts[i],
             -1 if key is None else len(key),
             -1 if value is None else len(value),
         )
 
     def is_done(self) -> bool:
-        return self._p.finished
+        return bool(self[0].finished)
 
     def succeeded(self) -> bool:
-        return self._p.finished and self._error() is None
+        return bool(self[0].finished) and self._error() is None
 
     def failed(self) -> bool:
-        return self._p.finished and self._error() is not None
+        return bool(self[0].finished) and self._error() is not None
 
     def exception(self) -> BaseException | None:
         error = self._error()
         if error is not None:
-            self._p.observed.add(self._i)
+            self[0].observed.add(id(self[1]))
         return error
 
     def _error(self) -> BaseException | None:
         """The error of this record: its drain failed and it was not among the batches written before."""
-        p = self._p
-        if p.error is None or p.written(self._i):
+        p: QueuedRecords = self[0]
+        if p.error is None or p.written(self[1]):
             return None
         return p.error
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
         """Call ``fn(*args, metadata, **kwargs)`` once the record is acknowledged (as kafka-python does; at
         the next flush or from the sender thread if it already is)."""
-        self._p.acc.callbacks.append((self, functools.partial(fn, *args, **kwargs), None))
-        self._p.acc.on_callback()
+        acc = self[0].queue.acc
+        acc.callbacks.append((self, functools.partial(fn, *args, **kwargs), None))
+        acc.on_callback()
         return self
 
     def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
         """Call ``fn(*args, exception, **kwargs)`` if the record fails. The failure counts as seen: it is
         not raised again by ``flush()``/``close()``."""
-        self._p.observed.add(self._i)
-        self._p.acc.callbacks.append((self, None, functools.partial(fn, *args, **kwargs)))
-        self._p.acc.on_callback()
+        p: QueuedRecords = self[0]
+        p.observed.add(id(self[1]))
+        p.queue.acc.callbacks.append((self, None, functools.partial(fn, *args, **kwargs)))
+        p.queue.acc.on_callback()
         return self
 
 
@@ -175,6 +186,8 @@ class Producer:
         self._value_ser = config.value_serializer
         self._raw_values = self._value_ser is None
         self._topics = log.open_topics  # the open topics (send's fast lookup; log.topic() opens the others)
+        # send's fast path: the queue of each open topic that has received a record (cleared by close)
+        self._fast: dict[Topic | None, TopicQueue] = {}
         self._closed = False
         self._fork = log.fork_generation
         self._acc = RecordAccumulator(log, config, self._batch_fields, self._append_batch)
@@ -203,23 +216,68 @@ class Producer:
         The arguments are kafka-python's, in its order. A record accepted here is written, or its failure
         reaches the caller: through its future (``get()``, ``exception()``, an errback), and otherwise as a
         :class:`~pylog.errors.DeliveryError` from the next :meth:`flush` or :meth:`close`."""
+        try:
+            t = self._topics.get(topic)
+        except TypeError:  # an unhashable topic: the slow path refuses it
+            t = None
+        q = self._fast.get(t)
+        if (
+            q is None
+            or value is None
+            or headers is not None
+            or partition is not None
+            or timestamp_ms is not None
+        ):
+            return self._send(topic, value, key, headers, partition, timestamp_ms)
+        # The common case, inline (each function call costs as much as a record's share of the drain): an
+        # open topic, a key given as bytes, the value serialized or given as bytes, no options.
+        ser = self._value_ser
+        if ser is None:
+            vb = value
+        else:
+            try:
+                vb = ser(value)
+            except Exception as exc:
+                raise SerializationError(f"value could not be serialized: {exc}") from exc
+        if type(vb) is not bytes or type(key) is not bytes:
+            return self._send(topic, vb, key, None, None, None, serialized=True)
+        size = len(vb) + len(key) + PER_RECORD
+        if size > t.config.max_message_bytes - RECORD_OVERHEAD:  # type: ignore[union-attr]
+            return self._send(topic, vb, key, None, None, None, serialized=True)
+        g = q.gen
+        record = (key, vb)
+        g.records.append(record)  # no lock: see pylog.accumulator
+        g.nbytes += size
+        if g.sealed or g.nbytes >= q.drain_at:
+            g = self._acc.settle(q, g, record)
+        return FutureRecordMetadata((g, record))
+
+    def _send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: Sequence[tuple[str, bytes]] | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        *,
+        serialized: bool = False,
+    ) -> FutureRecordMetadata:
+        """:meth:`send` for every case (``serialized``: ``value`` went through the value serializer)."""
         if self._closed:
             raise LogClosedError("the producer is closed")
         t = self._topics.get(topic) if type(topic) is str else None
         if t is None:
             t = self.log.topic(topic)
-        # the common case first: bytes given as they are stored, no partition, timestamp or headers
-        if type(value) is bytes and self._raw_values:
-            vb: bytes | None = value
-            size = len(value) + PER_RECORD
+        if serialized:
+            vb: bytes | None = self._check_value(value)
         elif value is None:
             if key is None:
                 raise InvalidRecordError("key and value cannot both be None")
             vb = None
-            size = PER_RECORD
         else:
             vb = self._serialize_value(value)
-            size = len(vb) + PER_RECORD
+        size = PER_RECORD if vb is None else len(vb) + PER_RECORD
         if type(key) is bytes and self._key_ser is None:
             kb: bytes | None = key
             size += len(key)
@@ -230,19 +288,19 @@ class Producer:
         else:
             kb = self._serialize_key(key)
             size += len(kb)
-        plain = partition is None and timestamp_ms is None and not headers
-        if plain:
-            record: tuple[Any, ...] = (kb, vb, -1, b"", -1)
-        else:
-            part, ts, hb = _record_options(t, topic, partition, timestamp_ms, headers)
-            size += len(hb)
-            record = (kb, vb, ts, hb, part)
+        options: tuple[Any, ...] = ()
+        if partition is not None or timestamp_ms is not None or headers:
+            options = _record_options(t, topic, partition, timestamp_ms, headers)
+            size += len(options[1])
         if size > t.config.max_message_bytes - RECORD_OVERHEAD:
             raise RecordTooLargeError(
                 f"record of {size} bytes exceeds max_message_bytes={t.config.max_message_bytes} of {topic!r}"
             )
-        p, i = self._acc.append(topic, record, size, plain)
-        return FutureRecordMetadata(p, i)
+        q = self._acc.queue(t)
+        if self._key_ser is None and not self._closed:
+            self._fast[t] = q
+        record = (kb, vb, *options)
+        return FutureRecordMetadata((self._acc.append(q, record, size), record))
 
     def _batch_fields(self, tp: TopicPartition) -> Mapping[str, Any]:
         """Producer id, epoch, sequence and transactional flag of the next batch to ``tp`` (none here: set by
@@ -264,6 +322,14 @@ class Producer:
         if not isinstance(out, bytes):
             raise SerializationError(f"key_serializer must return bytes, got {type(out).__name__}")
         return out
+
+    def _check_value(self, value: Any) -> bytes:
+        """A value that went through the serializer (or was given as it is stored) as bytes."""
+        if type(value) is bytes:
+            return value
+        if self._value_ser is not None:
+            raise SerializationError(f"value_serializer must return bytes, got {type(value).__name__}")
+        return self._serialize_value(value)
 
     def _serialize_value(self, value: Any) -> bytes:
         ser = self._value_ser
@@ -391,6 +457,7 @@ class Producer:
                 self._raise_unseen_failures()
         finally:
             self._closed = True
+            self._fast.clear()  # send() takes its slow path, which refuses
             self._sender.stop()
 
     def __enter__(self) -> Producer:
@@ -402,9 +469,9 @@ class Producer:
 
 def _record_options(
     t: Topic, topic: str, partition: Any, timestamp_ms: Any, headers: Any
-) -> tuple[int, int, bytes]:
-    """Check and encode :meth:`Producer.send`'s optional arguments: (partition or -1, timestamp or -1,
-    encoded headers)."""
+) -> tuple[int, bytes, int]:
+    """Check and encode :meth:`Producer.send`'s optional arguments: (timestamp or -1, encoded headers,
+    partition or -1), as a queued record holds them."""
     if partition is None:
         part = -1
     elif (
@@ -425,7 +492,7 @@ def _record_options(
         raise InvalidTimestampError(f"timestamp_ms must be an int in [0, 2**63-1], got {timestamp_ms!r}")
     else:
         ts = timestamp_ms
-    return part, ts, encode_headers(headers) if headers else b""
+    return ts, encode_headers(headers) if headers else b"", part
 
 
 def _fork_now() -> int:

@@ -51,19 +51,19 @@ class Sender:
         self._clock = clock
         self._stopped = False
         self._wakeup = threading.Event()
-        self.idle = False  # blocked on _wakeup (set by the sender thread only)
         self._thread = threading.Thread(target=self.run, name="pylog-producer-sender", daemon=True)
-        acc.on_new_queue = self.wake_if_idle
+        acc.wake_sender = self.wake
 
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def idle(self) -> bool:
+        """The thread waits until a send wakes it."""
+        return self._acc.sleeping
+
     def wake(self) -> None:
         self._wakeup.set()
-
-    def wake_if_idle(self) -> None:
-        if self.idle:
-            self._wakeup.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread (what is queued stays queued) and join it unless called from it."""
@@ -73,7 +73,7 @@ class Sender:
             self._thread.join(timeout=timeout)
 
     def _has_work(self) -> bool:
-        return bool(self._acc.pending or self._acc.callbacks)
+        return bool(self._acc.callbacks) or self._acc.queued()
 
     def run(self) -> None:
         interval = SENDER_POLL_S
@@ -90,11 +90,11 @@ class Sender:
                 idle += interval
                 interval = min(interval * 2, SENDER_POLL_MAX_S)
                 continue
-            self.idle = True
-            if not acc.pending and not acc.callbacks and not self._stopped:  # re-checked: see append()
+            acc.sender_sleeps(True)  # from now on every append wakes this thread
+            if not self._has_work() and not self._stopped:  # looked at after the flag: no wake-up is lost
                 self._wakeup.wait()
             self._wakeup.clear()
-            self.idle = False
+            acc.sender_sleeps(False)
             interval = SENDER_POLL_S
             idle = 0.0
 
@@ -112,5 +112,5 @@ class Sender:
             self._run_callbacks()
         except Exception as exc:  # the log was closed under us; futures carry the errors
             _log.debug("sender stopped: %s", exc)
-            if acc.pending:
+            if acc.queued():
                 time.sleep(SENDER_POLL_S)
