@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
 __all__ = [
     "CHECKPOINT",
@@ -34,6 +35,7 @@ __all__ = [
     "TEMP_SUFFIXES",
     "TIMEINDEX",
     "TMP",
+    "live_segment_bases",
     "parse_partition_dir_name",
     "parse_segment_name",
     "partition_dir",
@@ -53,7 +55,9 @@ CLEANED = ".cleaned"
 DELETED = ".deleted"
 SWAP = ".swap"
 TEMP_SUFFIXES = (TMP, CLEANED, DELETED)
-_SEGMENT = re.compile(r"^(\d{20})\.(log|index|timeindex)(\.swap|\.cleaned|\.deleted|\.tmp)?$")
+_KINDS = "|".join(map(re.escape, (LOG, INDEX, TIMEINDEX)))
+_SUFFIXES = "|".join(map(re.escape, (SWAP, *TEMP_SUFFIXES)))
+_SEGMENT = re.compile(rf"^(\d{{20}})({_KINDS})({_SUFFIXES})?$")
 _PARTITION_DIR = re.compile(r"^(.+)-(0|[1-9]\d*)$")
 
 
@@ -79,9 +83,19 @@ def segment_path(directory: str, base_offset: int, suffix: str) -> str:
     return os.path.join(directory, f"{base_offset:020d}{suffix}")
 
 
+def live_segment_bases(names: Iterable[str], up_to: int | None = None) -> list[int]:
+    """Base offsets of the live segments among the file ``names`` of a partition directory (``.log`` files
+    without a temporary suffix), sorted; only those at or below ``up_to`` when given."""
+    return sorted(
+        p[0]
+        for p in map(parse_segment_name, names)
+        if p and p[1] == LOG and not p[2] and (up_to is None or p[0] <= up_to)
+    )
+
+
 def parse_segment_name(name: str) -> tuple[int, str, str] | None:
     """``(base_offset, ".log"|".index"|".timeindex", temp_suffix_or_"")`` for a segment file name, else None."""
     m = _SEGMENT.match(name)
     if m is None:
         return None
-    return int(m.group(1)), "." + m.group(2), m.group(3) or ""
+    return int(m.group(1)), m.group(2), m.group(3) or ""

@@ -20,7 +20,6 @@ Crash contract:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 import threading
@@ -177,6 +176,7 @@ class PartitionLog:
         self._flush_done = threading.Condition(threading.Lock())  # notified when a shared fsync ends
         self._flushing = False
         self._segments = SegmentList(directory, cache, dense=not config.compacted)
+        self._write_locks = (_WriteLock(self, appending=False), _WriteLock(self, appending=True))
         self._seq_seen = -1
         self._closed = False
         self._unflushed_records = 0
@@ -204,10 +204,7 @@ class PartitionLog:
     def _snapshot_of_files(self) -> Snapshot:
         """For a read-only log: the partition as its files hold it, nothing written. The active segment is
         checked batch by batch (CRCs too) and ends at its last valid batch; a torn tail is ignored, not cut."""
-        names = fs.FS.listdir(self.directory)
-        bases = sorted(
-            p[0] for p in map(files.parse_segment_name, names) if p and p[1] == files.LOG and not p[2]
-        )
+        bases = files.live_segment_bases(fs.FS.listdir(self.directory))
         if not bases:
             return Snapshot(0, 0, 0, 0, -1)  # never used: its files would appear on first use
         seg = self._segments.new_segment(bases[-1])
@@ -336,12 +333,7 @@ class PartitionLog:
         self._load_layout_once(snap)
 
     def _load_layout_once(self, snap: Snapshot) -> None:
-        names = fs.FS.listdir(self.directory)
-        bases = sorted(
-            p[0]
-            for p in map(files.parse_segment_name, names)
-            if p and p[1] == files.LOG and not p[2] and p[0] <= snap.active_base_offset
-        )
+        bases = files.live_segment_bases(fs.FS.listdir(self.directory), snap.active_base_offset)
         known = self._segments.by_base()
         segments: list[Segment] = []
         for i, base in enumerate(bases):
@@ -412,33 +404,18 @@ class PartitionLog:
         with self.locked_for_write(appending=True):
             return self._append_locked(buf, rest)
 
-    @contextlib.contextmanager
-    def locked_for_write(self, *, appending: bool = False) -> Iterator[SegmentList]:
-        """Hold the partition for a change: the thread lock, then the file lock (``flock`` on
-        ``partition.state``), then catch up with what other processes published (repairing a torn publish).
-        Yields the segment list, which the caller may change; it publishes the change with :meth:`publish`
-        before the block ends. Every writer (append, roll, retention, truncation, the cleaner's swaps) goes
-        through here, so the lock order is always thread lock, then file lock.
+    def locked_for_write(self, *, appending: bool = False) -> _WriteLock:
+        """Hold the partition for a change (``with plog.locked_for_write() as segments:``): the thread lock,
+        then the file lock (``flock`` on ``partition.state``), then catch up with what other processes
+        published (repairing a torn publish). Gives the segment list, which the caller may change; it
+        publishes the change with :meth:`publish` before the block ends. Every writer (append, roll,
+        retention, truncation, the cleaner's swaps) goes through here, so the lock order is always thread
+        lock, then file lock. Not reentrant (the file lock is released when the inner block ends).
 
         ``appending`` skips the lock-free catch-up before the file lock (the catch-up under it suffices) and
         refuses to go on when the partition's files were deleted meanwhile (its topic was deleted by another
         process or Log): an append there would be acknowledged into unlinked files and lost."""
-        with self._lock:
-            if appending:
-                self._ready()  # catching up with other writers is done under the file lock
-            else:
-                self._refresh()
-            self._state.lock()
-            try:
-                if appending and self._state.deleted():
-                    raise UnknownTopicError(
-                        f"partition {self.topic}-{self.partition} was deleted (its topic was deleted by another "
-                        "process or Log): nothing was written"
-                    )
-                self._sync_for_write()
-                yield self._segments
-            finally:
-                self._state.unlock()
+        return self._write_locks[appending]
 
     def publish(self) -> None:
         """Publish the segment list (its active segment's end and size, its layout epoch) in the shared state,
@@ -906,6 +883,47 @@ class PartitionLog:
         if active.file_size() > active.size:
             fd = active.open_fd()
             fs.FS.ftruncate(fd, active.size)
+
+
+class _WriteLock:
+    """The context manager :meth:`PartitionLog.locked_for_write` returns (a class rather than a generator:
+    it is on the path of every append, where a generator-based one cost several microseconds)."""
+
+    __slots__ = ("_appending", "_plog")
+
+    def __init__(self, plog: PartitionLog, *, appending: bool) -> None:
+        self._plog = plog
+        self._appending = appending
+
+    def __enter__(self) -> SegmentList:
+        plog = self._plog
+        plog._lock.acquire()
+        try:
+            if self._appending:
+                plog._ready()  # catching up with other writers is done under the file lock
+            else:
+                plog._refresh()
+            plog._state.lock()
+        except BaseException:
+            plog._lock.release()
+            raise
+        try:
+            if self._appending and plog._state.deleted():
+                raise UnknownTopicError(
+                    f"partition {plog.topic}-{plog.partition} was deleted (its topic was deleted by another "
+                    "process or Log): nothing was written"
+                )
+            plog._sync_for_write()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return plog._segments
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._plog._state.unlock()
+        finally:
+            self._plog._lock.release()
 
 
 def _empty_file(path: str) -> bool:

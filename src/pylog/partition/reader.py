@@ -81,11 +81,7 @@ def list_segments(directory: str, up_to: int | None = None) -> list[int]:
     """Base offsets of the live segments of a partition directory (``.log`` files without a temporary
     suffix), sorted; only those at or below ``up_to`` when given (the published active segment: a later file
     is a roll that has not been published yet)."""
-    return sorted(
-        p[0]
-        for p in map(files.parse_segment_name, os.listdir(directory))
-        if p and p[1] == files.LOG and not p[2] and (up_to is None or p[0] <= up_to)
-    )
+    return files.live_segment_bases(os.listdir(directory), up_to)
 
 
 def read_entries(path: str, dtype: np.dtype[Any]) -> tuple[np.ndarray[Any, Any], bool]:

@@ -63,7 +63,7 @@ def _clean_directory(directory: str, report: RecoveryReport) -> list[int]:
             fs.FS.rename(path, path[: -len(files.SWAP)])
             report.swaps_completed += 1
     names = fs.FS.listdir(directory)
-    logs = {p[0] for p in map(files.parse_segment_name, names) if p and p[1] == files.LOG and not p[2]}
+    logs = set(files.live_segment_bases(names))
     for name in names:
         parsed = files.parse_segment_name(name)
         if parsed and not parsed[2] and parsed[1] != files.LOG and parsed[0] not in logs:
@@ -265,11 +265,7 @@ def repair_partition(directory: str, compacted: bool) -> list[str]:
     from pylog.partition.segment import MapCache
 
     actions: list[str] = []
-    bases = sorted(
-        p[0]
-        for p in map(files.parse_segment_name, fs.FS.listdir(directory))
-        if p and p[1] == files.LOG and not p[2]
-    )
+    bases = files.live_segment_bases(fs.FS.listdir(directory))
     cache = MapCache(4)
     expected = -1
     for i, base in enumerate(bases):
