@@ -138,3 +138,26 @@ def test_partition_dir_names_round_trip(topic: str, partition: int) -> None:
 @pytest.mark.parametrize("name", ["t", "t-", "-1", "t-x", "t-01", "manifest", "__groups"])
 def test_not_partition_dir_names(name: str) -> None:
     assert files.parse_partition_dir_name(name) is None
+
+
+def test_live_segments_are_logs_without_a_temporary_suffix(tmp_path: os.PathLike[str]) -> None:
+    directory = os.fspath(tmp_path)
+    names = [
+        files.segment_path(directory, base, kind + suffix)
+        for base, kind, suffix in [
+            (0, files.LOG, ""),
+            (0, files.INDEX, ""),
+            (7, files.LOG, ""),
+            (7, files.TIMEINDEX, ""),
+            (12, files.LOG, files.CLEANED),
+            (12, files.LOG, files.SWAP),
+            (20, files.LOG, files.DELETED),
+            (30, files.LOG, ""),
+            (31, files.INDEX, files.TMP),
+        ]
+    ]
+    for path in [*names, os.path.join(directory, files.STATE), os.path.join(directory, "42.log")]:
+        open(path, "wb").close()
+    assert list_segments(directory) == [0, 7, 30]
+    assert list_segments(directory, up_to=7) == [0, 7]
+    assert files.live_segment_bases(map(os.path.basename, names), 29) == [0, 7]
