@@ -382,7 +382,7 @@ class LogDirectory:
             for name, meta in self._manifest["topics"].items():
                 config = TopicConfig.from_dict(meta["config"])
                 for p in range(meta["partitions"]):
-                    self._settle_partition(os.path.join(self.path, f"{name}-{p}"), name, p, config)
+                    self._settle_partition(files.partition_dir(self.path, name, p), name, p, config)
         unchanged = self._checked_mtime == _mtime(self.path)  # no entry added or removed in the session
         fs.atomic_write(os.path.join(self.path, _MARKER), b"clean\n")
         self._checked_mtime = _mtime(self.path) if unchanged else 0
@@ -403,7 +403,7 @@ class LogDirectory:
         for name, meta in self._manifest["topics"].items():
             config = TopicConfig.from_dict(meta["config"])
             for p in range(meta["partitions"]):
-                directory = os.path.join(self.path, f"{name}-{p}")
+                directory = files.partition_dir(self.path, name, p)
                 fs.makedirs(directory)
                 if not fs.FS.listdir(directory):
                     continue  # never used: nothing to recover (its files appear on first use)
@@ -418,7 +418,7 @@ class LogDirectory:
                     clean_shutdown=False,
                     session=self.session,
                 )
-                self.recovery[f"{name}-{p}"] = plog.report
+                self.recovery[files.partition_dir_name(name, p)] = plog.report
                 plog.close(flush=False)
 
     def _check_entries(self) -> None:
@@ -427,7 +427,7 @@ class LogDirectory:
         if self.clean_start and self._checked_mtime and self._checked_mtime == _mtime(self.path):
             return
         expected = {
-            f"{name}-{p}"
+            files.partition_dir_name(name, p)
             for name, meta in self._manifest["topics"].items()
             for p in range(meta["partitions"])
         }
@@ -514,7 +514,7 @@ class LogDirectory:
         ``creating`` in the manifest first, so that an interrupted creation can be rolled back without
         guessing. A partition's files are created when it is first used. Refuses, creating nothing, if one of
         the directories exists: pylog does not adopt or replace what it did not create."""
-        dirs = [os.path.join(self.path, f"{name}-{p}") for p in range(first, end)]
+        dirs = [files.partition_dir(self.path, name, p) for p in range(first, end)]
         taken = [d for d in dirs if os.path.lexists(d)]
         if taken:
             raise NotALogDirectoryError(
@@ -549,10 +549,10 @@ class LogDirectory:
         for name, (first, end) in creating.items():
             known = self._manifest["topics"].get(name, {}).get("partitions", 0)
             for p in range(max(first, known), end):
-                fs.rmtree(os.path.join(self.path, f"{name}-{p}"), ignore_errors=True)
+                fs.rmtree(files.partition_dir(self.path, name, p), ignore_errors=True)
         for name, count in deleting.items():
             for p in range(count):
-                fs.rmtree(os.path.join(self.path, f"{name}-{p}"), ignore_errors=True)
+                fs.rmtree(files.partition_dir(self.path, name, p), ignore_errors=True)
         fs.FS.fsync_dir(self.path)
         manifest = _copy(self._manifest)
         manifest["creating"], manifest["deleting"] = {}, {}
@@ -692,7 +692,7 @@ class LogDirectory:
             for p in range(topic.num_partitions):
                 problems = topic.partition(p).verify()
                 if problems:
-                    report[f"{name}-{p}"] = problems
+                    report[files.partition_dir_name(name, p)] = problems
         return report
 
     def flush(self) -> None:
@@ -844,11 +844,11 @@ def repair(path: str | os.PathLike[str]) -> dict[str, list[str]]:
         for name, meta in sorted(manifest["topics"].items()):
             compacted = "compact" in meta["config"].get("cleanup_policy", "delete")
             for p in range(meta["partitions"]):
-                directory = os.path.join(root, f"{name}-{p}")
+                directory = files.partition_dir(root, name, p)
                 if os.path.isdir(directory) and os.listdir(directory):
                     actions = repair_partition(directory, compacted)
                     if actions:
-                        out[f"{name}-{p}"] = actions
+                        out[files.partition_dir_name(name, p)] = actions
         marker = os.path.join(root, _MARKER)
         if out and os.path.exists(marker):
             fs.FS.unlink(marker)  # the next open revalidates and rebuilds the shared state
@@ -863,13 +863,13 @@ def _partition_dirs(root: str) -> dict[str, set[int]]:
     """Partition directories of ``root`` that hold pylog files: ``{topic: {partition, ...}}``."""
     found: dict[str, set[int]] = {}
     for entry in fs.FS.listdir(root):
-        m = re.match(r"^(.+)-(\d+)$", entry)
+        parsed = files.parse_partition_dir_name(entry)
         full = os.path.join(root, entry)
-        if m is None or not _TOPIC_RE.match(m.group(1)) or not os.path.isdir(full):
+        if parsed is None or not _TOPIC_RE.match(parsed[0]) or not os.path.isdir(full):
             continue
         names = os.listdir(full)
         if files.STATE in names or any(files.parse_segment_name(n) for n in names):
-            found.setdefault(m.group(1), set()).add(int(m.group(2)))
+            found.setdefault(parsed[0], set()).add(parsed[1])
     return found
 
 
@@ -885,7 +885,7 @@ def _rebuild_manifest(root: str, cause: BaseException) -> tuple[dict[str, Any], 
         count = max(parts) + 1
         missing = sorted(set(range(count)) - parts)
         for p in missing:
-            fs.makedirs(os.path.join(root, f"{name}-{p}"))
+            fs.makedirs(files.partition_dir(root, name, p))
         manifest["topics"][name] = {"partitions": count, "config": defaults}
         note = f"topic {name!r}: {count} partitions (the highest directory found), default configs assumed"
         if missing:

@@ -6,7 +6,6 @@ use, so a log with thousands of partitions costs nothing until they are touched.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import numpy.typing as npt
 
 from pylog.config import TopicConfig
 from pylog.errors import ConfigError, UnknownPartitionError
+from pylog.partition import files
 from pylog.partition.keymap import latest_mask
 from pylog.partition.log import PartitionLog
 from pylog.partition.visibility import OPEN, VISIBLE, Visibility
@@ -140,7 +140,7 @@ class Topic:
         with self._lock:
             plog = self._partitions.get(number)
             if plog is None:
-                directory = os.path.join(self.env.path, f"{self.name}-{number}")
+                directory = files.partition_dir(self.env.path, self.name, number)
                 plog = PartitionLog(
                     directory,
                     self.name,
@@ -155,7 +155,7 @@ class Topic:
                 )
                 self._partitions[number] = plog
                 if plog.validated:
-                    self.env.recovery[f"{self.name}-{number}"] = plog.report
+                    self.env.recovery[files.partition_dir_name(self.name, number)] = plog.report
             return plog
 
     def grow(self, partitions: int) -> None:

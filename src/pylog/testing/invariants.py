@@ -142,7 +142,7 @@ def _check_partition(
 
 
 def _leftovers(root: str, topics: Collection[PartitionKey]) -> list[str]:
-    names = {f"{t}-{p}" for t, p in topics}
+    names = {files.partition_dir_name(t, p) for t, p in topics}
     out = []
     for entry in os.listdir(root):
         full = os.path.join(root, entry)
@@ -152,9 +152,9 @@ def _leftovers(root: str, topics: Collection[PartitionKey]) -> list[str]:
                 continue
             for name in os.listdir(full):
                 parsed = files.parse_segment_name(name)
-                if name.endswith(".tmp") or (parsed is not None and parsed[2]):
+                if name.endswith(files.TMP) or (parsed is not None and parsed[2]):
                     out.append(os.path.join(entry, name))
-        elif entry.endswith((".tmp", ".deleted")):
+        elif entry.endswith((files.TMP, files.DELETED)):
             out.append(entry)
     return out
 
