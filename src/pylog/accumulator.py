@@ -43,6 +43,7 @@ from pylog.batching import (
     SMALL_BATCH,
     Column,
     QueueColumns,
+    column_sizes,
     cut,
     group,
     payload_limit,
@@ -50,7 +51,6 @@ from pylog.batching import (
     sizes_of,
 )
 from pylog.errors import (
-    InvalidRecordError,
     InvalidTimestampError,
     LogClosedError,
     RecordTooLargeError,
@@ -85,7 +85,8 @@ class QueuedRecords:
 
     ``records`` holds one tuple per record (see the module docstring); ``plain`` stays True while no record
     has a partition, timestamp or headers of its own. Once drained, the columns (``keys``, ``values``, ``ts``,
-    ``headers``, ``partitions``) and ``offsets`` describe each record by its index in ``records``."""
+    ``headers``, ``partitions``) and ``offsets`` describe each record by its index in ``taken``, the drain's
+    copy of ``records``."""
 
     __slots__ = (
         "_index",
@@ -559,7 +560,7 @@ class RecordAccumulator:
         """Append ``n`` records given as columns (``Producer.send_batch``), after what is queued for the topic;
         returns their partitions and offsets. Raises at once, writing nothing, for bad input."""
         n = len(kcol)
-        sizes, largest = _column_sizes(t, kcol, vcol)
+        sizes, largest = column_sizes(t, kcol, vcol)
         now = self.log.clock.time_ms()
         ts: npt.NDArray[np.int64] | None = None  # None: every record gets ``now``
         if timestamps is not None:
@@ -621,22 +622,3 @@ class RecordAccumulator:
             sizes = np.maximum(vcol.lens[keyless], 0) + PER_RECORD
             parts[keyless] = self.sticky_partitions(t, sizes)
         return parts
-
-
-def _column_sizes(t: Topic, kcol: Column, vcol: Column) -> tuple[int | npt.NDArray[np.int64], int]:
-    """Check ``send_batch``'s records for nulls; returns their sizes (one int when all have the same) and the
-    largest."""
-    if kcol.width is not None and vcol.width is not None:
-        if kcol.width < 0 and vcol.width < 0:
-            raise InvalidRecordError("a record has both key and value None")
-        if t.config.compacted and kcol.width < 0:
-            raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
-        sizes: int | npt.NDArray[np.int64] = max(kcol.width, 0) + max(vcol.width, 0) + PER_RECORD_MAX
-        return sizes, int(sizes)
-    klens, vlens = kcol.lens, vcol.lens
-    if ((klens < 0) & (vlens < 0)).any():
-        raise InvalidRecordError("a record has both key and value None")
-    if t.config.compacted and (klens < 0).any():
-        raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
-    sizes = np.maximum(klens, 0) + np.maximum(vlens, 0) + PER_RECORD_MAX
-    return sizes, int(sizes.max())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,9 @@ import numpy.typing as npt
 from pylog.errors import InvalidRecordError, SerializationError
 from pylog.partitioner import murmur2_fixed, partitions_for_keys
 from pylog.record import HEADER_SIZE, LAYOUT_SIZE, encode_batch, encode_columns, item_lengths
+
+if TYPE_CHECKING:
+    from pylog.topic import Topic
 
 __all__ = [
     "PER_RECORD",
@@ -30,6 +33,7 @@ __all__ = [
     "Column",
     "QueueColumns",
     "as_list",
+    "column_sizes",
     "cut",
     "group",
     "payload_limit",
@@ -258,3 +262,22 @@ class Column:
         if self.kind == "fixed":
             return ((murmur2_fixed(self.raw).astype(np.int64) & 0x7FFFFFFF) % n).astype(np.int32)
         return partitions_for_keys(self.as_list(np.arange(len(self.lens))), n)
+
+
+def column_sizes(t: Topic, kcol: Column, vcol: Column) -> tuple[int | npt.NDArray[np.int64], int]:
+    """Check ``send_batch``'s records for nulls; returns their sizes (one int when all have the same) and the
+    largest."""
+    if kcol.width is not None and vcol.width is not None:
+        if kcol.width < 0 and vcol.width < 0:
+            raise InvalidRecordError("a record has both key and value None")
+        if t.config.compacted and kcol.width < 0:
+            raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
+        sizes: int | npt.NDArray[np.int64] = max(kcol.width, 0) + max(vcol.width, 0) + PER_RECORD_MAX
+        return sizes, int(sizes)
+    klens, vlens = kcol.lens, vcol.lens
+    if ((klens < 0) & (vlens < 0)).any():
+        raise InvalidRecordError("a record has both key and value None")
+    if t.config.compacted and (klens < 0).any():
+        raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
+    sizes = np.maximum(klens, 0) + np.maximum(vlens, 0) + PER_RECORD_MAX
+    return sizes, int(sizes.max())
