@@ -25,7 +25,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -47,6 +47,7 @@ from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
 from pylog.partition.cleaner import CleanResult, TxnStatus, clean_partition
 from pylog.partition.reader import walk_headers
+from pylog.partition.recovery import RecoveryReport, recover_partition, rescan_active, truncate_segments
 from pylog.partition.segment import MapCache, Segment, inode_of
 from pylog.partition.segments import SegmentList
 from pylog.partition.state import FrozenState, PartitionState, Snapshot
@@ -83,21 +84,6 @@ class AppendInfo:
     base_offset: int
     last_offset: int
     log_append_time: int
-
-
-@dataclass
-class RecoveryReport:
-    """What opening a partition had to do."""
-
-    clean_shutdown: bool = True
-    segments_validated: int = 0
-    batches_validated: int = 0
-    bytes_truncated: int = 0
-    segments_removed: int = 0
-    indexes_rebuilt: int = 0
-    temp_files_removed: int = 0
-    swaps_completed: int = 0
-    problems: list[str] = field(default_factory=list)
 
 
 _STALE_LAYOUT_RETRIES = 3  # reloads of the layout when a segment file vanished under a read
@@ -218,8 +204,6 @@ class PartitionLog:
         opener of the log: see :mod:`pylog.log`). Re-checked under the partition lock, so one process does it.
         The session is compared first: a state file from an earlier session is not trusted at all (it is not
         durable, and after a power loss it may hold anything)."""
-        from pylog.partition.recovery import recover_partition
-
         self._state.lock()
         try:
             if recover or (session and self._state.session != session) or not self._state.initialized:
@@ -376,8 +360,6 @@ class PartitionLog:
 
     def _repair(self) -> None:
         """Re-derive the active segment's published size after a writer died mid-publish (lock held)."""
-        from pylog.partition.recovery import rescan_active
-
         rescan_active(self)
         self._segments.bump_epoch()
         self._state.reset(self._snapshot())
@@ -790,8 +772,6 @@ class PartitionLog:
 
         Truncation works on batch boundaries, as Kafka's does: a batch holding ``offset`` is removed whole."""
         _check_offset(offset)
-        from pylog.partition.recovery import truncate_segments
-
         with self.locked_for_write():
             truncate_segments(self, offset)
             self._publish()

@@ -30,18 +30,35 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pylog import fs
 from pylog.errors import CorruptRecordError
 from pylog.partition import files
+from pylog.partition.checkpoint import RecoveryCheckpoint
 from pylog.partition.cleaner import truncate_checkpoint
-from pylog.partition.segment import Segment
+from pylog.partition.segment import MapCache, Segment
 
 if TYPE_CHECKING:
-    from pylog.partition.log import PartitionLog, RecoveryReport
+    from pylog.partition.log import PartitionLog
 
-__all__ = ["recover_partition", "repair_partition", "rescan_active", "truncate_segments"]
+__all__ = ["RecoveryReport", "recover_partition", "repair_partition", "rescan_active", "truncate_segments"]
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a partition had to do."""
+
+    clean_shutdown: bool = True
+    segments_validated: int = 0
+    batches_validated: int = 0
+    bytes_truncated: int = 0
+    segments_removed: int = 0
+    indexes_rebuilt: int = 0
+    temp_files_removed: int = 0
+    swaps_completed: int = 0
+    problems: list[str] = field(default_factory=list)
 
 
 def _clean_directory(directory: str, report: RecoveryReport) -> list[int]:
@@ -75,8 +92,6 @@ def _clean_directory(directory: str, report: RecoveryReport) -> list[int]:
 
 
 def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryReport:
-    from pylog.partition.log import RecoveryReport
-
     report = RecoveryReport(clean_shutdown=clean_shutdown)
     directory = plog.directory
     bases = _clean_directory(directory, report)
@@ -262,8 +277,6 @@ def repair_partition(directory: str, compacted: bool) -> list[str]:
 
     The only operation that may drop data below the recovery point. The caller must be alone with the log
     directory. Returns one line per action taken (empty when the partition was intact)."""
-    from pylog.partition.segment import MapCache
-
     actions: list[str] = []
     bases = files.live_segment_bases(fs.FS.listdir(directory))
     cache = MapCache(4)
@@ -299,8 +312,6 @@ def repair_partition(directory: str, compacted: bool) -> list[str]:
         for b in later:
             Segment(directory, b, cache).delete_files()
         fs.FS.fsync_dir(directory)
-        from pylog.partition.checkpoint import RecoveryCheckpoint
-
         RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT)).reset(dropped_from if cut else base)
         truncate_checkpoint(directory, dropped_from if cut else base)
         break
