@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 import pylog
+from pylog.errors import ConfigError
 from pylog.structs import TopicPartition
 
 PAGES = ["/", "/search", "/cart", "/checkout", "/help"]
@@ -177,8 +178,7 @@ def _spark_step(path: str, expected: collections.Counter[str]) -> bool:
     warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
     from pyspark.sql import SparkSession
 
-    from pylog.errors import ConfigError
-    from pylog.spark import jvm
+    from pylog.spark import jvm  # needs pyspark: imported only when the Spark step runs
 
     builder = (
         SparkSession.builder.master("local[2]")
