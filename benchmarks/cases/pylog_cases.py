@@ -116,6 +116,43 @@ def pylog_consume_iter(records: int, seed: int, workdir: Path) -> dict[str, Any]
 
 
 @case(
+    "pylog_consume_iter_msgpack",
+    group="read",
+    kind="pylog",
+    fsync="n/a (read)",
+    description=(
+        "`for rec in consumer` with the default msgpack value deserializer (values stored as msgpack bin "
+        "objects, decoded to bytes), from the earliest offset"
+    ),
+    compare=(Compare("floor_msgpack_read"), Compare("floor_mmap_unpackb_read")),
+)
+def pylog_consume_iter_msgpack(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    import numpy as np
+
+    keys, values = arrays(records, seed)
+    prefix = np.frombuffer(bytes([0xC4, values.shape[1]]), dtype=np.uint8)  # msgpack bin 8 of the value
+    packed = np.hstack([np.broadcast_to(prefix, (records, 2)), values])
+    with _open(workdir) as log:
+        log.create_topic(TOPIC, partitions=1)
+        producer = log.producer(acks=1, value_serializer=None)
+        producer.send_batch(TOPIC, keys=keys, values=packed)
+        producer.close()
+    settle([workdir])
+    n = 0
+    with _open(workdir) as log:
+        consumer = log.consumer(TOPIC, auto_offset_reset="earliest", consumer_timeout_ms=0)
+        t0 = time.perf_counter()
+        for _rec in consumer:
+            n += 1
+        seconds = time.perf_counter() - t0
+        consumer.seek_to_beginning()
+        first = next(iter(consumer))
+        assert type(first.value) is bytes and len(first.value) == values.shape[1], first
+        consumer.close()
+    return _checked(records, n, seconds)
+
+
+@case(
     "pylog_consume_iterate",
     group="read",
     kind="pylog",

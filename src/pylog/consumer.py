@@ -546,11 +546,6 @@ class Consumer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _validate_tp(self, tp: TopicPartition) -> None:
-        t = self.log.topic(tp.topic)
-        if not 0 <= tp.partition < t.num_partitions:
-            raise UnknownPartitionError(f"{tp} does not exist")
-
 
 class _Buffer:
     """Records fetched for one partition; ``recs[i:]`` are not returned yet.

@@ -88,7 +88,11 @@ class _Columns:
             self.ksizes, self.vsizes = _sizes(lists.keys), _sizes(lists.values)
             return
         b = decode_batch(buf, at)
-        self.offsets, self.timestamps = b.offsets.tolist(), b.timestamps.tolist()
+        self.offsets = b.offsets.tolist()
+        if header.base_timestamp == header.max_timestamp:  # one timestamp (a batch sent at once): one int
+            self.timestamps = [header.base_timestamp] * header.record_count
+        else:
+            self.timestamps = b.timestamps.tolist()
         self.keys, self.ksizes = _split(b.key_data, b.key_offsets, b.key_valid)
         self.values, self.vsizes = _split(b.value_data, b.value_offsets, b.value_valid)
         self.headers = b.headers()

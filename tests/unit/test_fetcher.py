@@ -16,6 +16,7 @@ from pylog.errors import DeserializationError
 from pylog.structs import ConsumerRecord, TopicPartition
 
 TP = TopicPartition("t", 0)
+_BIG = 1024
 
 #: values that are not exactly one msgpack object; the last three line up again in one stream (a value of
 #: two objects, then an array header that takes the next value as its element)
@@ -137,3 +138,40 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+@pytest.mark.parametrize("policy", ["skip", "raise"])
+@pytest.mark.parametrize("shape", ["poison", "fixed"])
+def test_a_large_batch_matches_too(log_dir: str, policy: str, shape: str) -> None:
+    """One batch of 2,560 records (decoded as numpy columns), with poison pills spread over it."""
+    n = _BIG * 5 // 2
+    with pylog.open(log_dir) as log:
+        sent = _write(log, random.Random(n), shape, n, n, None)
+        expected, stop = _expected(sent, policy)
+        consumer = log.consumer(
+            "t", auto_offset_reset="earliest", consumer_timeout_ms=0, on_deserialization_error=policy
+        )
+        got = []
+        with pytest.raises(DeserializationError) if stop is not None else _nothing():
+            got.extend(_shape(r) for r in consumer)
+        assert got == expected
+        consumer.close()
+
+
+def test_poll_returns_a_whole_read_up_to_max_records_and_positions_follow(log_dir: str) -> None:
+    n = _BIG * 3
+    with pylog.open(log_dir) as log:
+        sent = _write(log, random.Random(3), "fixed", n, n, None)
+        consumer = log.consumer("t", auto_offset_reset="earliest", value_deserializer=None)
+        got = consumer.poll(timeout_ms=1000, max_records=10 * n)[TP]
+        assert [r.offset for r in got] == list(range(n))
+        consumer.seek(TP, 5)
+        it = iter(consumer)
+        taken = [next(it) for _ in range(_BIG + 10)]  # past the first 1,024
+        assert [r.offset for r in taken] == list(range(5, _BIG + 15))
+        assert consumer.position(TP) == _BIG + 15
+        consumer.seek(TP, _BIG + 3)  # back, into the records already fetched
+        assert [r.value for r in consumer.poll(max_records=2)[TP]] == [sent[_BIG + 3][1], sent[_BIG + 4][1]]
+        rest = consumer.poll(max_records=10 * n)[TP]
+        assert rest[0].offset == _BIG + 5 and rest[-1].offset == n - 1 and len(rest) == n - _BIG - 5
+        consumer.close()

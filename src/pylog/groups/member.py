@@ -426,7 +426,9 @@ class GroupMember:
         cooperative = state_protocol(state, self.assignor) == "cooperative"
         if revoked:
             if self.config.enable_auto_commit:
-                self._commit_quietly({tp: p for tp, p in self._positions().items() if tp in revoked})
+                self._commit_quietly(
+                    {tp: p for tp, p in self.subscription.consumed_positions().items() if tp in revoked}
+                )
             self._call("on_partitions_revoked", revoked)
         self.assignment = new
         self.generation = me["generation"]
@@ -449,7 +451,7 @@ class GroupMember:
         if not self.assignment:
             return
         if commit:
-            self._commit_quietly(self._positions())
+            self._commit_quietly(self.subscription.consumed_positions())
         self._call("on_partitions_revoked", self.assignment)
         self.assignment = set()
         self.subscription.revoke_all()
@@ -464,7 +466,7 @@ class GroupMember:
         member = self.member_id is not None and self.member_id in state["members"]
         if member:
             if commit:
-                self._commit_quietly(self._positions())
+                self._commit_quietly(self.subscription.consumed_positions())
             self._call("on_partitions_revoked", self.assignment)
         else:
             self._call("on_partitions_lost", self.assignment)
@@ -487,13 +489,14 @@ class GroupMember:
 
     # -- commits ----------------------------------------------------------------------------------------
 
-    def _positions(self) -> dict[TopicPartition, int]:
-        return self.subscription.consumed_positions()
-
     def _auto_commit(self) -> None:
         if self._subscribed and self.member_id is None:
             return
-        positions = {tp: p for tp, p in self._positions().items() if self._last_committed.get(tp) != p}
+        positions = {
+            tp: p
+            for tp, p in self.subscription.consumed_positions().items()
+            if self._last_committed.get(tp) != p
+        }
         if positions:
             self._commit_quietly(positions)
 
@@ -542,7 +545,10 @@ class GroupMember:
 
     def _normalize(self, offsets: Mapping[Any, Any] | None) -> dict[TopicPartition, OffsetAndMetadata]:
         if offsets is None:  # the positions of the assigned partitions that still exist
-            return {tp: OffsetAndMetadata(p) for tp, p in self._committable(self._positions()).items()}
+            return {
+                tp: OffsetAndMetadata(p)
+                for tp, p in self._committable(self.subscription.consumed_positions()).items()
+            }
         if not isinstance(offsets, Mapping):
             raise InvalidOffsetError(f"offsets must be a dict of TopicPartition -> offset, got {offsets!r}")
         out = {}
