@@ -227,6 +227,10 @@ def _width_signed(max_value: int) -> int:
 
 def encode_headers(headers: Any) -> bytes:
     """Encode ``[(str, bytes), ...]`` as the msgpack array stored per record. Raises InvalidRecordError."""
+    if not isinstance(headers, list | tuple):
+        raise InvalidRecordError(
+            f"headers must be a list of (str, bytes) pairs, got {type(headers).__name__}"
+        )
     pairs = []
     for item in headers:
         if not isinstance(item, tuple | list) or len(item) != 2:

@@ -253,7 +253,18 @@ def test_headers_encode_and_reject_bad_pairs() -> None:
     blob = encode_headers([("a", b"1"), ("b", None), ["c", bytearray(b"3")]])
     assert msgpack.unpackb(blob) == [["a", b"1"], ["b", None], ["c", b"3"]]
     assert encode_headers([]) == b""
-    for bad in ([("a",)], [(1, b"x")], [("a", "str")], ["ab"], [("a", 5)]):
+    # not a list of pairs at all: a float (nan) or an int was a TypeError from the loop, not a pylog error
+    for bad in (
+        [("a",)],
+        [(1, b"x")],
+        [("a", "str")],
+        ["ab"],
+        [("a", 5)],
+        float("nan"),
+        5,
+        "ab",
+        {"a": b"1"},
+    ):
         with pytest.raises(InvalidRecordError):
             encode_headers(bad)
 
