@@ -7,8 +7,9 @@ background sender thread, for records nobody waits on), on ``flush()``, on ``fut
 caller's thread: no handoff to the sender thread and back), and on ``close()``. Per partition, records are
 appended in the order they were sent.
 
-``acks``: ``0`` resolves futures at once (offset -1); ``1`` (default) after the batch was written to the
-operating system (survives a crash of this process); ``"all"`` after fsync (survives power loss), with one
+``acks``: ``1`` (default) resolves futures after the batch was written to the operating system (survives a
+crash of this process), and so does ``0`` (in one process there is no round trip to skip: a future never
+resolves before its record is written, and carries its offset); ``"all"`` after fsync (survives power loss), with one
 fsync shared by every batch written before it (group commit).
 
 Timestamps of records sent without ``timestamp_ms`` are taken from the log's clock when their batch is built.
