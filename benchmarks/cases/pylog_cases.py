@@ -97,7 +97,7 @@ def pylog_send_batch(records: int, seed: int, workdir: Path) -> dict[str, Any]:
         Compare("sqlite3_read"),
         Compare("confluent_consume"),
     ),
-    goal=Goal("rec_per_s", ">=", 1_000_000, "rec/s"),
+    goal=Goal("rec_per_s", ">=", 3_000_000, "rec/s"),
 )
 def pylog_consume_iter(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     _fill(workdir, records, seed)
