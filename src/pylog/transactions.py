@@ -10,7 +10,10 @@ Files, under the log root::
 
 ``decisions.log`` is a sequence of :mod:`pylog.journal` records (each payload stored twice, each copy with
 its CRC-32C) whose payload is msgpack ``[kind, producer_id, producer_epoch, txn]``; kind "C" commit, "A"
-abort, "E" epoch (this epoch is now the producer id's current one).
+abort, "E" epoch (this epoch is now the producer id's current one); or ``["M", [[producer_id,
+producer_epoch, txn], ...]]``: one commit of several transactions (of several transactional ids) at once,
+written by :meth:`TxnLog.commit_many` (Spark's streaming sink commits the transactions of all the tasks of a
+micro-batch with it). A transaction has at most one decision: the first one in the file counts.
 
 A transaction's records are written to their partitions as they are sent, in batches with the transactional
 attribute bit and ``(producer_id, producer_epoch, base_sequence = txn)`` in the header; its committed group
@@ -29,8 +32,8 @@ locks and changes no file; they cannot abort a transaction past its timeout, onl
 
 Thread-safety: a :class:`TxnLog` (or :class:`TxnDecisions`) may be shared by threads; changes take the flock,
 so processes share it too.
-Crash contract: a transaction is committed iff its "C" record is in ``decisions.log``; a torn last record was
-never acknowledged and is ignored.
+Crash contract: a transaction is committed iff its "C" record (or an "M" record naming it) is in
+``decisions.log`` before any "A" record for it; a torn last record was never acknowledged and is ignored.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -49,9 +52,10 @@ from pylog import fs, journal
 from pylog.errors import CorruptRecordError, ProducerFencedError
 from pylog.record import crc32c
 
-__all__ = ["ABORTED", "COMMITTED", "OPEN", "TXN_DIR", "TxnDecisions", "TxnLog"]
+__all__ = ["ABORTED", "COMMITTED", "MAX_EPOCH", "OPEN", "TXN_DIR", "TxnDecisions", "TxnLog"]
 
 TXN_DIR = "__transactions"
+MAX_EPOCH = 32767  # producer_epoch is an i16 in a batch header
 COMMITTED, ABORTED, OPEN = "committed", "aborted", "open"
 
 
@@ -72,7 +76,18 @@ class TxnDecisions:
         if kind == "E":
             self._epochs[pid] = max(self._epochs.get(pid, -1), epoch)
         else:
-            self._decisions[(pid, epoch, txn)] = COMMITTED if kind == "C" else ABORTED
+            # the first decision counts: a crash after a commit's record but before the producers file says
+            # so leaves the transaction "open" there, and the next init() appends an "A" that must not undo it
+            self._decisions.setdefault((pid, epoch, txn), COMMITTED if kind == "C" else ABORTED)
+
+    def _note_payload(self, payload: bytes) -> None:
+        fields = msgpack.unpackb(payload)
+        if fields[0] == "M":
+            for pid, epoch, txn in fields[1]:
+                self._note("C", pid, epoch, txn)
+        else:
+            kind, pid, epoch, txn = fields
+            self._note(kind, pid, epoch, txn)
 
     def _refresh(self) -> None:
         try:
@@ -92,8 +107,7 @@ class TxnDecisions:
             os.close(fd)
         records, used = journal.parse(raw, done, self._decisions_path)
         for _, payload in records:
-            kind, pid, epoch, txn = msgpack.unpackb(payload)
-            self._note(kind, pid, epoch, txn)
+            self._note_payload(payload)
         self._read = (st.st_ino, done + used)
 
     def status(self, pid: int, epoch: int, txn: int) -> str:
@@ -180,10 +194,19 @@ class TxnLog(TxnDecisions):
             if entry["open"] is not None:
                 self._append("A", entry["pid"], entry["epoch"], entry["open"]["txn"])
                 entry["open"] = None
-            entry["epoch"] += 1
-            self._append("E", entry["pid"], entry["epoch"], 0)
+            self._bump_epoch(state, entry)
             self._store(state)
             return entry["pid"], entry["epoch"]
+
+    def _bump_epoch(self, state: dict[str, Any], entry: dict[str, Any]) -> None:
+        """The next epoch of ``entry`` (fencing the current one); past :data:`MAX_EPOCH` (a batch header holds
+        an i16) the transactional id gets a new producer id at epoch 0, as in Kafka, and the old id is fenced."""
+        if entry["epoch"] >= MAX_EPOCH:
+            self._append("E", entry["pid"], entry["epoch"] + 1, 0)
+            entry["pid"], entry["epoch"] = int(state["next_pid"]), -1
+            state["next_pid"] = entry["pid"] + 1
+        entry["epoch"] += 1
+        self._append("E", entry["pid"], entry["epoch"], 0)
 
     def _entry(self, state: dict[str, Any], transactional_id: str, pid: int, epoch: int) -> dict[str, Any]:
         entry: dict[str, Any] | None = state["ids"].get(transactional_id)
@@ -218,6 +241,28 @@ class TxnLog(TxnDecisions):
             entry["open"] = None
             self._store(state)
 
+    def commit_many(self, txns: Sequence[tuple[str, int, int, int]]) -> None:
+        """Commit several open transactions ``(transactional_id, producer_id, epoch, txn)`` with one decision
+        record: all of them become visible at once, or (a crash before the record is durable) none. Raises
+        :class:`~pylog.errors.ProducerFencedError`, deciding nothing, if any of them is not open (fenced, timed
+        out, aborted or already decided)."""
+        if not txns:
+            return
+        with self.lock():
+            state = self._load()
+            entries = []
+            for tid, pid, epoch, txn in txns:
+                entry = self._entry(state, tid, pid, epoch)
+                if entry["open"] is None or entry["open"]["txn"] != txn:
+                    raise ProducerFencedError(
+                        f"transaction {txn} of {tid!r} is no longer open (it timed out or was aborted)"
+                    )
+                entries.append(entry)
+            self._append_payload(msgpack.packb(["M", [[pid, epoch, txn] for _, pid, epoch, txn in txns]]))
+            for entry in entries:
+                entry["open"] = None
+            self._store(state)
+
     def abort_expired(self, now_ms: int) -> int:
         """Abort transactions open longer than their timeout, fencing their producers; returns how many."""
         with self.lock():
@@ -228,8 +273,7 @@ class TxnLog(TxnDecisions):
                 if opened is not None and now_ms - opened["started_ms"] > opened["timeout_ms"]:
                     self._append("A", entry["pid"], entry["epoch"], opened["txn"])
                     entry["open"] = None
-                    entry["epoch"] += 1
-                    self._append("E", entry["pid"], entry["epoch"], 0)
+                    self._bump_epoch(state, entry)
                     n += 1
             if n:
                 self._store(state)
@@ -238,8 +282,10 @@ class TxnLog(TxnDecisions):
     # -- decisions --------------------------------------------------------------------------------------
 
     def _append(self, kind: str, pid: int, epoch: int, txn: int) -> None:
+        self._append_payload(msgpack.packb([kind, pid, epoch, txn]))
+
+    def _append_payload(self, payload: bytes) -> None:
         self._refresh()
-        payload = msgpack.packb([kind, pid, epoch, txn])
         record = journal.encode(payload)
         fd = fs.FS.open(self._decisions_path, os.O_RDWR | os.O_CREAT)
         try:
@@ -253,5 +299,5 @@ class TxnLog(TxnDecisions):
             fs.FS.close(fd)
         if valid == 0:
             fs.FS.fsync_dir(self.directory)
-        self._note(kind, pid, epoch, txn)
+        self._note_payload(payload)
         self._read = (ino, valid + len(record))

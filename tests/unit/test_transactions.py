@@ -225,3 +225,83 @@ def test_decisions_read_only_agree_with_the_txn_log_and_touch_no_file(log: pylog
     assert TxnDecisions(str(empty)).status(0, 0, 1) == OPEN
     assert list(empty.iterdir()) == []
     tx.close()
+
+
+def _open_txn(log: pylog.Log, tid: str, value: str) -> tuple[str, int, int, int]:
+    """A transaction of ``tid`` holding ``value``, written, fsynced and left open (as a Spark sink task does)."""
+    producer = log.producer(transactional_id=tid)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("out", value, partition=0)
+    producer.flush()
+    triple = (producer.producer_id, producer.producer_epoch, producer._txn)
+    producer.close()  # closing does not decide: the transaction stays open
+    return (tid, *triple)
+
+
+def test_commit_many_decides_all_or_nothing(log: pylog.Log) -> None:
+    """Several transactions of several ids commit with one decision record, visible together; one that is no
+    longer open (fenced by a newer instance) makes the whole call fail and decides nothing."""
+    log.create_topic("out")
+    txns = log.transactions()
+    a, b = _open_txn(log, "task-a", "a"), _open_txn(log, "task-b", "b")
+    assert _values(log, "out", "read_committed") == []
+    txns.commit_many([a, b])
+    assert _values(log, "out", "read_committed") == ["a", "b"]
+    assert [txns.status(*t[1:]) for t in (a, b)] == [COMMITTED, COMMITTED]
+    with pytest.raises(ProducerFencedError):
+        txns.commit_many([a])  # already decided
+
+    c, d = _open_txn(log, "task-c", "c"), _open_txn(log, "task-d", "d")
+    newer = log.producer(transactional_id="task-d")
+    newer.init_transactions()  # fences d and aborts its open transaction
+    with pytest.raises(ProducerFencedError, match="task-d"):
+        txns.commit_many([c, d])
+    assert txns.status(*c[1:]) == OPEN and txns.status(*d[1:]) == ABORTED
+    txns.commit_many([c])
+    assert _values(log, "out", "read_committed") == ["a", "b", "c"]
+    # a fresh reader of the file agrees
+    assert [TxnDecisions(log.path).status(*t[1:]) for t in (a, b, c, d)] == [COMMITTED] * 3 + [ABORTED]
+
+
+def test_the_first_decision_counts(log: pylog.Log) -> None:
+    """A crash after a commit record but before the producers file was rewritten leaves the transaction "open"
+    there; the next init() appends an abort for it, which must not undo the commit."""
+    log.create_topic("out")
+    tid, pid, epoch, txn = _open_txn(log, "tx", "kept")
+    txns = log.transactions()
+    txns._append("C", pid, epoch, txn)  # the commit point, as if the process died right after it
+    log.producer(transactional_id=tid).init_transactions()  # sees the transaction open: appends "A" for it
+    assert txns.status(pid, epoch, txn) == COMMITTED
+    assert TxnDecisions(log.path).status(pid, epoch, txn) == COMMITTED
+    assert _values(log, "out", "read_committed") == ["kept"]
+
+
+def test_epoch_exhaustion_moves_to_a_new_producer_id(log: pylog.Log) -> None:
+    """Past MAX_EPOCH (an i16 in the batch header) init() gives the transactional id a new producer id at
+    epoch 0, and fences the old id: what an old instance still writes is never visible."""
+    from pylog.transactions import MAX_EPOCH
+
+    log.create_topic("out")
+    txns = log.transactions()
+    pid0, _ = txns.init("tx")
+    state = txns._load()
+    state["ids"]["tx"]["epoch"] = MAX_EPOCH - 1
+    txns._store(state)
+    assert txns.init("tx") == (pid0, MAX_EPOCH)
+    old = log.producer(transactional_id="tx")
+    old.producer_id, old.producer_epoch = pid0, MAX_EPOCH
+    old.begin_transaction()
+    old.send("out", "zombie", partition=0)
+    old.flush()
+    zombie = (pid0, MAX_EPOCH, old._txn)
+    pid1, epoch1 = txns.init("tx")
+    assert pid1 != pid0 and epoch1 == 0
+    assert txns.status(*zombie) == ABORTED
+    new = log.producer(transactional_id="tx")
+    new.init_transactions()
+    new.begin_transaction()
+    new.send("out", "new", partition=0)
+    new.commit_transaction()
+    assert (new.producer_id, new.producer_epoch) == (pid1, 1)
+    assert _values(log, "out", "read_committed") == ["new"]
