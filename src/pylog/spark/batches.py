@@ -19,6 +19,7 @@ The output schema is exactly ``to_arrow_schema(schema, timezone="UTC")``, as Spa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ __all__ = ["BYTES_PER_BATCH", "KAFKA_COLUMNS", "ROWS_PER_BATCH", "ReadSpec", "re
 
 ROWS_PER_BATCH = 65536
 BYTES_PER_BATCH = 64 << 20
+_log = logging.getLogger("pylog.spark")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
@@ -116,6 +118,15 @@ def _batches(spec: ReadSpec, rng: OffsetRange) -> Iterator[tuple[DecodedBatch, i
         except FileNotFoundError:
             if spec.fail_on_data_loss:
                 raise _lost(rng, f"segment {seg.path} was deleted while the query ran") from None
+            _log.warning(
+                "data loss reading %s-%d offsets [%d, %d): segment %s was deleted while the query ran; "
+                "failOnDataLoss=false, so its records are skipped",
+                rng.topic,
+                rng.partition,
+                rng.start,
+                rng.end,
+                seg.path,
+            )
             continue
         pos = seg.position_for(buf, start) if seg.base_offset < start else 0
         for p, h in walk(buf, pos, seg.size, seg.path):
@@ -140,12 +151,30 @@ def _check_loss(view: PartitionView, rng: OffsetRange, fail: bool) -> tuple[int,
                 f"offsets {start}..{view.log_start_offset - 1} were deleted (log now starts at "
                 f"{view.log_start_offset})",
             )
+        _skipping(rng, start, min(view.log_start_offset, end), "were deleted")
         start = min(view.log_start_offset, end)
     if view.log_end_offset < end:
         if fail:
             raise _lost(rng, f"the log was truncated to end at {view.log_end_offset}")
+        _skipping(rng, max(view.log_end_offset, start), end, "were truncated away")
         end = max(view.log_end_offset, start)
     return start, end
+
+
+def _skipping(rng: OffsetRange, first: int, stop: int, what: str) -> None:
+    """failOnDataLoss=false: the offsets ``[first, stop)`` of a planned range are gone; say so, as Kafka's
+    source does, and read on."""
+    _log.warning(
+        "data loss reading %s-%d offsets [%d, %d): offsets %d..%d %s; failOnDataLoss=false, so they are "
+        "skipped. Some data may have been lost: it was deleted by retention, or the log was truncated",
+        rng.topic,
+        rng.partition,
+        rng.start,
+        rng.end,
+        first,
+        stop - 1,
+        what,
+    )
 
 
 def _lost(rng: OffsetRange, what: str) -> OffsetOutOfRangeError:

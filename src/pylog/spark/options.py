@@ -27,8 +27,11 @@ Spark partitions (:func:`plan_splits`): one per offset range, as Spark's Kafka s
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
+import logging
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,9 +49,14 @@ __all__ = [
     "PACK_RECORDS",
     "OffsetRange",
     "Options",
+    "check_read_options",
+    "check_write_options",
+    "parse_duration_ms",
     "plan_splits",
     "split_ranges",
 ]
+
+_log = logging.getLogger("pylog.spark")
 
 EARLIEST = -2
 LATEST = -1
@@ -66,6 +74,178 @@ KAFKA_FIELDS = (
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 _TRUE = {"true": True, "false": False}
+
+# -- which options exist ---------------------------------------------------------------------------------
+
+#: Every read option, lower case -> the spelling the docs use.
+READ_OPTIONS = {
+    name.lower(): name
+    for name in (
+        "path",
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "endingOffsets",
+        "startingTimestamp",
+        "endingTimestamp",
+        "startingOffsetsByTimestamp",
+        "endingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "failOnDataLoss",
+        "minPartitions",
+        "maxRecordsPerPartition",
+        "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger",
+        "maxTriggerDelay",
+        "includeHeaders",
+        "kafka.isolation.level",
+        "columns",
+        "valueFormat",
+        "valueSchema",
+    )
+}
+#: Read options a batch query refuses (Spark's Kafka source ignores them there with a logged warning).
+STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+#: Read options a streaming query refuses, as Spark's Kafka source does.
+BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
+#: Options of the batch writer (``df.write.format("pylog")``), lower case -> spelling.
+WRITE_OPTIONS = {name.lower(): name for name in ("path", "topic", "acks")}
+
+_NO_CONSUMER_GROUP = (
+    "pylog's Spark source uses no consumer group: a streaming query keeps its offsets in its checkpoint "
+    "(checkpointLocation) and a batch query takes them from startingOffsets/endingOffsets; remove it"
+)
+_NO_NETWORK = (
+    "pylog reads the log directory's segment files directly (no broker to fetch from or poll); remove it"
+)
+#: Options of Spark's Kafka connector that mean nothing here, lower case -> what to do instead.
+KAFKA_ONLY = {
+    "kafka.bootstrap.servers": "pylog has no brokers: give the log directory instead, "
+    'with .load("/path/to/log"), .save("/path/to/log") or the option path',
+    "kafka.group.id": _NO_CONSUMER_GROUP,
+    "groupidprefix": _NO_CONSUMER_GROUP,
+    "kafka.auto.offset.reset": "set startingOffsets to earliest or latest instead (Spark's Kafka source refuses "
+    "it too: a restarted query resumes from its checkpoint)",
+    "kafka.enable.auto.commit": "offsets are kept in the query's checkpoint, never committed to a group "
+    "(Spark's Kafka source refuses it too)",
+    "kafka.key.deserializer": "keys are read as binary: decode them with DataFrame operations "
+    "(Spark's Kafka source refuses it too)",
+    "kafka.value.deserializer": "values are read as binary: decode them with DataFrame operations, or read "
+    "msgpack map values into typed columns with valueFormat=msgpack and valueSchema",
+    "kafka.interceptor.classes": "pylog runs no consumer interceptors (Spark's Kafka source refuses it too)",
+    "fetchoffset.numretries": _NO_NETWORK,
+    "fetchoffset.retryintervalms": _NO_NETWORK,
+    "kafkaconsumer.polltimeoutms": _NO_NETWORK,
+}
+#: Producer settings of Spark's Kafka sink that mean nothing here, lower case -> what to do instead.
+KAFKA_WRITE_ONLY = {
+    "kafka.bootstrap.servers": KAFKA_ONLY["kafka.bootstrap.servers"],
+    "kafka.acks": "use the option acks (1 or all)",
+    "kafka.key.serializer": "keys are written as given (binary or string columns)",
+    "kafka.value.serializer": "values are written as given (binary or string columns)",
+    "includeheaders": "a headers column, when present, is always written",
+}
+
+
+def _check_names(
+    raw: Mapping[str, Any],
+    known: Mapping[str, str],
+    kafka_only: Mapping[str, str],
+    what: str,
+) -> dict[str, str]:
+    """``raw`` with lower-case keys and string values; unknown and Kafka-only options raise ConfigError."""
+    opts = {str(k).lower(): str(v) for k, v in raw.items()}
+    for key in opts:
+        if key in known:
+            continue
+        if key in kafka_only:
+            raise ConfigError(
+                f"option {key!r} of Spark's Kafka connector does not apply to pylog: {kafka_only[key]}"
+            )
+        if key.startswith("kafka."):
+            allowed = [known[k] for k in known if k.startswith("kafka.")]
+            raise ConfigError(
+                f"option {key!r}: pylog reads and writes the log directory's files directly, with no Kafka "
+                "client, so Kafka client settings have no meaning here"
+                + (f" (the only kafka.* option is {', '.join(allowed)})" if allowed else "")
+            )
+        close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+        hint = f"did you mean {known[close[0]]!r}?" if close else f"options are {', '.join(known.values())}"
+        raise ConfigError(f"unknown option {key!r} for {what}: {hint}")
+    return opts
+
+
+def check_read_options(raw: Mapping[str, Any], *, streaming: bool | None = None) -> dict[str, str]:
+    """Check the names of a read's options (keys case-insensitive) and return them with lower-case keys.
+
+    Unknown names raise :class:`~pylog.errors.ConfigError` naming the closest known option; options of Spark's
+    Kafka connector that have no meaning for pylog raise one saying what to use instead. With ``streaming``
+    true, the batch-only options (``endingOffsets``, ...) are refused; with ``streaming`` false, the
+    streaming-only ones (``maxOffsetsPerTrigger``, ...); None checks names only (the query kind is not
+    known yet)."""
+    opts = _check_names(raw, READ_OPTIONS, KAFKA_ONLY, 'spark.read.format("pylog")')
+    if streaming is not None:
+        refused = BATCH_ONLY if streaming else STREAM_ONLY
+        for name in refused:
+            if name.lower() in opts:
+                raise ConfigError(
+                    f"option {name} is not valid in streaming queries (a stream reads on as records arrive)"
+                    if streaming
+                    else f"option {name} only applies to streaming queries (spark.readStream); "
+                    "remove it from this batch read"
+                )
+    return opts
+
+
+def check_write_options(raw: Mapping[str, Any], extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Check the names of a write's options (keys case-insensitive) and return them with lower-case keys.
+
+    Known: ``path``, ``topic``, ``acks``, and the names in ``extra`` (a writer's own options, such as a
+    streaming sink's). Unknown names raise :class:`~pylog.errors.ConfigError` naming the closest known
+    option; producer settings of Spark's Kafka sink raise one saying what to use instead."""
+    known = {**WRITE_OPTIONS, **{name.lower(): name for name in extra}}
+    return _check_names(raw, known, KAFKA_WRITE_ONLY, 'df.write.format("pylog")')
+
+
+_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(value: str, key: str) -> int:
+    """A duration in Spark's notation (``15m``, ``30s``, ``500ms``, ``1h``, ``2d``; a bare number is
+    milliseconds) as whole milliseconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+    if m is None or m.group(2) not in ("", *_UNITS_MS):
+        raise ConfigError(f"option {key} must be a duration such as 15m, 30s or 500ms, got {value!r}")
+    return int(int(m.group(1)) * _UNITS_MS.get(m.group(2) or "ms", 1))
+
+
+def value_schema_names(ddl: str) -> list[str]:
+    """The field names of a DDL field list (``a long, `b c` string, d struct<x:int>``)."""
+    fields: list[str] = []
+    current: list[str] = []
+    depth, quoted = 0, False
+    for ch in ddl:
+        if ch == "`":
+            quoted = not quoted
+        elif not quoted and ch in "<(":
+            depth += 1
+        elif not quoted and ch in ">)":
+            depth -= 1
+        if ch == "," and depth == 0 and not quoted:
+            fields.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    fields.append("".join(current))
+    names = []
+    for field in (f.strip() for f in fields):
+        if not field:
+            continue
+        m = re.match(r"`((?:[^`]|``)*)`|([^\s:]+)", field)
+        if m is not None:
+            names.append(m.group(1).replace("``", "`") if m.group(1) is not None else m.group(2))
+    return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +274,7 @@ class Options:
     """The user's options (keys case-insensitive, values strings), validated on construction."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
-        self.raw = {str(k).lower(): str(v) for k, v in raw.items()}
+        self.raw = check_read_options(raw)
         chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in self.raw]
         if len(chosen) != 1:
             raise ConfigError(
@@ -105,7 +285,19 @@ class Options:
         self.fail_on_data_loss = self.flag("failondataloss", True)
         self.include_headers = self.flag("includeheaders", False)
         self.min_partitions = self.int_option("minpartitions", 0)
+        self.max_records_per_partition = self.int_option("maxrecordsperpartition", 0)
         self.max_offsets_per_trigger = self.int_option("maxoffsetspertrigger", 0)
+        self.min_offsets_per_trigger = self.int_option("minoffsetspertrigger", 0)
+        if self.min_offsets_per_trigger and self.min_offsets_per_trigger > (
+            self.max_offsets_per_trigger or 1 << 62
+        ):
+            raise ConfigError(
+                f"option minOffsetsPerTrigger ({self.min_offsets_per_trigger}) is higher than "
+                f"maxOffsetsPerTrigger ({self.max_offsets_per_trigger})"
+            )
+        self.max_trigger_delay_ms = parse_duration_ms(
+            self.raw.get("maxtriggerdelay", "15m"), "maxTriggerDelay"
+        )
         self.value_format = self.raw.get("valueformat", "binary").lower()
         if self.value_format not in ("binary", "msgpack"):
             raise ConfigError(f"valueFormat must be binary or msgpack, got {self.value_format!r}")
@@ -121,6 +313,26 @@ class Options:
             )
         self.read_committed = level == "read_committed"
         self.columns = self._columns()
+        self._check_value_schema()
+
+    def check_query(self, *, streaming: bool) -> None:
+        """Refuse the options a batch (``streaming=False``) or streaming query does not take."""
+        check_read_options(self.raw, streaming=streaming)
+
+    def _check_value_schema(self) -> None:
+        """A ``valueSchema`` field named like a Kafka column would give two columns of one name (every
+        reference to it ambiguous), or be taken for the Kafka column: refused."""
+        ddl = self.raw.get("valueschema")
+        if not ddl:
+            return
+        kafka = {name.lower(): name for name in (*(n for n, _ in KAFKA_FIELDS), "headers")}
+        clashes = [n for n in value_schema_names(ddl) if n.lower() in kafka]
+        if clashes:
+            raise ConfigError(
+                f"option valueSchema names {', '.join(repr(n) for n in clashes)}, the name of a Kafka column "
+                f"({', '.join(kafka.values())}): a value field cannot share a name with the Kafka columns "
+                "(Spark would see two columns of that name). Store the field under another name"
+            )
 
     def _columns(self) -> tuple[str, ...] | None:
         """The ``columns`` option: Kafka column names (any case), in the order given; None when absent."""
@@ -172,8 +384,9 @@ class Options:
 
     # -- topics -----------------------------------------------------------------------------------------
 
-    def topic_partitions(self, log: LogView) -> list[tuple[str, int]]:
-        """The selected (topic, partition) pairs, sorted. Unknown topics in subscribe/assign raise."""
+    def topic_partitions(self, log: LogView, *, streaming: bool = False) -> list[tuple[str, int]]:
+        """The selected (topic, partition) pairs, sorted. Unknown topics in assign raise, and in subscribe
+        too unless ``streaming``: a stream waits for a subscribed topic to be created, as Kafka's source."""
         if "assign" in self.raw:
             assigned = _json(self.raw["assign"], "assign")
             out = []
@@ -196,7 +409,56 @@ class Options:
             except re.error as exc:
                 raise ConfigError(f"subscribePattern is not a valid regex: {exc}") from exc
             topics = [t for t in log.topics() if pattern.fullmatch(t)]
+        if streaming:
+            topics = [t for t in topics if t in log.partition_counts]
         return sorted((t, p) for t in set(topics) for p in range(log.num_partitions(t)))
+
+    def _reads_topic(self, topic: str) -> bool:
+        if "assign" in self.raw:
+            return topic in _json(self.raw["assign"], "assign")
+        if "subscribe" in self.raw:
+            return topic in {t.strip() for t in self.raw["subscribe"].split(",")}
+        return re.fullmatch(self.raw["subscribepattern"], topic) is not None
+
+    def check_offset_options(self, log: LogView) -> None:
+        """The JSON offsets and timestamps options name only topics this query reads and partitions that
+        exist (and, with ``assign``, are assigned); otherwise ConfigError. A subscribed topic that does not
+        exist yet (a stream waits for it) cannot have its partitions checked."""
+        assigned = _json(self.raw["assign"], "assign") if "assign" in self.raw else None
+        for key in (
+            "startingoffsets",
+            "endingoffsets",
+            "startingoffsetsbytimestamp",
+            "endingoffsetsbytimestamp",
+        ):
+            raw = self.raw.get(key)
+            if raw is None or raw.strip().lower() in ("earliest", "latest"):
+                continue
+            name = READ_OPTIONS[key]
+            for topic, parts in _json(raw, name).items():
+                if not isinstance(parts, dict):
+                    raise ConfigError(f'option {name} must look like {{"topic": {{"0": 23}}}}, got {raw!r}')
+                if not self._reads_topic(topic):
+                    close = difflib.get_close_matches(
+                        topic, [t for t in log.topics() if self._reads_topic(t)], 1
+                    )
+                    raise ConfigError(
+                        f"option {name} names topic {topic!r}, which this query does not read"
+                        + (f" (did you mean {close[0]!r}?)" if close else "")
+                    )
+                for p in parts:
+                    if not re.fullmatch(r"\d+", str(p)):
+                        raise ConfigError(
+                            f"option {name}: {p!r} of topic {topic!r} is not a partition number"
+                        )
+                    if assigned is not None and int(p) not in assigned[topic]:
+                        raise ConfigError(f"option {name} names {topic}-{p}, which is not assigned")
+                    count = log.partition_counts.get(topic)
+                    if count is not None and int(p) >= count:
+                        raise ConfigError(
+                            f"option {name} names {topic}-{p}, which does not exist "
+                            f"(topic {topic!r} has partitions 0..{count - 1})"
+                        )
 
     # -- offsets ----------------------------------------------------------------------------------------
 
@@ -271,15 +533,35 @@ class Options:
                 f"offset {spec} of {view.topic}-{view.partition} is outside the log [{lo}, {hi}] "
                 "(records may have been deleted by retention; set failOnDataLoss=false to skip them)"
             )
-        return min(max(spec, lo), hi)
+        clamped = min(max(spec, lo), hi)
+        gone = (
+            f"offsets {spec}..{lo - 1} were deleted"
+            if spec < lo
+            else f"offsets {hi}..{spec - 1} do not exist"
+        )
+        _log.warning(
+            "%s-%d: offset %d is outside the log [%d, %d] (%s); failOnDataLoss=false, so reading from offset %d. "
+            "Some data may have been lost: it was deleted by retention, or the log was truncated or recreated",
+            view.topic,
+            view.partition,
+            spec,
+            lo,
+            hi,
+            gone,
+            clamped,
+        )
+        return clamped
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
-    """Kafka's rule, made exact: with ``minPartitions`` above the number of ranges, split each range into
-    parts proportional to its size (at least one part each, at most one per offset). Kafka rounds each share,
-    which can leave fewer parts than asked for; here the parts left over go to the largest remainders, so a
-    read has at least ``minPartitions`` parts whenever it has that many offsets."""
+def split_ranges(ranges: list[OffsetRange], min_partitions: int, max_records: int = 0) -> list[OffsetRange]:
+    """Kafka's rule, made exact: with ``maxRecordsPerPartition`` (``max_records``), split each range into
+    ``ceil(size / max_records)`` equal parts; then, with ``minPartitions`` above the number of ranges, split
+    each range into parts proportional to its size (at least one part each, at most one per offset). Kafka
+    rounds each share, which can leave fewer parts than asked for; here the parts left over go to the largest
+    remainders, so a read has at least ``minPartitions`` parts whenever it has that many offsets."""
     ranges = [r for r in ranges if r.size > 0]
+    if max_records:
+        ranges = [piece for r in ranges for piece in _divide(r, math.ceil(r.size / max_records))]
     if min_partitions <= len(ranges):
         return ranges
     total = sum(r.size for r in ranges)
@@ -292,23 +574,29 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetR
             break
         for i in growable[: min_partitions - sum(counts)]:
             counts[i] += 1
-    out: list[OffsetRange] = []
-    for r, parts in zip(ranges, counts, strict=True):
-        bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
-        out.extend(r.part(a, b) for a, b in itertools.pairwise(bounds) if b > a)
-    return out
+    return [piece for r, parts in zip(ranges, counts, strict=True) for piece in _divide(r, parts)]
+
+
+def _divide(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    """``r`` in ``parts`` consecutive parts of (nearly) equal size."""
+    bounds = [r.start + r.size * i // parts for i in range(parts + 1)]
+    return [r.part(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def plan_splits(
-    ranges: list[OffsetRange], min_partitions: int, bytes_per_offset: Mapping[tuple[str, int], float]
+    ranges: list[OffsetRange],
+    min_partitions: int,
+    bytes_per_offset: Mapping[tuple[str, int], float],
+    max_records: int = 0,
 ) -> list[tuple[OffsetRange, ...]]:
     """The Spark partitions of a read: :func:`split_ranges`, then consecutive small ranges packed together.
 
     A group is closed before it would exceed ``PACK_RECORDS`` records or ``PACK_BYTES`` bytes (estimated from
     ``bytes_per_offset`` per topic partition); a bigger range is a group of its own. With ``minPartitions``
-    the record limit is at most ``total // minPartitions``, so packing leaves at least that many groups."""
-    pieces = split_ranges(ranges, min_partitions)
-    limit = PACK_RECORDS
+    the record limit is at most ``total // minPartitions``, so packing leaves at least that many groups; with
+    ``max_records`` (``maxRecordsPerPartition``) no group holds more records than that."""
+    pieces = split_ranges(ranges, min_partitions, max_records)
+    limit = min(PACK_RECORDS, max_records) if max_records else PACK_RECORDS
     if min_partitions:
         limit = max(min(limit, sum(r.size for r in pieces) // min_partitions), 1)
     groups: list[tuple[OffsetRange, ...]] = []

@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from pylog.clock import Clock, SystemClock
 from pylog.errors import ConfigError
 from pylog.spark.batches import ReadSpec, read_ranges
 from pylog.spark.committed import committed_range, visibility
@@ -76,7 +77,8 @@ def _partitions(
     options: Options, spec: ReadSpec, ranges: list[OffsetRange], views: Iterable[PartitionView]
 ) -> list[RangePartition]:
     sizes = {(v.topic, v.partition): v.bytes_per_offset for v in views}
-    return [RangePartition(g, spec) for g in plan_splits(ranges, options.min_partitions, sizes)]
+    groups = plan_splits(ranges, options.min_partitions, sizes, options.max_records_per_partition)
+    return [RangePartition(g, spec) for g in groups]
 
 
 def _read(partition: InputPartition) -> Iterator[Any]:
@@ -95,6 +97,7 @@ class PylogReader(DataSourceReader):
     """Batch reader: offsets are resolved when the query is planned."""
 
     def __init__(self, options: Options, schema_json: str) -> None:
+        options.check_query(streaming=False)
         self.options = options
         self.schema_json = schema_json
         self.bounds = Bounds()
@@ -103,6 +106,7 @@ class PylogReader(DataSourceReader):
         opts = self.options
         log = LogView(opts.path)
         spec = _spec(opts, self.schema_json, self.bounds)
+        opts.check_offset_options(log)
         rule = visibility(log.path) if opts.read_committed else None
         ranges, views = [], []
         for topic, p in opts.topic_partitions(log):
@@ -141,23 +145,39 @@ def make_reader(options: Options, schema_json: str) -> PylogReader:
 
 
 class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Streaming reader: per-partition offsets, ``maxOffsetsPerTrigger``, ``trigger(availableNow=True)``."""
+    """Streaming reader: per-partition offsets, ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with
+    ``maxTriggerDelay``, ``trigger(availableNow=True)``.
 
-    def __init__(self, options: Options, schema_json: str) -> None:
+    Subscribed topics that do not exist yet are waited for (a trigger before they exist plans nothing) and
+    read from their earliest offset once created, as topics a ``subscribePattern`` matches later.
+
+    ``minOffsetsPerTrigger`` (Kafka's rule): a trigger that finds fewer new offsets than that, summed over
+    the partitions, plans no batch, unless ``maxTriggerDelay`` (default 15m) has passed since the last batch
+    was planned. The first trigger of a reader always plans a batch, and ``trigger(availableNow=True)``
+    reads everything regardless. Time comes from ``clock`` (:class:`pylog.clock.Clock`). Spark keeps one
+    stream reader per query for the life of the query, so the time of the last batch lives on it.
+    """
+
+    def __init__(self, options: Options, schema_json: str, clock: Clock | None = None) -> None:
+        options.check_query(streaming=True)
         self.options = options
         self.schema_json = schema_json
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self._target: StreamOffset | None = None
+        self._last_trigger_ms: int | None = None
 
     def initialOffset(self) -> StreamOffset:
         log = LogView(self.options.path)
+        self.options.check_offset_options(log)
         out: dict[tuple[str, int], int] = {}
-        for topic, p in self.options.topic_partitions(log):
+        for topic, p in self.options.topic_partitions(log, streaming=True):
             out[(topic, p)] = self.options.starting_offset(log.partition(topic, p), streaming=True)
         return _offsets(out)
 
     def _ends(self) -> dict[tuple[str, int], int]:
         log = LogView(self.options.path)
-        return {tp: log.partition(*tp).log_end_offset for tp in self.options.topic_partitions(log)}
+        tps = self.options.topic_partitions(log, streaming=True)
+        return {tp: log.partition(*tp).log_end_offset for tp in tps}
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = _offsets(self._ends())
@@ -174,9 +194,25 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begins = self._begins(start, ends)
         if self.options.read_committed:  # never past the last stable offset: open transactions come later
             ends = {tp: r.end for tp, r in self._committed(begins, ends).items()}
+        if self._delay(begins, ends):
+            return _offsets(_flat(start or {}))
         if isinstance(limit, ReadMaxRows):
             ends = _rate_limit(begins, ends, limit.max_rows)
         return _offsets({tp: max(e, begins[tp]) for tp, e in ends.items()})
+
+    def _delay(self, begins: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]) -> bool:
+        """``minOffsetsPerTrigger``: whether this trigger is skipped (fewer new offsets than that, and less
+        than ``maxTriggerDelay`` since the last batch). Kafka's ``delayBatch``."""
+        minimum = self.options.min_offsets_per_trigger
+        if not minimum or self._target is not None:
+            return False
+        now = self.clock.time_ms()
+        last = self._last_trigger_ms
+        waited = last is None or now - last >= self.options.max_trigger_delay_ms
+        if not waited and sum(max(e - begins[tp], 0) for tp, e in ends.items()) < minimum:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def _begins(self, start: StreamOffset, tps: Any) -> dict[tuple[str, int], int]:
         """Where each partition starts: its offset in ``start``, or (a new partition) the log start."""
