@@ -172,6 +172,14 @@ class IdempotentProducer(Producer):
         self.producer_id, self.producer_epoch = self._txns.init(tid)
         self._txn = -1
 
+    @property
+    def open_transaction(self) -> tuple[int, int, int] | None:
+        """``(producer_id, producer_epoch, txn)`` of the open transaction (what its batches are tagged with, and
+        what :meth:`pylog.transactions.TxnLog.commit_many` takes), or None outside a transaction."""
+        if self.transactional_id is None or self._txn < 0:
+            return None
+        return (self.producer_id, self.producer_epoch, self._txn)
+
     def begin_transaction(self) -> None:
         tid = self._require_transactional()
         if self.producer_id < 0:

@@ -234,7 +234,8 @@ def _open_txn(log: pylog.Log, tid: str, value: str) -> tuple[str, int, int, int]
     producer.begin_transaction()
     producer.send("out", value, partition=0)
     producer.flush()
-    triple = (producer.producer_id, producer.producer_epoch, producer._txn)
+    triple = producer.open_transaction
+    assert triple is not None and triple[:2] == (producer.producer_id, producer.producer_epoch)
     producer.close()  # closing does not decide: the transaction stays open
     return (tid, *triple)
 
@@ -294,7 +295,8 @@ def test_epoch_exhaustion_moves_to_a_new_producer_id(log: pylog.Log) -> None:
     old.begin_transaction()
     old.send("out", "zombie", partition=0)
     old.flush()
-    zombie = (pid0, MAX_EPOCH, old._txn)
+    zombie = old.open_transaction
+    assert zombie is not None and zombie[:2] == (pid0, MAX_EPOCH)
     pid1, epoch1 = txns.init("tx")
     assert pid1 != pid0 and epoch1 == 0
     assert txns.status(*zombie) == ABORTED
