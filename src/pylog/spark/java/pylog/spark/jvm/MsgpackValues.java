@@ -100,7 +100,7 @@ final class MsgpackValues {
         }
       }
     } catch (PylogReadException e) {
-      throw new PylogReadException(
+      throw PylogReadException.deserialization(
           "msgpack values do not fit the schema in " + range.topic + "-" + range.partition
               + " offset " + offset + ": " + e.getMessage());
     }

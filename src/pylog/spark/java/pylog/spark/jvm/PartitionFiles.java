@@ -111,7 +111,7 @@ final class PartitionFiles {
   PartitionFiles(String root, String topic, int partition) throws IOException {
     this.dir = Path.of(root, topic + "-" + partition);
     if (!Files.isDirectory(dir)) {
-      throw new PylogReadException("partition directory " + dir + " is missing");
+      throw new PylogReadException(PylogReadException.OTHER, "partition directory " + dir + " is missing", null);
     }
     this.segments = load();
   }
@@ -145,7 +145,7 @@ final class PartitionFiles {
         return listed;
       }
     }
-    throw new PylogReadException(dir + ": the segment layout keeps changing while listed");
+    throw new PylogReadException(PylogReadException.OTHER, dir + ": the segment layout keeps changing while listed", null);
   }
 
   private List<Segment> list(State state) throws IOException {

@@ -346,7 +346,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   }
 
   private static PylogReadException lost(NativePartition.Range r, String what) {
-    return new PylogReadException(
+    return PylogReadException.dataLoss(
         "data loss reading " + r.describe() + ": " + what
             + ". Set failOnDataLoss=false to skip records that are gone.");
   }
