@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSource
 from pylog.errors import ConfigError
 from pylog.spark.options import KAFKA_FIELDS, Options
 from pylog.spark.reader import PylogReader, PylogStreamReader, make_reader
+from pylog.spark.sink import PylogStreamWriter, make_stream_writer
 from pylog.spark.snapshot import LogView, check_log_dir
 from pylog.spark.writer import PylogWriter, check_write_schema
 
@@ -32,7 +33,8 @@ KAFKA_SCHEMA = ", ".join(f"{name} {type_name}" for name, type_name in KAFKA_FIEL
 
 
 class PylogDataSource(DataSource):
-    """Reads and writes a pylog directory (``load(path)``/``save(path)`` or the ``path`` option)."""
+    """Reads and writes a pylog directory (``load(path)``/``save(path)``/``start(path)`` or the ``path``
+    option); ``writeStream`` is exactly-once (:mod:`pylog.spark.sink`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -72,3 +74,8 @@ class PylogDataSource(DataSource):
         if acks not in ("0", "1", "all", "-1"):
             raise ConfigError(f"acks must be 0, 1 or all, got {acks!r}")
         return PylogWriter(path, topic, "all" if acks == "-1" else acks)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> PylogStreamWriter:
+        """The exactly-once sink. ``overwrite`` (output mode complete) appends every row of each batch, as
+        Spark's Kafka sink does: a topic cannot be truncated."""
+        return make_stream_writer(self.options, schema)

@@ -25,7 +25,7 @@ import pylog
 from pylog.errors import ConfigError, InvalidRecordError
 from pylog.spark.snapshot import LogView
 
-__all__ = ["PylogCommitMessage", "PylogWriter", "check_write_schema"]
+__all__ = ["PylogCommitMessage", "PylogWriter", "append_record_batch", "check_write_schema"]
 
 _ALLOWED = {
     "value": ("binary", "string"),
@@ -76,69 +76,73 @@ class PylogWriter(DataSourceArrowWriter):
             producer = log.producer(acks=self.acks, value_serializer=None)
             try:
                 for rb in iterator:
-                    written += self._write_batch(producer, rb)
+                    written += append_record_batch(producer, self.topic, rb)
             finally:
                 producer.close()
         return PylogCommitMessage(written)
-
-    def _write_batch(self, producer: Any, rb: Any) -> int:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        n = rb.num_rows
-        if n == 0:
-            return 0
-        names = rb.schema.names
-        values = _binary(rb.column(names.index("value")))
-        keys = _binary(rb.column(names.index("key"))) if "key" in names else None
-        if self.topic is not None:
-            topics = np.full(n, self.topic, dtype=object)
-        else:
-            column = rb.column(names.index("topic"))
-            if column.null_count:
-                raise InvalidRecordError("a row has a null topic and no topic option is set")
-            topics = np.asarray(column.to_pylist(), dtype=object)
-        if "partition" in names:
-            pcol = rb.column(names.index("partition"))
-            parts = np.asarray(pcol.fill_null(-1).cast(pa.int64()))
-        else:
-            parts = np.full(n, -1, dtype=np.int64)
-        if "headers" in names:
-            headers = rb.column(names.index("headers"))
-            if pc.any(pc.greater(pc.fill_null(pc.list_value_length(headers), 0), 0)).as_py():
-                return self._send_rows(producer, topics, parts, keys, values, headers)
-        groups: dict[tuple[str, int], list[int]] = {}
-        if len(set(topics.tolist())) == 1 and len(np.unique(parts)) == 1:
-            groups[(str(topics[0]), int(parts[0]))] = []
-        else:
-            for i, tp in enumerate(zip(topics.tolist(), parts.tolist(), strict=True)):
-                groups.setdefault(tp, []).append(i)
-        for (topic, part), rows in groups.items():
-            if rows:
-                idx = pa.array(rows, type=pa.int64())
-                k, v = (None if keys is None else keys.take(idx)), values.take(idx)
-            else:
-                k, v = keys, values
-            producer.send_batch(topic, keys=k, values=v, partition=None if part < 0 else part)
-        return int(n)
-
-    @staticmethod
-    def _send_rows(producer: Any, topics: Any, parts: Any, keys: Any, values: Any, headers: Any) -> int:
-        key_list = [None] * len(values) if keys is None else keys.to_pylist()
-        rows = zip(
-            topics.tolist(), parts.tolist(), key_list, values.to_pylist(), headers.to_pylist(), strict=True
-        )
-        for topic, part, key, value, hdrs in rows:
-            pairs = [(h["key"], h["value"]) for h in hdrs or []]
-            producer.send(topic, value, key=key, headers=pairs or None, partition=None if part < 0 else part)
-        producer.flush()
-        return len(values)
 
     def commit(self, messages: list[Any]) -> None:
         """Records are durable in the log as soon as each task returns; nothing to do."""
 
     def abort(self, messages: list[Any]) -> None:
         """Records appended by tasks that succeeded stay in the log (at-least-once)."""
+
+
+def append_record_batch(producer: Any, topic_option: str | None, rb: Any) -> int:
+    """Send the rows of the Arrow batch ``rb`` (the columns of :data:`_ALLOWED`) with ``producer``; returns
+    how many. The ``topic`` option, when given, overrides a ``topic`` column. Shared by the batch writer and
+    the streaming sink (whose producer is transactional)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = rb.num_rows
+    if n == 0:
+        return 0
+    names = rb.schema.names
+    values = _binary(rb.column(names.index("value")))
+    keys = _binary(rb.column(names.index("key"))) if "key" in names else None
+    if topic_option is not None:
+        topics = np.full(n, topic_option, dtype=object)
+    else:
+        column = rb.column(names.index("topic"))
+        if column.null_count:
+            raise InvalidRecordError("a row has a null topic and no topic option is set")
+        topics = np.asarray(column.to_pylist(), dtype=object)
+    if "partition" in names:
+        pcol = rb.column(names.index("partition"))
+        parts = np.asarray(pcol.fill_null(-1).cast(pa.int64()))
+    else:
+        parts = np.full(n, -1, dtype=np.int64)
+    if "headers" in names:
+        headers = rb.column(names.index("headers"))
+        if pc.any(pc.greater(pc.fill_null(pc.list_value_length(headers), 0), 0)).as_py():
+            return _send_rows(producer, topics, parts, keys, values, headers)
+    groups: dict[tuple[str, int], list[int]] = {}
+    if len(set(topics.tolist())) == 1 and len(np.unique(parts)) == 1:
+        groups[(str(topics[0]), int(parts[0]))] = []
+    else:
+        for i, tp in enumerate(zip(topics.tolist(), parts.tolist(), strict=True)):
+            groups.setdefault(tp, []).append(i)
+    for (topic, part), rows in groups.items():
+        if rows:
+            idx = pa.array(rows, type=pa.int64())
+            k, v = (None if keys is None else keys.take(idx)), values.take(idx)
+        else:
+            k, v = keys, values
+        producer.send_batch(topic, keys=k, values=v, partition=None if part < 0 else part)
+    return int(n)
+
+
+def _send_rows(producer: Any, topics: Any, parts: Any, keys: Any, values: Any, headers: Any) -> int:
+    key_list = [None] * len(values) if keys is None else keys.to_pylist()
+    rows = zip(
+        topics.tolist(), parts.tolist(), key_list, values.to_pylist(), headers.to_pylist(), strict=True
+    )
+    for topic, part, key, value, hdrs in rows:
+        pairs = [(h["key"], h["value"]) for h in hdrs or []]
+        producer.send(topic, value, key=key, headers=pairs or None, partition=None if part < 0 else part)
+    producer.flush()
+    return len(values)
 
 
 def _binary(column: Any) -> Any:
