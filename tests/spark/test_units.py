@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
 
 import pytest
-from spark_helpers import make_log
+from spark_helpers import make_log, needs_java
 
 import pylog
-from pylog.errors import OffsetOutOfRangeError
+from pylog.errors import ConfigError, OffsetOutOfRangeError
 from pylog.spark.batches import ReadSpec, read_range, read_ranges
 from pylog.spark.filters import Bounds, push
 from pylog.spark.options import PACK_BYTES, PACK_RECORDS, OffsetRange, Options, plan_splits, split_ranges
@@ -315,3 +316,94 @@ def test_min_partitions_is_a_minimum(seed: int) -> None:
     assert len(plan_splits(equal, 10, {})) == len(split_ranges(equal, 10)) == 10
     covered = [(r.topic, r.partition, o) for g in groups for r in g for o in range(r.start, r.end)]
     assert covered == [(r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end)]
+
+
+class _FakeBuilder:
+    """Records what a SparkSession.Builder is given."""
+
+    def __init__(self) -> None:
+        self.settings: dict[str, str] = {}
+
+    def appName(self, name: str) -> _FakeBuilder:
+        self.settings["spark.app.name"] = name
+        return self
+
+    def master(self, master: str) -> _FakeBuilder:
+        self.settings["spark.master"] = master
+        return self
+
+    def config(self, key: str, value: str) -> _FakeBuilder:
+        self.settings[key] = value
+        return self
+
+
+def test_session_builder_sets_the_workers_python_and_the_jvm_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pylog.spark import builder, jvm
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.setattr(jvm, "build", lambda force=False: "/x/pylog-spark.jar")
+    b = builder("local[3]", "app", config={"spark.sql.shuffle.partitions": "4"}, base=_FakeBuilder())
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    assert b.settings == {
+        "spark.app.name": "app",
+        "spark.master": "local[3]",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.pyspark.python": sys.executable,
+        "spark.jars": "/x/pylog-spark.jar",
+        "spark.sql.extensions": jvm.EXTENSIONS,
+        jvm.ENABLED: "true",
+    }
+    assert "spark.jars" not in builder(jvm_reader=False, base=_FakeBuilder()).settings
+
+
+def test_session_builder_without_a_jdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pylog.spark import builder, jvm
+
+    def no_javac(force: bool = False) -> str:
+        raise ConfigError("javac (JDK 17 or later) is needed")
+
+    monkeypatch.setattr(jvm, "build", no_javac)
+    assert "spark.jars" not in builder(base=_FakeBuilder()).settings  # default: the Python path
+    with pytest.raises(ConfigError, match="javac"):
+        builder(jvm_reader=True, base=_FakeBuilder())
+
+
+SESSION_SCRIPT = """
+import sys, pylog, pylog.spark
+path = sys.argv[1]
+with pylog.open(path) as log:
+    log.create_topic("t", partitions=2)
+    producer = log.producer(value_serializer=None)
+    producer.send_batch("t", keys=[b"k%d" % i for i in range(50)], values=[b"v"] * 50)
+    producer.close()
+spark = pylog.spark.session("local[1]", jvm_reader=False, config={"spark.ui.enabled": "false",
+                                                                  "spark.driver.host": "127.0.0.1"})
+stream = spark.readStream.format("pylog").option("subscribe", "t").option("startingOffsets", "earliest").load(path)
+query = stream.writeStream.format("memory").queryName("copy").trigger(availableNow=True).start()
+query.awaitTermination(120)
+print("rows", spark.read.format("pylog").option("subscribe", "t").load(path).count(),
+      spark.sql("SELECT count(*) FROM copy").first()[0])
+spark.stop()
+"""
+
+
+@needs_java
+def test_session_works_without_the_virtualenv_on_path(tmp_path: Any) -> None:
+    """Run as a user who calls the project's Python by its path, with no virtualenv activated: Spark's
+    default worker Python (python3 on PATH) has no pylog; the session's workers run this interpreter."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    }
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p)
+    done = subprocess.run(
+        [sys.executable, "-c", SESSION_SCRIPT, str(tmp_path / "log")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-3:] == ["rows", "50", "50"]

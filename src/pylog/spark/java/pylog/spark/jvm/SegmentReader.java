@@ -10,6 +10,8 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.StructField;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
@@ -27,6 +29,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * skipped (see {@link NativePartition.Range}). Not thread-safe: one reader per task, as Spark uses it.
  */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
+  private static final Logger LOG = LoggerFactory.getLogger(SegmentReader.class);
+
   static final int ROWS = 4096;
 
   private enum Role {
@@ -296,12 +300,14 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         throw lost(r, "offsets " + start + ".." + (view.logStart() - 1)
             + " were deleted (log now starts at " + view.logStart() + ")");
       }
+      skipping(r, start, Math.min(view.logStart(), end), "were deleted");
       start = Math.min(view.logStart(), end);
     }
     if (view.logEnd() < end) {
       if (partition.failOnDataLoss) {
         throw lost(r, "the log was truncated to end at " + view.logEnd());
       }
+      skipping(r, Math.max(view.logEnd(), start), end, "were truncated away");
       end = Math.max(view.logEnd(), start);
     }
     List<PartitionFiles.Segment> segs = view.segmentsFor(start, end);
@@ -322,6 +328,8 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       if (partition.failOnDataLoss) {
         throw lost(range, "segment " + seg.path + " was deleted while the query ran");
       }
+      LOG.warn("data loss reading {}: segment {} was deleted while the query ran; failOnDataLoss=false, "
+          + "so its records are skipped", range.describe(), seg.path);
       buf = null;
       return;
     }
@@ -343,6 +351,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
 
   private static PylogReadException named(PartitionFiles.Segment seg, PylogReadException e) {
     return new PylogReadException("corrupt batch in " + seg.path + ": " + e.getMessage(), e);
+  }
+
+  /** failOnDataLoss=false: offsets {@code [first, stop)} of a planned range are gone; say so, as Kafka's source does. */
+  private static void skipping(NativePartition.Range r, long first, long stop, String what) {
+    LOG.warn("data loss reading {}: offsets {}..{} {}; failOnDataLoss=false, so they are skipped. Some data may "
+        + "have been lost: it was deleted by retention, or the log was truncated", r.describe(), first, stop - 1, what);
   }
 
   private static PylogReadException lost(NativePartition.Range r, String what) {
