@@ -117,7 +117,7 @@ def _stream(spark: Any, path: str, **options: str) -> Any:
 def test_min_offsets_per_trigger_and_missing_topic_on_a_real_session(spark: Any, tmp_path: Any) -> None:
     path = str(tmp_path / "log")
     _append(path, "other", 1)
-    pylog.spark.register(spark)  # Spark's automatic lookup does not run for a stream as the first use
+    pylog.spark.register(spark)  # as pylog.spark.session() does: found even if Spark's lookup is skipped
     with pytest.raises(Exception, match="option endingOffsets is not valid in streaming queries"):
         q = _stream(spark, path, subscribe="other", endingOffsets="latest").writeStream.format("memory")
         q.queryName("refused").start().processAllAvailable()

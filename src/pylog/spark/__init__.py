@@ -3,7 +3,7 @@
 :func:`session` is the one way to start Spark for pylog that cannot go wrong: a SparkSession whose Python
 workers run this interpreter (which has pylog and pyarrow), with pylog's JVM reader installed when it can be
 built, and the source registered. Installing pylog also installs the top-level module ``pyspark_pylog``,
-which Spark finds by itself on the first batch read, so ``spark.read.format("pylog").load(path)`` works in a
+which Spark finds by itself on the first use of a Python data source, so ``spark.read.format("pylog").load(path)`` works in a
 session built any other way too, as long as its workers' Python has pylog. :func:`register` registers the
 source explicitly in one session. Needs pyspark >= 4.0 and pyarrow.
 """
@@ -80,8 +80,8 @@ def session(
       with ``DATA_SOURCE_NOT_FOUND``);
     - pylog's JVM reader (:mod:`pylog.spark.jvm`) is installed: ``jvm_reader=None`` (default) when it can be
       built (a JDK is found), ``True`` requires it (ConfigError otherwise), ``False`` leaves it out;
-    - the ``pylog`` source is registered in the session, so ``readStream`` works as the first use too
-      (Spark's automatic lookup of ``pyspark_pylog`` runs for batch reads only).
+    - the ``pylog`` source is registered in the session explicitly, so it is found even where Spark's
+      automatic lookup of ``pyspark_pylog`` is skipped (it is when any ``pyspark_*`` module fails to import).
 
     ``master`` (e.g. ``"local[4]"``), ``app_name`` and ``config`` (other Spark settings) go to the builder.
     Settings that need a new JVM (the Python of the workers, ``spark.jars``) cannot change in a process whose
