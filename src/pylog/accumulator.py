@@ -59,7 +59,7 @@ from pylog.errors import (
 )
 from pylog.partitioner import KEYLESS_RUN_BYTES, StickyPartitioner, partitions_for_keys
 from pylog.producer_config import ProducerConfig
-from pylog.record import HEADER_SIZE, LAYOUT_SIZE, encode_batch, encode_columns
+from pylog.record import HEADER_SIZE, LAYOUT_SIZE, encode_batch, encode_columns, encode_one
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ _ALWAYS = -1  # a TopicQueue.drain_at that sends every append through settle() (
 #: Producer id, epoch, sequence and transactional flag of the next batch to a partition.
 BatchFields = Callable[[TopicPartition], Mapping[str, Any]]
 #: Append one encoded batch to a partition (the idempotent producer retries here).
-AppendBatch = Callable[["PartitionLog", TopicPartition, bytes, Mapping[str, Any]], "AppendInfo"]
+AppendBatch = Callable[["PartitionLog", TopicPartition, bytes | bytearray, Mapping[str, Any]], "AppendInfo"]
 
 
 class QueuedRecords:
@@ -452,7 +452,12 @@ class RecordAccumulator:
         plog = t.partition(0)
         tp = p.queue.first_partition
         fields = self._batch_fields(tp)
-        batch = encode_batch(0, p.keys, p.values, p.ts, headers, compression=self.compression(t), **fields)
+        compression = self.compression(t)
+        batch: bytes | bytearray
+        if n == 1 and headers is None and compression == "none":
+            batch = encode_one(p.keys[0], p.values[0], p.ts[0], **fields)
+        else:
+            batch = encode_batch(0, p.keys, p.values, p.ts, headers, compression=compression, **fields)
         info = self._append_batch(plog, tp, batch, fields)
         if info.log_append_time >= 0:
             p.ts = [info.log_append_time] * n

@@ -49,9 +49,16 @@ class FileSystem:
         except OSError as exc:
             raise _translate(exc, "close", fd) from exc
 
-    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
         """Write all of ``data`` at ``offset`` (retrying short writes)."""
-        view = memoryview(data)
+        try:
+            done = os.pwrite(fd, data, offset)
+        except OSError as exc:
+            raise _translate(exc, "write", fd) from exc
+        if done == len(data):  # (callers pass byte buffers: len() is their size in bytes)
+            return
+        view = memoryview(data)[done:]
+        offset += done
         try:
             while view:
                 done = os.pwrite(fd, view, offset)

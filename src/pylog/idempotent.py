@@ -113,7 +113,7 @@ class IdempotentProducer(Producer):
         }
 
     def _append_batch(
-        self, plog: PartitionLog, tp: TopicPartition, batch: bytes, fields: Mapping[str, Any]
+        self, plog: PartitionLog, tp: TopicPartition, batch: bytes | bytearray, fields: Mapping[str, Any]
     ) -> AppendInfo:
         """Append with up to ``retries`` retries after a storage error; a retry first checks whether the failed
         attempt landed after all (same producer id, epoch and sequence), and then acknowledges it instead of

@@ -309,7 +309,7 @@ class Producer:
         return _NO_FIELDS
 
     def _append_batch(
-        self, plog: PartitionLog, tp: TopicPartition, batch: bytes, fields: Mapping[str, Any]
+        self, plog: PartitionLog, tp: TopicPartition, batch: bytes | bytearray, fields: Mapping[str, Any]
     ) -> AppendInfo:
         return plog.append(batch)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 
 from pylog import fs
 from pylog.record import crc32c
@@ -30,12 +31,29 @@ from pylog.record import crc32c
 __all__ = ["RecoveryCheckpoint"]
 
 _SLOT = struct.Struct("<IHHqqII")
+_BODY = struct.Struct("<IHHqq")
+_TAIL = struct.Struct("<II")
 _MAGIC = int.from_bytes(b"PLRP", "little")
 
 
 class RecoveryCheckpoint:
+    """The recovery point of one partition.
+
+    A write after each flush is on the acks="all" path, so the file stays open and the slot last written is
+    remembered: such a write is one ``pwrite``. A write with ``sync`` (a roll, recovery) reads the slots again
+    first, and :meth:`forget` (after the partition's layout changed: another process may have reset the file,
+    which replaces it) drops what is remembered. Whatever another process wrote meanwhile, every slot holds a
+    durable offset, so a stale memory can only leave the point lower than it could be (more to revalidate),
+    never name data that is not durable.
+
+    Thread-safety: thread-safe (writes, :meth:`forget` and :meth:`close` serialize on an internal lock, so
+    the descriptor is never used after it was closed)."""
+
     def __init__(self, path: str) -> None:
         self.path = path
+        self._mu = threading.Lock()
+        self._fd = -1
+        self._last: tuple[int, int] | None = None  # (sequence, point) of the newest slot, when known
 
     def _slots(self) -> list[tuple[int, int]]:
         try:
@@ -59,22 +77,43 @@ class RecoveryCheckpoint:
 
     def write(self, point: int, *, sync: bool) -> None:
         """Record ``point`` (never moves backwards); ``sync`` makes the checkpoint itself durable."""
-        slots = self._slots()
-        seq, current = max(slots) if slots else (0, 0)
-        if point <= current and slots:
-            return
-        slot = (seq + 1) % 2
-        body = struct.pack("<IHHqq", _MAGIC, 1, 0, seq + 1, point)
-        data = body + struct.pack("<II", crc32c(body), 0)
-        fd = fs.FS.open(self.path, os.O_RDWR | os.O_CREAT)
-        try:
-            fs.FS.pwrite(fd, data, slot * 32)
-            if sync:
-                fs.FS.fdatasync(fd)
-        finally:
+        with self._mu:
+            last = None if sync else self._last
+            if last is None:
+                slots = self._slots()
+                last = max(slots) if slots else (0, -1)
+            seq, current = last
+            if point <= current:
+                self._last = last
+                return
+            body = _BODY.pack(_MAGIC, 1, 0, seq + 1, point)
+            data = body + _TAIL.pack(crc32c(body), 0)
+            if self._fd < 0:
+                self._fd = fs.FS.open(self.path, os.O_RDWR | os.O_CREAT)
+            try:
+                fs.FS.pwrite(self._fd, data, (seq + 1) % 2 * 32)
+                if sync:
+                    fs.FS.fdatasync(self._fd)
+            except BaseException:
+                self._forget()
+                raise
+            self._last = (seq + 1, point)
+
+    def forget(self) -> None:
+        """Close the file and forget the slots (the file may have been replaced)."""
+        with self._mu:
+            self._forget()
+
+    close = forget
+
+    def _forget(self) -> None:
+        self._last = None
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
             fs.FS.close(fd)
 
     def reset(self, point: int) -> None:
         """Set the recovery point, possibly lower (after truncation), durably."""
+        self.forget()
         body = struct.pack("<IHHqq", _MAGIC, 1, 0, 1, point)
         fs.atomic_write(self.path, body + struct.pack("<II", crc32c(body), 0) + bytes(32))

@@ -25,8 +25,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -62,6 +61,7 @@ from pylog.record import (
     CRC_START,
     HEADER,
     HEADER_SIZE,
+    LAST_DELTA_AT,
     BatchHeader,
     DecodedBatch,
     crc32c,
@@ -75,11 +75,13 @@ _MAX_REL = 0xFFFFFFFF
 _I16, _I32, _U32, _I64 = struct.Struct("<h"), struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<q")
 _TIMESTAMPS = struct.Struct("<qq")
 _SPLIT_WRITE_BYTES = 64 << 10  # batches from this size on are not copied to patch their base offset
+#: an acknowledgement's flush fsyncs the active segment's indexes at most this often (see _flush_locked)
+INDEX_SYNC_MS = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
-    """Where an appended batch landed. ``log_append_time`` is -1 unless the topic uses LogAppendTime."""
+class AppendInfo(NamedTuple):
+    """Where an appended batch landed. ``log_append_time`` is -1 unless the topic uses LogAppendTime. (A
+    tuple: built once per append, where a frozen dataclass cost a microsecond.)"""
 
     base_offset: int
     last_offset: int
@@ -167,7 +169,9 @@ class PartitionLog:
         self._closed = False
         self._unflushed_records = 0
         self._first_unflushed_ms = -1.0
+        self._index_synced_ms = -1.0  # when an acknowledgement's flush last fsynced the indexes (-1: never)
         self.flushed_offset = 0
+        self._checkpointed = 0  # the recovery point as last written by this object
         self.report = RecoveryReport()
         self.validated = False  # True when opening it rebuilt the shared state from the files (``report``)
         self._handles = handles
@@ -185,7 +189,7 @@ class PartitionLog:
                 self._validate(recover, clean_shutdown, session)
             else:
                 self._refresh()
-        self.flushed_offset = self.checkpoint.read()
+        self.flushed_offset = self._checkpointed = self.checkpoint.read()
 
     def _snapshot_of_files(self) -> Snapshot:
         """For a read-only log: the partition as its files hold it, nothing written. The active segment is
@@ -317,6 +321,7 @@ class PartitionLog:
         self._load_layout_once(snap)
 
     def _load_layout_once(self, snap: Snapshot) -> None:
+        self.checkpoint.forget()  # a truncation elsewhere may have replaced the file
         bases = files.live_segment_bases(fs.FS.listdir(self.directory), snap.active_base_offset)
         known = self._segments.by_base()
         segments: list[Segment] = []
@@ -371,7 +376,8 @@ class PartitionLog:
 
         The base offset (outside the CRC, as in Kafka) is assigned here under the partition lock. For
         LogAppendTime topics the batch timestamps are set to the clock's time and the CRC recomputed.
-        ``batch`` itself is not modified: a copy of its header is patched (of the whole batch when small).
+        A ``bytes`` batch is not modified: a copy of its header is patched (of the whole batch when small). A
+        small ``bytearray`` is handed over: it is patched in place, not copied.
         """
         if len(batch) > self.config.max_message_bytes:
             raise RecordTooLargeError(
@@ -379,7 +385,7 @@ class PartitionLog:
                 f"for topic {self.topic!r}"
             )
         if len(batch) < _SPLIT_WRITE_BYTES or self.config.log_append_time:
-            buf, rest = bytearray(batch), None
+            buf, rest = (batch if type(batch) is bytearray else bytearray(batch)), None
         else:  # a large batch is written as its patched header and the rest as given, not copied
             view = memoryview(batch)
             buf, rest = bytearray(view[:HEADER_SIZE]), view[HEADER_SIZE:]
@@ -433,10 +439,10 @@ class PartitionLog:
 
     def _append_locked(self, buf: bytearray, rest: memoryview | None = None) -> AppendInfo:
         now = self.clock.time_ms()
-        h = BatchHeader._make(HEADER.unpack_from(buf, 0))
+        last_delta = _I32.unpack_from(buf, LAST_DELTA_AT)[0]
         active = self._segments[-1]
         size = len(buf) if rest is None else len(buf) + len(rest)
-        if self._should_roll(active, size, h.last_offset_delta, now):
+        if self._should_roll(active, size, last_delta, now):
             active = self._roll()
         base = active.next_offset
         _I64.pack_into(buf, BASE_OFFSET_AT, base)
@@ -448,12 +454,12 @@ class PartitionLog:
         active.append(buf, header, self.config.index_interval_bytes, rest)
         self._publish()
         active.write_due_index_entries()  # after the publish: the files never index an unpublished batch
-        self._unflushed_records += h.record_count
+        self._unflushed_records += header.record_count
         if self._first_unflushed_ms < 0:
             self._first_unflushed_ms = self.clock.monotonic_ms()
-        info = AppendInfo(base, base + h.last_offset_delta, append_time)
-        self._maybe_flush_by_policy()
-        return info
+        if self.config.flush_messages > 0 or self.config.flush_ms >= 0:
+            self._maybe_flush_by_policy()
+        return AppendInfo(base, base + last_delta, append_time)
 
     def _should_roll(self, active: Segment, size: int, last_delta: int, now: int) -> bool:
         if active.size == 0:
@@ -533,32 +539,44 @@ class PartitionLog:
             self._flushing = True
         try:
             with self._flush_lock:
-                return self._flush_locked()
+                return self._flush_locked(full=up_to is None)
         finally:
             with self._flush_done:
                 self._flushing = False
                 self._flush_done.notify_all()
 
-    def _flush_locked(self) -> int:
+    def _flush_locked(self, *, full: bool = True) -> int:
+        """fsync what was appended. A flush for an acknowledgement (``full=False``, the acks="all" path)
+        fsyncs the active segment's index files at most once per :data:`INDEX_SYNC_MS`: the records are
+        durable after the log's fsync alone, and indexes can be rebuilt. The recovery point (whose index
+        entries recovery trusts) then stays where the indexes were last fsynced, and the records past it are
+        revalidated by recovery after a crash, as Kafka does with its lazily checkpointed recovery point."""
         with self._lock:
             self._refresh()
             active = self._segments[-1]
             target = active.next_offset
+            changes = active.index_changes
             pending = [s for s in self._segments if s.unflushed] or [active]
             for seg in pending:  # under the lock: appends add index entries (the fsyncs need not be)
                 seg.write_index_entries()
+        now = self.clock.monotonic_ms()
+        lazy = not full and self._index_synced_ms >= 0 and now - self._index_synced_ms < INDEX_SYNC_MS
         for seg in pending:
-            seg.flush(write_index=False)
+            seg.flush(write_index=False, sync_index=not (lazy and seg is active))
+        if not lazy:
+            self._index_synced_ms = now
         self._unflushed_records = 0
         self._first_unflushed_ms = -1.0
-        if target > self.flushed_offset:
-            # only once the checkpoint is written too: a flush that raised never counts as done
+        # the checkpoint first: a flush that raised never counts as done
+        if target > self._checkpointed and active.index_synced >= changes:  # else it stays (see above)
             self._advance_recovery_point(target, sync=False)
+        if target > self.flushed_offset:
             self.flushed_offset = target
         return self.flushed_offset
 
     def _advance_recovery_point(self, point: int, *, sync: bool) -> None:
         self.checkpoint.write(point, sync=sync)
+        self._checkpointed = max(self._checkpointed, point)
 
     # -- reading ----------------------------------------------------------------------------------------
 
@@ -825,7 +843,9 @@ class PartitionLog:
             if self._closed:
                 return
             try:
-                if flush and any(s.unflushed for s in self._segments):
+                if flush and (
+                    any(s.unflushed for s in self._segments) or self._checkpointed < self.flushed_offset
+                ):
                     self._flush_locked()
             finally:
                 self._closed = True
@@ -833,6 +853,7 @@ class PartitionLog:
                     self._segments.release(seg)
                 if not self._suspended:
                     self._state.close()
+                self.checkpoint.close()
                 if self._handles is not None:
                     self._handles.forget(self)
 
@@ -849,6 +870,7 @@ class PartitionLog:
                 for seg in self._segments:
                     self._segments.release(seg)
                 self._state.close()
+                self.checkpoint.close()
                 self._suspended = True
                 return True
             finally:

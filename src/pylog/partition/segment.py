@@ -260,7 +260,7 @@ class Segment:
         fd = self.open_fd()
         position = self.size
         try:
-            fs.FS.pwrite(fd, memoryview(batch), position)
+            fs.FS.pwrite(fd, batch, position)
             if rest is not None:
                 fs.FS.pwrite(fd, rest, position + len(batch))
         except OSError:
@@ -333,17 +333,29 @@ class Segment:
             self.time_index.append(self.max_timestamp, rel[0] if rel else 0)
             self._index_changes += 1
 
-    def flush(self, *, write_index: bool = True) -> None:
+    @property
+    def index_changes(self) -> int:
+        """How many index entries appends have added (a counter: compare with :attr:`index_synced`)."""
+        return self._index_changes
+
+    @property
+    def index_synced(self) -> int:
+        """The value :attr:`index_changes` had when both index files were last fsynced."""
+        return self._index_synced
+
+    def flush(self, *, write_index: bool = True, sync_index: bool = True) -> None:
         """fsync the log, and both indexes when they gained entries since their last fsync (a failed fsync
         raises; nothing is marked flushed). Covers every append made before it was called. A caller that
         fsyncs outside the partition lock writes the pending index entries itself under the lock first
-        (``write_index=False``): entries are added by appends, and must not be written concurrently."""
+        (``write_index=False``): entries are added by appends, and must not be written concurrently.
+        ``sync_index=False`` fsyncs the log only (the records are durable; the recovery point must then stay
+        below what the unsynced entries index: see :meth:`PartitionLog.flush`)."""
         appends, index_changes = self._appends, self._index_changes
         if write_index:
             self.write_index_entries()
         fd = self.open_fd()
         fs.FS.fsync(fd)
-        if index_changes != self._index_synced:
+        if sync_index and index_changes != self._index_synced:
             for path in (self.index_path, self.timeindex_path):
                 if os.path.exists(path):
                     ifd = fs.FS.open(path, os.O_RDONLY)

@@ -375,7 +375,7 @@ class FaultyFileSystem(fs.FileSystem):
         ident = self._fds.get(fd)
         return None if ident is None else self._nodes[ident]
 
-    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
         raw = bytes(data)
         with self._lock:
             node = self._file(fd)
