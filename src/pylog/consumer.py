@@ -21,6 +21,7 @@ Thread-safety: not thread-safe (like Kafka's consumer): use one consumer per thr
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -365,16 +366,14 @@ class Consumer:
                         continue  # return what is ready; the next poll raises
                     raise poison
                 try:
-                    recs = self._guarded(tp, partial(self._fetcher.fetch, tp))
+                    buf = self._refill(tp)
                 except (UnknownTopicError, UnknownPartitionError) as exc:
                     self._skip_vanished(tp, exc)
                     continue
-                if not recs:
-                    self._buffers.pop(tp, None)
+                if buf is None:
                     if tp in poisoned and not out:
                         raise poisoned[tp]
                     continue
-                buf = self._buffers[tp] = _Buffer(recs)
             take = buf.recs[buf.i : buf.i + remaining]
             if update:
                 buf.i += len(take)
@@ -383,6 +382,31 @@ class Consumer:
             if remaining <= 0:
                 break
         return out
+
+    def _refill(self, tp: TopicPartition) -> _Buffer | None:
+        """Fetch the next records of ``tp`` into a new buffer (None when there are none), replacing the old one.
+
+        The cyclic garbage collector is paused meanwhile, and the old buffer is freed before it resumes: a
+        fetch allocates thousands of records (tracked tuples that cannot form cycles), so otherwise the first
+        allocation after the fetch would start a collection that walks all of them; freed in the same pause,
+        the old records give back the allocation count the new ones took (when the caller kept none of them),
+        and no collection is due."""
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            recs = self._guarded(tp, partial(self._fetcher.fetch, tp))
+            old = self._buffers.pop(tp, None)
+            if old is not None and self._current is old:
+                self._current = None
+            del old
+            if not recs:
+                return None
+            buf = self._buffers[tp] = _Buffer(recs)
+            return buf
+        finally:
+            if paused:
+                gc.enable()
 
     def dead_letter(self, record: ConsumerRecord, error: BaseException) -> None:
         """Send ``record`` (one this consumer returned) to ``dead_letter_topic`` with ``error`` in its headers:
@@ -466,6 +490,7 @@ class Consumer:
             if buf is not None and (self._group is None or not self._group.wants_poll):
                 yield buf.walk()
                 buf.settle()
+            buf = None  # the next fetch frees the records walked (see _refill)
             try:
                 rec = self.__next__()
             except StopIteration:
@@ -482,6 +507,7 @@ class Consumer:
                 rec = buf.recs[buf.i]
                 buf.i += 1
                 return rec
+        buf = None  # the poll frees the records returned (see _refill)
         got = self.poll(timeout_ms=self.consumer_timeout_ms, max_records=1)
         if not got:
             raise StopIteration
@@ -550,35 +576,36 @@ class Consumer:
 class _Buffer:
     """Records fetched for one partition; ``recs[i:]`` are not returned yet.
 
-    ``for record in consumer`` walks a copy of ``recs[i:]`` with a C list iterator (no Python code per record);
+    ``for record in consumer`` walks ``recs`` from ``i`` with a C list iterator (no Python code per record);
     its progress is folded back into ``i`` by :meth:`settle`, which every reader of ``i`` calls first, and
-    :meth:`halt` ends such a walk early (a seek, a pause, a revocation, close)."""
+    :meth:`halt` ends such a walk early (a seek, a pause, a revocation, close) by moving the iterator to the
+    end of the list (``list_iterator.__setstate__``), without copying or changing ``recs``."""
 
-    __slots__ = ("_base", "_it", "_view", "i", "recs")
+    __slots__ = ("_it", "i", "recs")
 
     def __init__(self, recs: list[ConsumerRecord]) -> None:
         self.recs = recs
         self.i = 0
-        self._it: Iterator[ConsumerRecord] | None = None
-        self._view: list[ConsumerRecord] = []
-        self._base = 0
+        self._it: Any = None  # a list_iterator over recs while a walk is in progress
 
     def settle(self) -> None:
         it = self._it
         if it is not None:
-            self.i = self._base + len(self._view) - it.__length_hint__()  # type: ignore[attr-defined]
+            self.i = len(self.recs) - it.__length_hint__()
 
     def walk(self) -> Iterator[ConsumerRecord]:
-        self.settle()
-        self._base = self.i
-        self._view = self.recs[self.i :]
-        self._it = iter(self._view)
-        return self._it
+        self.halt()
+        it: Any = iter(self.recs)
+        it.__setstate__(self.i)
+        self._it = it
+        return it  # type: ignore[no-any-return]
 
     def halt(self) -> None:
-        self.settle()
-        self._it = None
-        self._view.clear()  # a walk in progress ends at its next step
+        it = self._it
+        if it is not None:
+            self.settle()
+            self._it = None
+            it.__setstate__(len(self.recs))  # a walk in progress ends at its next step
 
 
 def _wait_ms(timeout_ms: object) -> float:

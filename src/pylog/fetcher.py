@@ -222,7 +222,8 @@ class Fetcher:
         elif deser is not None:
             values = _deserialize(deser, values, bad)
         # The cyclic GC is paused while the records are built: otherwise every 700 allocations it re-scans the
-        # young records of this batch (which cannot form cycles), and that costs more than building them.
+        # young records of this batch (which cannot form cycles), and that costs more than building them. (A
+        # consumer pauses it around the whole fetch, see Consumer._refill; this pause is then a no-op.)
         paused = gc.isenabled()
         if paused:
             gc.disable()
