@@ -233,7 +233,7 @@ def _durable_8_producers(
     records: int, seed: int, workdir: Path, send_all: Callable[[Any, list[tuple[bytes, bytes]]], None]
 ) -> tuple[int, float, int]:
     """8 threads, each its own acks="all" producer running ``send_all(producer, its records)`` on one
-    partition: (records, seconds until the last thread finished, the partition's recovery point)."""
+    partition: (records, seconds until the last thread finished, the partition's fsynced offset)."""
     n = scaled(records, _DURABLE_CAP) // 8 * 8
     keys, values = byte_lists(n, seed)
     chunks = [list(zip(keys[i::8], values[i::8], strict=True)) for i in range(8)]
@@ -241,7 +241,7 @@ def _durable_8_producers(
         log.create_topic(TOPIC, partitions=1)
         producers = {id(c): log.producer(acks="all", value_serializer=None) for c in chunks}
         seconds = run_threads(lambda chunk: send_all(producers[id(chunk)], chunk), chunks)
-        durable = log.topic(TOPIC).partition(0).recovery_point
+        durable = log.topic(TOPIC).partition(0).flushed_offset  # fsynced (acknowledged)
         for producer in producers.values():
             producer.close()
     return n, seconds, durable
@@ -272,7 +272,7 @@ def pylog_durable_8_producers_pipelined(records: int, seed: int, workdir: Path) 
 
     n, seconds, durable = _durable_8_producers(records, seed, workdir, send_all)
     if durable < n:
-        raise RuntimeError(f"recovery point {durable} < {n} acknowledged records")
+        raise RuntimeError(f"durable offset {durable} < {n} acknowledged records")
     return result(n, seconds, threads=8)
 
 
