@@ -333,3 +333,9 @@ def test_options_are_checked_on_a_real_session(spark: Any, log_path: str) -> Non
     df = load(subscribe="b", maxRecordsPerPartition="7")
     assert df.rdd.getNumPartitions() == -(-end // 7)
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(end))
+
+
+def test_bad_pattern_is_a_config_error_when_offsets_are_checked(log_path: str) -> None:
+    opts = Options({"path": log_path, "subscribePattern": "(", "startingOffsets": '{"a": {"0": 1}}'})
+    with pytest.raises(ConfigError, match="subscribePattern is not a valid regex"):
+        opts.check_offset_options(LogView(log_path))

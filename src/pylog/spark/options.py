@@ -404,10 +404,7 @@ class Options:
             if not topics:
                 raise ConfigError("subscribe needs at least one topic name")
         else:
-            try:
-                pattern = re.compile(self.raw["subscribepattern"])
-            except re.error as exc:
-                raise ConfigError(f"subscribePattern is not a valid regex: {exc}") from exc
+            pattern = self._pattern()
             topics = [t for t in log.topics() if pattern.fullmatch(t)]
         if streaming:
             topics = [t for t in topics if t in log.partition_counts]
@@ -418,7 +415,13 @@ class Options:
             return topic in _json(self.raw["assign"], "assign")
         if "subscribe" in self.raw:
             return topic in {t.strip() for t in self.raw["subscribe"].split(",")}
-        return re.fullmatch(self.raw["subscribepattern"], topic) is not None
+        return self._pattern().fullmatch(topic) is not None
+
+    def _pattern(self) -> re.Pattern[str]:
+        try:
+            return re.compile(self.raw["subscribepattern"])
+        except re.error as exc:
+            raise ConfigError(f"subscribePattern is not a valid regex: {exc}") from exc
 
     def check_offset_options(self, log: LogView) -> None:
         """The JSON offsets and timestamps options name only topics this query reads and partitions that
