@@ -54,9 +54,12 @@ class Append:
 
 @dataclass(frozen=True)
 class Flush:
-    """fsync ``partition`` (acks=all for everything appended before)."""
+    """fsync ``partition`` (acks=all for everything appended before). ``ack``: the flush an acks="all"
+    acknowledgement runs (``flush(up_to=log end)``), which may leave the index files and the recovery point
+    behind; the records are durable either way."""
 
     partition: int
+    ack: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def apply_step(log: Log, topic: str, step: Step, model: TopicModel) -> None:
             raise
         model.end_append(step.partition, info)
     elif isinstance(step, Flush):
-        model.end_flush(step.partition, plog.flush())
+        model.end_flush(step.partition, plog.flush(up_to=plog.log_end_offset) if step.ack else plog.flush())
     elif isinstance(step, Roll):
         plog.roll()
     else:

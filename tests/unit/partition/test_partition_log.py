@@ -25,7 +25,7 @@ from pylog.errors import (
 )
 from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
-from pylog.partition.log import PartitionLog
+from pylog.partition.log import INDEX_SYNC_MS, PartitionLog
 from pylog.partition.state import PartitionState, Snapshot
 from pylog.record import HEADER_SIZE, check_crc, crc32c, decode_header, encode_batch
 
@@ -208,6 +208,37 @@ def test_flush_moves_the_recovery_point_to_the_log_end(log: pylog.Log) -> None:
     assert plog.flush(up_to=3) == 5 and plog.recovery_point == 5  # already covered: no fsync
     assert plog.flush(up_to=7) == 7 and plog.recovery_point == 7
     assert RecoveryCheckpoint(plog.checkpoint.path).read() == 7
+
+
+def test_acknowledgement_flush_syncs_indexes_at_most_once_a_second(
+    log: pylog.Log, clock: pylog.ManualClock
+) -> None:
+    """flush(up_to) (the acks="all" path) makes the records durable at once; the index files, and with them
+    the recovery point, follow at most once per INDEX_SYNC_MS; a full flush() always brings both to the end."""
+    plog, model, _ = make(log, index_interval_bytes=1)  # every batch adds index entries
+    append(plog, model, 3)
+    assert plog.flush(up_to=3) == 3 and plog.recovery_point == 3  # the first one syncs the indexes
+    append(plog, model, 2)
+    assert plog.flush(up_to=5) == 5 and plog.flushed_offset == 5
+    assert plog.recovery_point == 3  # the new entries are not fsynced yet: the point stays
+    clock.advance(INDEX_SYNC_MS)
+    append(plog, model, 1)
+    assert plog.flush(up_to=6) == 6 and plog.recovery_point == 6
+    append(plog, model, 2)
+    assert plog.flush(up_to=8) == 8 and plog.recovery_point == 6
+    assert plog.flush() == 8 and plog.recovery_point == 8
+    assert RecoveryCheckpoint(plog.checkpoint.path).read() == 8
+
+
+def test_close_brings_a_lagging_recovery_point_to_the_end(log_dir: str, clock: pylog.ManualClock) -> None:
+    with pylog.open(log_dir, clock=clock) as log:
+        plog, model, _ = make(log, index_interval_bytes=1)
+        append(plog, model, 2)
+        plog.flush(up_to=2)
+        append(plog, model, 2)
+        plog.flush(up_to=4)
+        assert plog.recovery_point == 2
+    assert RecoveryCheckpoint(os.path.join(plog.directory, files.CHECKPOINT)).read() == 4
 
 
 def test_flush_messages_policy(log: pylog.Log) -> None:
