@@ -494,3 +494,109 @@ def spark_pylog_plan_1000_partitions(records: int, seed: int, workdir: Path) -> 
         query_seconds=[round(p + c, 3) for p, c in zip(plans, counts, strict=True)],
         spark=version,
     )
+
+
+# -- streaming: readStream -> writeStream, pylog to pylog (exactly-once) against pylog to Parquet ---------------
+
+_STREAM_BATCHES = 4  # micro-batches per run (maxOffsetsPerTrigger = records / this)
+
+
+def _measure_stream(records: int, seed: int, workdir: Path, sink: str) -> dict[str, Any]:
+    """Records/s of ``readStream.format("pylog")`` of a 2-partition topic -> ``writeStream`` (``sink``: pylog's
+    exactly-once sink into a 2-partition topic, or Parquet files) with ``trigger(availableNow=True)``, timed from
+    ``start()`` to the query's end; a first run over a small topic warms the JVM and the workers (untimed)."""
+    if importlib.util.find_spec("pyspark") is None:
+        return skipped("pyspark is not installed (pip install 'pylog[spark]')")
+    import pylog
+
+    path = _write_pylog(records, seed, workdir)
+    with pylog.open(path) as log:
+        log.create_topic("warm", partitions=_PARTS)
+        for i in range(_REPEATS + 1):
+            log.create_topic(f"out-{i}", partitions=_PARTS)
+        producer = log.producer(acks=1, value_serializer=None)
+        producer.send_batch("warm", values=[b"w%d" % i for i in range(1000)])
+        producer.close()
+    settle([workdir])
+
+    def run(spark: Any, topic: str, n: int, i: int) -> float:
+        stream = (
+            spark.readStream.format("pylog")
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", max(1, n // _STREAM_BATCHES))
+            .load(path)
+            .selectExpr("key", "value")
+            .writeStream.option("checkpointLocation", str(workdir / f"ck-{i}"))
+            .trigger(availableNow=True)
+        )
+        t0 = time.perf_counter()
+        if sink == "pylog":
+            query = stream.format("pylog").option("topic", f"out-{i}").start(path)
+        else:
+            query = stream.format("parquet").start(str(workdir / f"parquet-{i}"))
+        query.awaitTermination()
+        elapsed = time.perf_counter() - t0
+        if query.exception() is not None:
+            raise RuntimeError(f"streaming query failed: {query.exception()}")
+        written = sum(p["numInputRows"] for p in query.recentProgress)
+        if written != n:
+            raise RuntimeError(f"the query wrote {written} records, expected {n}")
+        return elapsed
+
+    with _session(workdir) as spark:
+        from pylog.spark import register
+
+        register(spark)
+        warmup = run(spark, "warm", 1000, 0)
+        timings = [run(spark, "bench", records, i) for i in range(1, _REPEATS + 1)]
+        version = spark.version
+    if sink == "pylog":
+        with pylog.open(path) as log:
+            for i in range(1, _REPEATS + 1):
+                consumer = log.consumer(
+                    f"out-{i}",
+                    isolation_level="read_committed",
+                    auto_offset_reset="earliest",
+                    consumer_timeout_ms=0,
+                    value_deserializer=None,
+                )
+                seen = sum(1 for _ in consumer)
+                consumer.close()
+                if seen != records:
+                    raise RuntimeError(f"read_committed sees {seen} records in out-{i}, expected {records}")
+    return result(
+        records,
+        statistics.median(timings),
+        warmup_seconds=round(warmup, 3),
+        query_seconds=[round(t, 3) for t in timings],
+        micro_batches=_STREAM_BATCHES,
+        spark=version,
+    )
+
+
+@case(
+    "spark_stream_parquet_sink",
+    suite="spark",
+    group="spark-stream",
+    kind="peer",
+    fsync="Spark's file sink (no fsync)",
+    description='`readStream.format("pylog")` -> `writeStream.format("parquet")`, availableNow, 4 micro-batches',
+    timeout_s=900,
+)
+def spark_stream_parquet_sink(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    return _measure_stream(records, seed, workdir, "parquet")
+
+
+@case(
+    "spark_stream_pylog_sink",
+    suite="spark",
+    group="spark-stream",
+    kind="pylog",
+    fsync="every micro-batch (transactions: acks=all)",
+    description='the same stream -> `writeStream.format("pylog")`: exactly-once, one transaction commit per batch',
+    compare=(Compare("spark_stream_parquet_sink"),),
+    timeout_s=900,
+)
+def spark_stream_pylog_sink(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    return _measure_stream(records, seed, workdir, "pylog")
