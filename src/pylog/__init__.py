@@ -19,7 +19,7 @@ from pylog.config import TopicConfig
 from pylog.consumer import Consumer
 from pylog.groups.listener import ConsumerRebalanceListener
 from pylog.log import Log, open_log, repair
-from pylog.producer import BatchResult, FutureRecordMetadata, Producer
+from pylog.producer import BatchFuture, BatchResult, FutureRecordMetadata, Producer
 from pylog.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -34,6 +34,7 @@ open = open_log
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchFuture",
     "BatchResult",
     "Clock",
     "Consumer",

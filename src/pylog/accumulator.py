@@ -187,7 +187,7 @@ class TopicQueue:
     ``drain_at`` is the byte count at which ``send`` hands its append to :meth:`RecordAccumulator.settle`
     (which drains); :data:`_ALWAYS` while the sender thread sleeps, so that the next append wakes it."""
 
-    __slots__ = ("acc", "drain_at", "first_partition", "gen", "name", "topic")
+    __slots__ = ("acc", "column_bytes", "columns", "drain_at", "first_partition", "gen", "name", "topic")
 
     def __init__(self, acc: RecordAccumulator, topic: Topic) -> None:
         self.acc = acc
@@ -196,6 +196,62 @@ class TopicQueue:
         self.first_partition = TopicPartition(topic.name, 0)
         self.drain_at = acc.config.queue_bytes
         self.gen = QueuedRecords(self)
+        #: ``send_batch(wait=False)`` calls not yet written, in order, and about how many bytes they hold.
+        #: While it is not empty, ``send`` takes its slow path, which writes them first (order is kept).
+        self.columns: list[QueuedColumns] = []
+        self.column_bytes = 0
+
+
+class QueuedColumns:
+    """The records of one ``send_batch(wait=False)``, checked and waiting for a drain (which may write the
+    columns of many calls as one batch). ``partitions``/``offsets`` are set once written; ``error`` if not.
+    Same delivery contract as :class:`QueuedRecords` (``unwritten``, ``observed``, ``topic``, ``error``)."""
+
+    __slots__ = (
+        "error",
+        "finished",
+        "kcol",
+        "n",
+        "nbytes",
+        "observed",
+        "offsets",
+        "partition",
+        "partitions",
+        "queue",
+        "timestamps",
+        "vcol",
+    )
+
+    def __init__(
+        self,
+        queue: TopicQueue,
+        kcol: Column,
+        vcol: Column,
+        partition: int | None,
+        timestamps: npt.NDArray[np.int64] | None,
+        nbytes: int,
+    ) -> None:
+        self.queue = queue
+        self.kcol = kcol
+        self.vcol = vcol
+        self.partition = partition
+        self.timestamps = timestamps
+        self.n = len(kcol)
+        self.nbytes = nbytes
+        self.finished = False
+        self.error: BaseException | None = None
+        self.partitions: npt.NDArray[np.int32] | None = None
+        self.offsets: npt.NDArray[np.int64] | None = None
+        self.observed: set[int] = set()  # marks 0..n-1 once the failure reached the user
+
+    @property
+    def topic(self) -> str:
+        return self.queue.name
+
+    def unwritten(self) -> int:
+        if self.error is None:
+            return 0
+        return self.n if self.offsets is None else int((self.offsets < 0).sum())
 
 
 class RecordAccumulator:
@@ -219,7 +275,8 @@ class RecordAccumulator:
         #: another object, so a stale entry is never found)
         self.by_topic: dict[Topic | None, TopicQueue] = {}
         self.callbacks: list[tuple[Any, Any, Any]] = []  # (future, on success, on error), run by the producer
-        self.failed: list[QueuedRecords] = []  # failed drains not yet reported by flush()/close()
+        #: failed drains not yet reported by flush()/close()
+        self.failed: list[QueuedRecords | QueuedColumns] = []
         self.inflight: set[QueuedRecords] = set()  # taken from the queue, not yet finished (fsync under way)
         self._sticky = StickyPartitioner(min(config.batch_size, KEYLESS_RUN_BYTES))
         self._finished_cond = threading.Condition()
@@ -274,7 +331,7 @@ class RecordAccumulator:
 
     def queued(self) -> bool:
         """Some queue holds records."""
-        return any(q.gen.records for q in list(self.queues.values()))
+        return any(q.gen.records or q.columns for q in list(self.queues.values()))
 
     def sender_sleeps(self, sleeping: bool) -> None:
         """The sender thread is about to wait for a wake-up (or woke up): while it sleeps every append goes
@@ -284,7 +341,7 @@ class RecordAccumulator:
         for q in list(self.queues.values()):
             q.drain_at = drain_at
 
-    def take_failed(self) -> list[QueuedRecords]:
+    def take_failed(self) -> list[QueuedRecords | QueuedColumns]:
         with self.lock:
             failed, self.failed = self.failed, []
         return failed
@@ -319,6 +376,8 @@ class RecordAccumulator:
 
     def drain_all(self) -> None:
         for q in list(self.queues.values()):
+            if q.columns:
+                self.drain_columns(q)
             if q.gen.records:
                 self.drain_topic(q)
 
@@ -344,6 +403,11 @@ class RecordAccumulator:
         """Fail every queued record with ``exc`` (the log was closed under the producer)."""
         with self.drain_lock:
             for q in list(self.queues.values()):
+                for c in self._take_columns(q):
+                    c.error = exc
+                    c.finished = True
+                    with self.lock:
+                        self.failed.append(c)
                 g = self._take(q)
                 if g is None:
                     continue
@@ -554,6 +618,35 @@ class RecordAccumulator:
 
     # -- send_batch: columns appended at once ------------------------------------------------------------
 
+    def check_columns(
+        self,
+        t: Topic,
+        kcol: Column,
+        vcol: Column,
+        partition: int | None,
+        timestamps: npt.ArrayLike | None,
+    ) -> tuple[int | npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
+        """Check ``send_batch``'s records (raising at once, writing nothing, for bad input); returns their
+        sizes and their timestamps (None: each gets the clock's time when written)."""
+        n = len(kcol)
+        sizes, largest = column_sizes(t, kcol, vcol)
+        ts: npt.NDArray[np.int64] | None = None
+        if timestamps is not None:
+            ts = np.asarray(timestamps, dtype=np.int64)
+            if ts.shape != (n,) or (ts < 0).any():
+                raise InvalidTimestampError("timestamps must be n integers >= 0")
+            if t.config.log_append_time:
+                ts = None
+        if largest + HEADER_SIZE + LAYOUT_SIZE > t.config.max_message_bytes:
+            raise RecordTooLargeError(f"a record exceeds max_message_bytes={t.config.max_message_bytes}")
+        if partition is not None and (
+            isinstance(partition, bool)
+            or not isinstance(partition, int)
+            or not 0 <= partition < t.num_partitions
+        ):
+            raise UnknownPartitionError(f"partition {partition!r} does not exist in topic {t.name!r}")
+        return sizes, ts
+
     def write_columns(
         self,
         t: Topic,
@@ -564,54 +657,155 @@ class RecordAccumulator:
     ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]:
         """Append ``n`` records given as columns (``Producer.send_batch``), after what is queued for the topic;
         returns their partitions and offsets. Raises at once, writing nothing, for bad input."""
+        sizes, ts = self.check_columns(t, kcol, vcol, partition, timestamps)
+        with self.drain_lock:
+            q = self.queue(t)
+            if q.columns:
+                self.drain_columns(q)
+            self.drain_topic(q)
+            return self._write_checked(t, kcol, vcol, partition, ts, sizes)
+
+    def _write_checked(
+        self,
+        t: Topic,
+        kcol: Column,
+        vcol: Column,
+        partition: int | None,
+        ts: npt.NDArray[np.int64] | None,
+        sizes: int | npt.NDArray[np.int64],
+        parts_out: npt.NDArray[np.int32] | None = None,
+        offsets_out: npt.NDArray[np.int64] | None = None,
+    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+        """Append checked columns (drain lock held). ``offsets_out`` (-1 filled) gets each record's offset as
+        soon as its batch is written, so that a failure part way says which were."""
         n = len(kcol)
-        sizes, largest = column_sizes(t, kcol, vcol)
         now = self.log.clock.time_ms()
-        ts: npt.NDArray[np.int64] | None = None  # None: every record gets ``now``
-        if timestamps is not None:
-            ts = np.asarray(timestamps, dtype=np.int64)
-            if ts.shape != (n,) or (ts < 0).any():
-                raise InvalidTimestampError("timestamps must be n integers >= 0")
-            if t.config.log_append_time:
-                ts = None
-        if largest + HEADER_SIZE + LAYOUT_SIZE > t.config.max_message_bytes:
-            raise RecordTooLargeError(f"a record exceeds max_message_bytes={t.config.max_message_bytes}")
         parts = self._column_partitions(t, kcol, vcol, partition, n)
-        offsets = np.empty(n, dtype=np.int64)
+        if parts_out is not None:
+            parts_out[:] = parts
+        offsets = np.full(n, -1, dtype=np.int64) if offsets_out is None else offsets_out
         compression = self.compression(t)
         limit = payload_limit(t.config.max_message_bytes, compression)
-        with self.drain_lock:
-            self.drain_topic(self.queue(t))
-            if t.num_partitions == 1 or partition is not None:
-                groups: list[tuple[int, list[Any]]] = [(int(parts[0]), runs(n, sizes, limit))]
-            else:
-                groups = [(int(parts[idx[0]]), cut(idx, sizes_of(sizes, n), limit)) for idx in group(parts)]
-            for part, chunks in groups:
-                plog = t.partition(part)
-                tp = TopicPartition(plog.topic, plog.partition)
-                for sel in chunks:
-                    kl, kd = kcol.take(sel)
-                    vl, vd = vcol.take(sel)
-                    chunk_ts = np.full(len(kl), now, dtype=np.int64) if ts is None else ts[sel]
-                    fields = self._batch_fields(tp)
-                    batch = encode_columns(0, kl, kd, vl, vd, chunk_ts, compression=compression, **fields)
-                    info = self._append_batch(plog, tp, batch, fields)
-                    offsets[sel] = np.arange(info.base_offset, info.last_offset + 1)
-                if self.acks == "all":
-                    last = chunks[-1]
-                    plog.flush(int(offsets[last.stop - 1 if isinstance(last, slice) else last[-1]]) + 1)
+        if t.num_partitions == 1 or partition is not None:
+            groups: list[tuple[int, list[Any]]] = [(int(parts[0]), runs(n, sizes, limit))]
+        else:
+            groups = [(int(parts[idx[0]]), cut(idx, sizes_of(sizes, n), limit)) for idx in group(parts)]
+        for part, chunks in groups:
+            plog = t.partition(part)
+            tp = TopicPartition(plog.topic, plog.partition)
+            for sel in chunks:
+                kl, kd = kcol.take(sel)
+                vl, vd = vcol.take(sel)
+                chunk_ts = np.full(len(kl), now, dtype=np.int64) if ts is None else ts[sel]
+                fields = self._batch_fields(tp)
+                batch = encode_columns(0, kl, kd, vl, vd, chunk_ts, compression=compression, **fields)
+                info = self._append_batch(plog, tp, batch, fields)
+                offsets[sel] = np.arange(info.base_offset, info.last_offset + 1)
+            if self.acks == "all":
+                last = chunks[-1]
+                plog.flush(int(offsets[last.stop - 1 if isinstance(last, slice) else last[-1]]) + 1)
         return parts, offsets
+
+    # -- send_batch(wait=False): columns queued, written together by a drain ------------------------------
+
+    def queue_columns(
+        self,
+        t: Topic,
+        kcol: Column,
+        vcol: Column,
+        partition: int | None,
+        timestamps: npt.ArrayLike | None,
+    ) -> QueuedColumns:
+        """Check ``send_batch``'s records (raising at once for bad input) and queue them after what the topic
+        holds; a drain writes them (with the columns of other calls, as one batch where they fit)."""
+        sizes, ts = self.check_columns(t, kcol, vcol, partition, timestamps)
+        q = self.queue(t)
+        if q.gen.records:  # records of send() queued before these go first
+            self.drain_topic(q)
+        nbytes = int(sizes) * len(kcol) if isinstance(sizes, int) else int(sizes.sum())
+        c = QueuedColumns(q, kcol, vcol, partition, ts, nbytes)
+        with self.lock:
+            q.columns.append(c)
+            q.column_bytes += nbytes
+            full = q.column_bytes >= self.config.queue_bytes
+        if full:
+            self.drain_columns(q)
+        elif self.sleeping:
+            self.wake_sender()
+        return c
+
+    def _take_columns(self, q: TopicQueue) -> list[QueuedColumns]:
+        with self.lock:
+            taken, q.columns, q.column_bytes = q.columns, [], 0
+        return taken
+
+    def drain_columns(self, q: TopicQueue) -> None:
+        """Write the columns queued in ``q``, in order: consecutive calls of the same shape (fixed-width or
+        null keys and values of one width each, no partition or timestamps of their own) as one set of
+        columns, which the batch cutter splits as it would one large call."""
+        with self.drain_lock:
+            taken = self._take_columns(q)
+            if not taken:
+                return
+            try:
+                i = 0
+                while i < len(taken):
+                    j = i + 1
+                    while j < len(taken) and _same_shape(taken[i], taken[j]):
+                        j += 1
+                    self._write_queued_columns(taken[i:j])
+                    i = j
+            finally:
+                if self._finish_waiters:
+                    with self._finished_cond:
+                        self._finished_cond.notify_all()
+
+    def _write_queued_columns(self, run: list[QueuedColumns]) -> None:
+        """Write ``run`` (calls of one shape) as one set of columns; a failure fails the records not yet
+        written (each call's ``offsets`` say which were: -1 for those that were not)."""
+        first = run[0]
+        n = sum(c.n for c in run)
+        offsets = np.full(n, -1, dtype=np.int64)
+        parts = np.full(n, -1, dtype=np.int32)
+        try:
+            t = self.log.topic(first.queue.name)  # a topic deleted meanwhile fails here
+            if len(run) == 1:
+                kcol, vcol = first.kcol, first.vcol
+            else:
+                kcol, vcol = _concat([c.kcol for c in run]), _concat([c.vcol for c in run])
+            sizes, _ = column_sizes(t, kcol, vcol)
+            self._write_checked(t, kcol, vcol, first.partition, first.timestamps, sizes, parts, offsets)
+            error = None
+        except BaseException as exc:
+            error = self._typed(first.queue.name, exc)
+            _log.debug("producer write to %s failed: %r", first.queue.name, exc)
+        at = 0
+        for c in run:
+            c.partitions, c.offsets = parts[at : at + c.n], offsets[at : at + c.n]
+            at += c.n
+            if error is not None and (c.offsets < 0).any():
+                c.error = error
+                with self.lock:
+                    self.failed.append(c)
+            c.finished = True
+
+    def drain_columns_for(self, c: QueuedColumns) -> None:
+        """Write ``c`` for a caller waiting on it, in the caller's thread."""
+        if not c.finished:
+            self.drain_columns(c.queue)
+
+    def wait_columns(self, c: QueuedColumns, timeout: float | None) -> bool:
+        with self._finished_cond:
+            self._finish_waiters += 1
+            try:
+                return self._finished_cond.wait_for(lambda: c.finished, timeout)
+            finally:
+                self._finish_waiters -= 1
 
     def _column_partitions(
         self, t: Topic, kcol: Column, vcol: Column, partition: int | None, n: int
     ) -> npt.NDArray[np.int32]:
-        if partition is not None:
-            if (
-                isinstance(partition, bool)
-                or not isinstance(partition, int)
-                or not 0 <= partition < t.num_partitions
-            ):
-                raise UnknownPartitionError(f"partition {partition!r} does not exist in topic {t.name!r}")
+        if partition is not None:  # checked by check_columns
             return np.full(n, partition, dtype=np.int32)
         if t.num_partitions == 1:
             return np.zeros(n, dtype=np.int32)
@@ -627,3 +821,30 @@ class RecordAccumulator:
             sizes = np.maximum(vcol.lens[keyless], 0) + PER_RECORD
             parts[keyless] = self.sticky_partitions(t, sizes)
         return parts
+
+
+def _same_shape(a: QueuedColumns, b: QueuedColumns) -> bool:
+    """``a`` and ``b`` can be written as one set of columns: fixed-width (or null) keys and values of the
+    same widths, and neither has a partition or timestamps of its own."""
+    return (
+        a.partition is None
+        and b.partition is None
+        and a.timestamps is None
+        and b.timestamps is None
+        and a.kcol.width is not None
+        and a.kcol.width == b.kcol.width
+        and a.vcol.width is not None
+        and a.vcol.width == b.vcol.width
+        and a.kcol.kind == b.kcol.kind
+        and a.vcol.kind == b.vcol.kind
+    )
+
+
+def _concat(cols: list[Column]) -> Column:
+    """Columns of the same shape (see :func:`_same_shape`) as one."""
+    first = cols[0]
+    n = sum(c.n for c in cols)
+    if first.kind == "nulls":
+        return Column.nulls(n)
+    raw = np.concatenate([c.raw for c in cols])
+    return Column(None, raw, "fixed", raw, n=n, width=first.width)

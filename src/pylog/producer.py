@@ -32,12 +32,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from pylog.accumulator import QueuedRecords, RecordAccumulator, TopicQueue
+from pylog.accumulator import QueuedColumns, QueuedRecords, RecordAccumulator, TopicQueue
 from pylog.batching import PER_RECORD, RECORD_OVERHEAD, Column
 from pylog.directory import FORK_GENERATION
 from pylog.errors import (
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from pylog.partition.log import AppendInfo, PartitionLog
     from pylog.topic import Topic
 
-__all__ = ["BatchResult", "FutureRecordMetadata", "Producer", "ProducerConfig"]
+__all__ = ["BatchFuture", "BatchResult", "FutureRecordMetadata", "Producer", "ProducerConfig"]
 
 _log = logging.getLogger("pylog.producer")
 _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
@@ -171,6 +171,47 @@ class BatchResult:
         return len(self.offsets)
 
 
+class BatchFuture:
+    """The result of ``send_batch(..., wait=False)``: the records are queued; ``get()`` writes them (in the
+    caller's thread, with whatever else is queued) if no drain did yet, and returns their
+    :class:`BatchResult`. A failure reaches the caller through ``get()`` or ``exception()``, or else as a
+    :class:`~pylog.errors.DeliveryError` from the producer's next ``flush()``/``close()``."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, queued: QueuedColumns) -> None:
+        self._c = queued
+
+    def __len__(self) -> int:
+        return self._c.n
+
+    def is_done(self) -> bool:
+        return self._c.finished
+
+    def get(self, timeout: float | None = None) -> BatchResult:
+        """Wait until the records are written (with ``acks="all"``: fsynced); raises the write's error."""
+        c = self._c
+        if not c.finished:
+            acc = c.queue.acc
+            acc.drain_columns_for(c)
+            if not c.finished and not acc.wait_columns(c, timeout):
+                raise KafkaTimeoutError(f"records not acknowledged within {timeout} s")
+        error = self.exception()
+        if error is not None:
+            raise error
+        if c.partitions is None or c.offsets is None:  # finished without an error: both are set
+            raise LogClosedError("the records were not written")
+        return BatchResult(c.topic, c.partitions, c.offsets)
+
+    def exception(self) -> BaseException | None:
+        """The write's error once finished (None while queued or if it succeeded); it then counts as seen."""
+        c = self._c
+        if c.error is None or not c.unwritten():
+            return None
+        c.observed.update(range(c.n))
+        return c.error
+
+
 class Producer:
     """Writes records to a :class:`~pylog.Log`. Obtain with :meth:`pylog.Log.producer`; the settings are
     :class:`~pylog.producer_config.ProducerConfig`'s."""
@@ -224,6 +265,7 @@ class Producer:
         q = self._fast.get(t)
         if (
             q is None
+            or q.columns  # send_batch(wait=False) calls queued before: the slow path writes them first
             or value is None
             or headers is not None
             or partition is not None
@@ -298,6 +340,8 @@ class Producer:
                 f"record of {size} bytes exceeds max_message_bytes={t.config.max_message_bytes} of {topic!r}"
             )
         q = self._acc.queue(t)
+        if q.columns:  # send_batch(wait=False) calls queued before this record are written first
+            self._acc.drain_columns(q)
         if self._key_ser is None and not self._closed:
             self._fast[t] = q
         record = (kb, vb, *options)
@@ -350,6 +394,7 @@ class Producer:
             raise SerializationError(f"value_serializer must return bytes, got {type(out).__name__}")
         return out
 
+    @overload
     def send_batch(
         self,
         topic: str,
@@ -358,26 +403,62 @@ class Producer:
         *,
         partition: int | None = None,
         timestamps: npt.ArrayLike | None = None,
-    ) -> BatchResult:
+        wait: Literal[True] = True,
+    ) -> BatchResult: ...
+
+    @overload
+    def send_batch(
+        self,
+        topic: str,
+        keys: Any = None,
+        values: Any = None,
+        *,
+        partition: int | None = None,
+        timestamps: npt.ArrayLike | None = None,
+        wait: Literal[False],
+    ) -> BatchFuture: ...
+
+    def send_batch(
+        self,
+        topic: str,
+        keys: Any = None,
+        values: Any = None,
+        *,
+        partition: int | None = None,
+        timestamps: npt.ArrayLike | None = None,
+        wait: bool = True,
+    ) -> BatchResult | BatchFuture:
         """Append many already-serialized records in one call (the vectorized path, no per-record queue).
 
         ``keys``/``values``: a list of bytes (or None), a 2-D ``uint8`` numpy array (fixed-width records), or a
         pyarrow binary array. Keyed records are partitioned with murmur2 computed for all keys at once.
-        Returns per-record partitions and offsets. Honours ``acks`` like :meth:`send`."""
+        Returns per-record partitions and offsets. Honours ``acks`` like :meth:`send`.
+
+        ``wait=False`` checks the records (bad input raises at once, queueing nothing), queues them and
+        returns a :class:`BatchFuture` at once, as :meth:`send` does for one record: a drain (the background
+        thread, ``flush()``, the future's ``get()``, or the queue reaching ``max_queued_bytes``) writes the
+        columns of many such calls together, as one batch where they have the same shape (fixed-width or
+        null keys and values of the same widths, no ``partition`` or ``timestamps`` of their own). The
+        columns are referenced, not copied, until written: do not change a numpy array passed in before
+        then. Per partition, records keep the order of the calls, :meth:`send` included."""
         if self._closed:
             raise LogClosedError("the producer is closed")
         t = self.log.topic(topic)
         kcol = Column.of(keys, "keys")
         vcol = Column.of(values, "values")
         n = max(len(kcol), len(vcol))
-        if n == 0:
-            return BatchResult(topic, np.zeros(0, np.int32), np.zeros(0, np.int64))
         if kcol.is_none:
             kcol = Column.nulls(n)
         if vcol.is_none:
             vcol = Column.nulls(n)
         if len(kcol) != n or len(vcol) != n:
             raise InvalidRecordError(f"keys ({len(kcol)}) and values ({len(vcol)}) differ in length")
+        if not wait:
+            if n == 0:
+                raise InvalidRecordError("send_batch(wait=False) needs at least one record")
+            return BatchFuture(self._acc.queue_columns(t, kcol, vcol, partition, timestamps))
+        if n == 0:
+            return BatchResult(topic, np.zeros(0, np.int32), np.zeros(0, np.int64))
         parts, offsets = self._acc.write_columns(t, kcol, vcol, partition, timestamps)
         return BatchResult(topic, parts, offsets)
 
@@ -411,6 +492,8 @@ class Producer:
         if self._fork != self.log.fork_generation or self.log.fork_generation != _fork_now():
             raise ForkedProcessError("this producer was created before fork(); create a new one in the child")
         self._acc.drain_all()
+        with self._acc.drain_lock:  # send_batch(wait=False) columns another thread is writing (under it)
+            pass
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         for p in list(self._acc.inflight):  # drained by other threads: their appends or fsyncs are under way
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)

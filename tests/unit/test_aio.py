@@ -35,7 +35,7 @@ def test_many_concurrent_tasks_get_distinct_contiguous_offsets(log: pylog.Log) -
         per_partition.setdefault(m.partition, []).append(m.offset)
     for p, offsets in per_partition.items():
         assert sorted(offsets) == list(range(len(offsets))), p  # no gap, no duplicate
-        assert log.topic("t").partition(p).recovery_point == len(offsets)  # acks="all": fsynced
+        assert log.topic("t").partition(p).flushed_offset == len(offsets)  # acks="all": fsynced
     # each task's records are in one partition (same key), in send order
     consumer = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
     seen: dict[int, list[int]] = {}
