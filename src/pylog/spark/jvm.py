@@ -14,6 +14,11 @@ other types, streaming reads and writes stay on the Python path. The runtime set
 gives the same rows on both paths: the planner ends each range at the last stable offset and hands the JVM
 the offsets of aborted batches to skip (:mod:`pylog.spark.committed`).
 
+A read that fails in the JVM names pylog's error class as the Python path does: the task's error text starts
+with ``pylog.errors.OffsetOutOfRangeError:`` for data loss after planning, ``pylog.errors.CorruptRecordError:``
+for a corrupt batch, ``pylog.errors.DeserializationError:`` for a msgpack value that does not fit the schema.
+With ``failOnDataLoss=false`` each skip is logged as a warning naming the partition and the offsets.
+
 Usage (the settings must be given before the session's JVM starts)::
 
     builder = SparkSession.builder.master("local[4]")
