@@ -443,7 +443,9 @@ class Producer:
         then. Per partition, records keep the order of the calls, :meth:`send` included."""
         if self._closed:
             raise LogClosedError("the producer is closed")
-        t = self.log.topic(topic)
+        t = self._topics.get(topic) if type(topic) is str else None
+        if t is None:
+            t = self.log.topic(topic)
         kcol = Column.of(keys, "keys")
         vcol = Column.of(values, "values")
         n = max(len(kcol), len(vcol))
