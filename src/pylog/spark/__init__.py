@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pylog.errors import ConfigError
+from pylog.spark import jvm
 
 __all__ = ["PylogDataSource", "builder", "register", "session"]
 
@@ -54,8 +55,6 @@ def builder(
     os.environ["PYSPARK_PYTHON"] = sys.executable
     b = b.config("spark.pyspark.python", sys.executable)
     if jvm_reader is not False:
-        from pylog.spark import jvm
-
         try:
             b = jvm.configure(b)
         except ConfigError as exc:
