@@ -17,9 +17,17 @@ end (``latest``); an ending timestamp with no such record reads to the log end.
 stable offset (the first batch of a transaction still open), batch and streaming alike
 (:mod:`pylog.spark.committed`). Any other value fails the query at ``load()`` with a ConfigError.
 
+Option names are checked (:func:`check_read_options`, :func:`check_write_options`): an unknown name is a
+ConfigError naming the closest known one; an option of Spark's Kafka connector that means nothing here
+(``kafka.bootstrap.servers``, ``kafka.group.id``, ``kafka.auto.offset.reset``, ...) is one saying what to use
+instead; the streaming-only options (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``)
+are refused on a batch read and the ending options on a stream. The JSON offsets and timestamps options may
+name only topics the query reads and partitions that exist (:meth:`Options.check_offset_options`).
+
 Spark partitions (:func:`plan_splits`): one per offset range, as Spark's Kafka source, except that
 
-- ``minPartitions`` above the number of ranges splits each range in proportion to its size (Kafka's rule);
+- ``maxRecordsPerPartition`` splits each range into ``ceil(size / maxRecordsPerPartition)`` parts, and
+  ``minPartitions`` above the number of ranges splits each range in proportion to its size (Kafka's rules);
 - ranges smaller than ``PACK_RECORDS`` records and ``PACK_BYTES`` bytes share a Spark partition, up to those
   limits (a topic of 1,000 small partitions is not read by 1,000 tasks of a few milliseconds of work each,
   which Spark runs at tens of milliseconds apiece); ``minPartitions`` still bounds the count from below.
@@ -41,19 +49,26 @@ from pylog.errors import ConfigError, OffsetOutOfRangeError
 from pylog.spark.snapshot import LogView, PartitionView
 
 __all__ = [
+    "BATCH_ONLY",
     "EARLIEST",
     "ISOLATION_LEVELS",
     "KAFKA_FIELDS",
+    "KAFKA_ONLY",
+    "KAFKA_WRITE_ONLY",
     "LATEST",
-    "PACK_BYTES",
-    "PACK_RECORDS",
     "OffsetRange",
     "Options",
+    "PACK_BYTES",
+    "PACK_RECORDS",
+    "READ_OPTIONS",
+    "STREAM_ONLY",
+    "WRITE_OPTIONS",
     "check_read_options",
     "check_write_options",
     "parse_duration_ms",
     "plan_splits",
     "split_ranges",
+    "value_schema_names",
 ]
 
 _log = logging.getLogger("pylog.spark")
