@@ -175,3 +175,94 @@ def test_batch_read_and_write_on_a_standalone_cluster(cluster: str, tmp_path: ob
         c = log.consumer("copy", value_deserializer=None, auto_offset_reset="earliest", consumer_timeout_ms=0)
         copied = sorted(r.value for r in c)
     assert copied == sorted(b"v%d" % i for i in range(3_000))  # the writer, from the executors
+
+
+STREAM_DRIVER = textwrap.dedent(
+    """
+    import json, os, sys
+    from pyspark.sql import SparkSession, functions as F
+    url, path, checkpoint, tokens = sys.argv[1:5]
+    spark = (SparkSession.builder.master(url).appName("pylog-cluster-sink")
+             .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.executor.memory", "512m")
+             .config("spark.cores.max", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def die_at(value):
+        try:
+            os.unlink(os.path.join(tokens, value.decode()))  # once per token: the executor's worker dies
+        except FileNotFoundError:
+            return value
+        os._exit(1)
+
+    udf = F.udf(die_at, "binary", useArrow=False)
+    query = (spark.readStream.format("pylog").option("subscribe", "clicks").option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", 400).load(path)
+             .select("key", udf("value").alias("value"))
+             .writeStream.format("pylog").option("topic", "stream-out").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start(path))
+    query.awaitTermination()
+    print(json.dumps({"rows": sum(p["numInputRows"] for p in query.recentProgress)}))
+    spark.stop()
+    """
+)
+
+
+def _stream_out(path: str, isolation: str) -> list[bytes]:
+    with pylog.open(path) as log:
+        c = log.consumer(
+            "stream-out",
+            value_deserializer=None,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=0,
+            isolation_level=isolation,
+        )
+        values = [r.value for r in c]
+        c.close()
+    return values
+
+
+def test_streaming_sink_on_a_standalone_cluster_survives_worker_and_driver_kills(
+    cluster: str, tmp_path: object
+) -> None:
+    """The exactly-once sink with executors in other JVMs: Python workers of the executors die at two chosen
+    records (Spark retries the tasks there), the driver process (with its JVM) is SIGKILLed after the first
+    committed batch and started again from the checkpoint; read_committed readers see every record once."""
+    root = str(tmp_path)
+    path, checkpoint, tokens = os.path.join(root, "log"), os.path.join(root, "ck"), os.path.join(root, "kill")
+    os.mkdir(tokens)
+    with pylog.open(path) as log:
+        log.create_topic("clicks", partitions=3)
+        log.create_topic("stream-out", partitions=2)
+        producer = log.producer(value_serializer=None)
+        for i in range(3_000):
+            producer.send("clicks", b"v%d" % i, key=b"k%d" % (i % 17))
+        producer.close()
+    for i in (150, 2_100):
+        open(os.path.join(tokens, f"v{i}"), "wb").close()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    args = [sys.executable, "-c", STREAM_DRIVER, cluster, path, checkpoint, tokens]
+
+    first = subprocess.Popen(
+        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not _stream_out(path, "read_committed") and first.poll() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no batch was committed")
+            time.sleep(0.2)
+        killed = first.poll() is None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
+        first.wait()
+    visible_at_kill = len(_stream_out(path, "read_committed"))
+
+    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = _stream_out(path, "read_committed")
+    assert sorted(got) == sorted(b"v%d" % i for i in range(3_000)), (len(got), len(set(got)))
+    assert os.listdir(tokens) == []  # both worker deaths happened
+    assert killed and 0 < visible_at_kill < 3_000  # the kill came mid-stream
+    assert len(_stream_out(path, "read_uncommitted")) >= len(got)

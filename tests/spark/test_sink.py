@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
+import signal
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -226,3 +230,152 @@ def test_stream_to_pylog_restart_and_replay(spark: Any, stream_log: str, tmp_pat
     assert _output(path) == want
     with pylog.open(path) as log:
         assert last_committed_batch(log, str(query.id)) == last
+
+
+# -- the kill test ----------------------------------------------------------------------------------------------
+
+
+def _descendant_workers() -> list[int]:
+    """Pids of the Python workers of this process's Spark (children of a pyspark daemon under this process)."""
+    parent: dict[int, int] = {}
+    cmdline: dict[int, bytes] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline[int(entry)] = f.read()
+        except OSError:
+            continue
+        parent[int(entry)] = int(stat.rsplit(b")", 1)[1].split()[1])
+    mine = {os.getpid()}
+    changed = True
+    while changed:
+        changed = False
+        for pid, ppid in parent.items():
+            if ppid in mine and pid not in mine:
+                mine.add(pid)
+                changed = True
+    return sorted(
+        pid
+        for pid in mine
+        if parent.get(pid) in mine
+        and b"pyspark.daemon" in cmdline.get(parent[pid], b"")
+        and b"pyspark.daemon" in cmdline.get(pid, b"")  # a forked worker, not the daemon itself
+    )
+
+
+def _chaos(
+    query: Any,
+    action: str,
+    delay: float,
+    stop: threading.Event,
+    acted: threading.Event,
+    rng: random.Random,
+    figures: Counter[str],
+) -> None:
+    """After ``delay`` seconds (unless ``stop`` is set first): stop the query, or SIGKILL one of its workers."""
+    if stop.wait(delay) or action == "none":
+        return
+    if action == "stop":
+        query.stop()
+        figures["query stops"] += 1
+        acted.set()
+        return
+    workers = _descendant_workers()
+    if workers:
+        os.kill(rng.choice(workers), signal.SIGKILL)
+        figures["worker SIGKILLs"] += 1
+        acted.set()
+
+
+@pytest.mark.spark
+def test_kill_workers_and_query_at_random_points_every_record_once(
+    spark: Any, stream_log: str, tmp_path: Path
+) -> None:
+    """Python workers die (a UDF that os._exit()s at chosen records, once each; SIGKILLs of random workers at
+    random moments, which hit the reader, the UDF, the sink's tasks and its driver-side commit) and the query
+    is stopped at random moments; each time it is restarted from its checkpoint, until a run completes.
+    Then every input record is in the output exactly once for read_committed readers."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import functions as F
+
+    seed = int(os.environ.get("PYLOG_SEED", "18"))
+    rng = random.Random(seed)
+    records, rounds, chaos_runs, per_trigger = (20000, 25, 60, 2000) if TORTURE else (600, 1, 2, 300)
+    path, checkpoint, tokens = stream_log, str(tmp_path / "ck"), tmp_path / "kill-at"
+    tokens.mkdir()
+    _produce(path, "in", 0, records)
+    for i in rng.sample(range(records), rounds):
+        (tokens / f"v{i}").touch()  # the UDF exits its worker once when it meets this value
+    token_dir = str(tokens)
+
+    def die_at(value: bytes) -> bytes:
+        try:
+            os.unlink(os.path.join(token_dir, value.decode()))
+        except FileNotFoundError:
+            return value
+        os._exit(1)
+
+    udf = F.udf(die_at, "binary", useArrow=False)
+    figures = Counter[str]()
+    started = time.monotonic()
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")  # several writes per task
+    try:
+        for run in range(200):
+            query = _start(
+                spark, path, checkpoint, per_trigger, lambda df: df.withColumn("value", udf("value"))
+            )
+            figures["runs"] += 1
+            action = rng.choice(["sigkill", "sigkill", "stop", "none"]) if run < chaos_runs else "none"
+            stop_event, acted = threading.Event(), threading.Event()
+            run_started = time.monotonic()
+
+            delay = rng.uniform(0.5, 6.0)
+            killer = threading.Thread(
+                target=_chaos, args=(query, action, delay, stop_event, acted, rng, figures)
+            )
+            killer.start()
+            try:
+                finished = query.awaitTermination(240)
+            except StreamingQueryException:
+                finished, failed = True, True
+            else:
+                failed = query.exception() is not None
+            stop_event.set()
+            killer.join()
+            if not finished:
+                query.stop()
+                figures["hung runs stopped"] += 1
+                continue
+            if failed:
+                figures["failed runs"] += 1
+                print(f"run {run}: failed after {time.monotonic() - run_started:.1f}s")
+                continue
+            print(
+                f"run {run}: {action} after {delay:.1f}s, failed={failed}, {time.monotonic() - run_started:.1f}s"
+            )
+            if acted.is_set():
+                continue  # stopped: maybe before the end
+            if not any(p["numInputRows"] for p in query.recentProgress):
+                # nothing left to read: every record went through a committed batch
+                break
+        else:
+            pytest.fail(f"the query never completed: {dict(figures)}")
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    figures["UDF exits"] = rounds - len(os.listdir(tokens))
+    got = _output(path)
+    want = Counter(b"v%d" % i for i in range(records))
+    duplicates = sum(n - 1 for n in got.values() if n > 1)
+    missing = sum(1 for v in want if v not in got)
+    extra = sum(1 for v in got if v not in want)
+    figures.update(records=records, duplicates=duplicates, missing=missing, unknown=extra)
+    figures["written incl. aborted"] = sum(_output(path, "read_uncommitted").values())
+    figures["seconds"] = round(time.monotonic() - started)
+    print(f"\nexactly-once kill test, seed {seed}: {dict(figures)}")
+    assert (duplicates, missing, extra) == (0, 0, 0), dict(figures)
+    assert got == want
