@@ -32,6 +32,7 @@ GROUPS = {
     "paper": "Kafka paper anchors",
     "latency": "End-to-end latency (producer process to consumer process)",
     "scale": "Scale: many partitions, reopen after an unclean shutdown",
+    "groups": "Consumer groups at scale (settle, move, steady poll and commit, cooperative pause)",
     "spark": "Spark scans",
     "spark-typed": "Spark scans of decoded values (msgpack maps to typed columns)",
 }

@@ -235,3 +235,153 @@ def test_a_topic_deleted_by_another_process_leaves_the_group_and_comes_back(tmp_
         with pytest.raises(UnknownPartitionError):  # partition 5 is gone: the topic has 2 partitions now
             reader.poll(timeout_ms=0)
         reader.close()
+
+
+# -- a hundred members in eight processes -----------------------------------------------------------------------
+
+MANY_PARTITIONS = 200
+MANY_RECORDS = 16_000
+MANY_PROCESSES = 8
+MANY_MEMBERS = 100
+
+
+def _many_worker(path: str, out: str, first: int, count: int) -> None:
+    """``count`` members in one process, polled in turn; each commits after every batch it processed, and
+    journals (member, generation, partition, offsets) first."""
+    with pylog.open(path) as log, open(out, "a", buffering=1) as journal:
+        members = [
+            log.consumer(
+                group_id="many",
+                client_id=f"m{first + i}",
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                max_poll_records=10,
+            )
+            for i in range(count)
+        ]
+        for m in members:
+            m.subscribe(["jobs"])
+        while True:
+            idle = True
+            for k, consumer in enumerate(members):
+                batch = consumer.poll(timeout_ms=0)
+                if not batch:
+                    continue
+                idle = False
+                generation = consumer._group.generation
+                for tp, records in batch.items():
+                    line = [first + k, generation, tp.partition, [r.offset for r in records]]
+                    journal.write(json.dumps(line) + "\n")
+                try:
+                    consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
+                except CommitFailedError:
+                    journal.write(json.dumps(["fenced", first + k]) + "\n")
+            if idle:
+                time.sleep(0.005)
+
+
+def _counts() -> list[int]:
+    """Members per worker process."""
+    return [
+        MANY_MEMBERS // MANY_PROCESSES + (1 if k < MANY_MEMBERS % MANY_PROCESSES else 0)
+        for k in range(MANY_PROCESSES)
+    ]
+
+
+def _fork_many(path: str, tmp: str) -> tuple[list[int], list[str]]:
+    pids, outs, first = [], [], 0
+    for k, count in enumerate(_counts()):
+        out = os.path.join(tmp, f"p{k}.jsonl")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _many_worker(path, out, first, count)
+            finally:
+                os._exit(1)
+        pids.append(pid)
+        outs.append(out)
+        first += count
+    return pids, outs
+
+
+def _group_size(log: Any) -> int:
+    return len(log.describe_group("many").members) if "many" in log.list_groups() else 0
+
+
+def _produce_many(log: Any, n: int, start: int) -> dict[TopicPartition, int]:
+    p = log.producer()
+    for i in range(start, start + n):
+        p.send("jobs", i, partition=i % MANY_PARTITIONS)
+    p.close()
+    return {
+        tp: log.topic("jobs").partition(tp.partition).log_end_offset for tp in log.topic("jobs").partitions()
+    }
+
+
+def test_a_hundred_members_in_eight_processes_share_the_work_and_survive_a_kill(tmp_path: object) -> None:
+    """100 members over 8 processes on 200 partitions: the group settles with every member in it, every
+    record is processed, no partition by two members in one generation (G1); once all are in, more records
+    arrive and one process is SIGKILLed while it has some of them to do: its partitions move to the others.
+    A record is processed twice only if the killed process processed it (after its last commit);
+    everything else exactly once."""
+    tmp = str(tmp_path)
+    path = os.path.join(tmp, "log")
+    with pylog.open(path) as log:
+        log.create_topic("jobs", partitions=MANY_PARTITIONS)
+        _produce_many(log, MANY_RECORDS // 4, 0)
+    pids, outs = _fork_many(path, tmp)
+    victim = 3
+    try:
+        with pylog.open(path) as log:
+            deadline = time.monotonic() + 60
+            while _group_size(log) < MANY_MEMBERS or log.describe_group("many").state != "Stable":
+                assert time.monotonic() < deadline, f"only {_group_size(log)} members joined"
+                time.sleep(0.05)
+            described = log.describe_group("many")
+            ends = _produce_many(log, MANY_RECORDS - MANY_RECORDS // 4, MANY_RECORDS // 4)
+            first = sum(_counts()[:victim])
+            victims = {f"m{i}" for i in range(first, first + _counts()[victim])}
+            held = [tp for m in described.members if m.client_id in victims for tp in m.assignment]
+            while sum(om.offset for om in log.group_offsets("many").values()) < MANY_RECORDS // 2:
+                assert time.monotonic() < deadline, "the group does not consume"
+                time.sleep(0.01)
+            os.kill(pids[victim], signal.SIGKILL)
+            committed = {tp: om.offset for tp, om in log.group_offsets("many").items()}
+        os.waitpid(pids[victim], 0)
+        assert any(committed.get(tp, 0) < ends[tp] for tp in held), "the killed process had no work left"
+        assert _wait_for_many(path, ends) == ends
+    finally:
+        for k, pid in enumerate(pids):
+            if k != victim:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    owner: dict[tuple[int, int], int] = {}
+    processed: dict[tuple[int, int], list[int]] = {}
+    for k, journal in enumerate(_journals(outs)):
+        for e in journal:
+            if e[0] == "fenced":
+                continue
+            member, generation, partition, offsets = e
+            assert owner.setdefault((generation, partition), member) == member, (
+                f"G1: partition {partition} processed by members {owner[(generation, partition)]} and "
+                f"{member} in generation {generation}"
+            )
+            for o in offsets:
+                processed.setdefault((partition, o), []).append(k)
+    assert set(processed) == {(tp.partition, o) for tp, end in ends.items() for o in range(end)}
+    twice = {key: who for key, who in processed.items() if len(who) > 1}
+    assert all(victim in who for who in twice.values()), "a record processed twice without the kill"
+
+
+def _wait_for_many(
+    path: str, ends: dict[TopicPartition, int], timeout: float = 90
+) -> dict[TopicPartition, int]:
+    deadline = time.monotonic() + timeout
+    with pylog.open(path) as log:
+        while time.monotonic() < deadline:
+            offsets = {tp: om.offset for tp, om in log.group_offsets("many").items()}
+            if offsets == ends:
+                return offsets
+            time.sleep(0.05)
+        done = sum(offsets.values())
+    raise AssertionError(f"the group did not finish: {done} of {sum(ends.values())} records committed")

@@ -54,6 +54,10 @@ class CommitOnRevoke(pylog.ConsumerRebalanceListener):
 
 
 class GroupMachine(RuleBasedStateMachine):
+    slots = SLOTS
+    partitions = 3
+    max_partitions = 6
+
     def __init__(self) -> None:
         super().__init__()
         self._start_heartbeats = GroupMember._start_heartbeats
@@ -61,7 +65,7 @@ class GroupMachine(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="pylog-group-machine-")
         self.clock = pylog.ManualClock()
         self.log = pylog.open(self.dir, clock=self.clock)
-        self.log.create_topic("t", partitions=3)
+        self.log.create_topic("t", partitions=self.partitions)
         self.producer = self.log.producer()
         self.consumers: dict[int, Any] = {}
         self.committed: dict[TopicPartition, int] = {}
@@ -142,14 +146,17 @@ class GroupMachine(RuleBasedStateMachine):
     def setup(self, strategy: str, records: int) -> None:
         self.strategy = strategy
         for i in range(records):
-            self.producer.send("t", i, partition=i % 3)
+            self.producer.send("t", i, partition=i % self.partitions)
         self.producer.flush()
 
-    @precondition(lambda self: len(self.consumers) < SLOTS)
+    @precondition(lambda self: len(self.consumers) < self.slots)
     @rule(slot=st.integers(0, SLOTS - 1), auto_commit=st.booleans())
     def join(self, slot: int, auto_commit: bool) -> None:
         if slot in self.consumers:
             return
+        self._join(slot, auto_commit)
+
+    def _join(self, slot: int, auto_commit: bool) -> None:
         listener = CommitOnRevoke()
         consumer = self.log.consumer(
             group_id="g",
@@ -215,12 +222,12 @@ class GroupMachine(RuleBasedStateMachine):
         """G2, directly: an expelled consumer that still holds partitions commits them."""
         self._commit(data.draw(st.sampled_from(self._zombies())))
 
-    @precondition(lambda self: self.log.topic("t").num_partitions < 6)
+    @precondition(lambda self: self.log.topic("t").num_partitions < self.max_partitions)
     @rule()
     def add_partition(self) -> None:
         self.log.create_partitions("t", self.log.topic("t").num_partitions + 1)
 
-    @rule(n=st.integers(1, 10), partition=st.integers(0, 5))
+    @rule(n=st.integers(1, 10), partition=st.integers(0, 299))
     def produce(self, n: int, partition: int) -> None:
         partition %= self.log.topic("t").num_partitions
         for i in range(n):
@@ -273,3 +280,36 @@ GroupMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_group_machine = GroupMachine.TestCase
+
+
+class HundredMembers(GroupMachine):
+    """The same machine with up to 100 members on 120 partitions: members join and close by the dozen."""
+
+    slots = 100
+    partitions = 120
+    max_partitions = 125
+
+    @precondition(lambda self: len(self.consumers) < self.slots)
+    @rule(n=st.integers(10, 100), auto_commit=st.booleans())
+    def join_many(self, n: int, auto_commit: bool) -> None:
+        free = [s for s in range(self.slots) if s not in self.consumers][:n]
+        for slot in free:
+            self._join(slot, auto_commit)
+
+    @precondition(lambda self: len(self.consumers) > 10)
+    @rule(data=st.data())
+    def close_many(self, data: st.DataObject) -> None:
+        slots = data.draw(
+            st.lists(st.sampled_from(sorted(self.consumers)), min_size=1, max_size=10, unique=True)
+        )
+        for slot in slots:
+            self.consumers.pop(slot).close()
+
+
+HundredMembers.TestCase.settings = settings(
+    max_examples=4,
+    stateful_step_count=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_hundred_members = HundredMembers.TestCase

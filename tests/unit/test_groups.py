@@ -30,8 +30,10 @@ from pylog.errors import (
     UnknownGroupError,
     UnknownPartitionError,
     UnknownTopicError,
+    UnsupportedFormatError,
 )
 from pylog.groups.store import GroupStore
+from pylog.record import crc32c
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 ASSIGNORS = ["range", "roundrobin", "sticky", "cooperative-sticky"]
@@ -755,29 +757,100 @@ def test_offset_reader_is_not_fooled_by_a_reused_inode(produced: pylog.Log) -> N
     reader.close()
 
 
-def test_state_reader_is_not_fooled_by_an_identical_stat(log_dir: str) -> None:
-    """Two versions of the state file with the same size, inode and mtime: the second is still read."""
+def test_state_reader_reuses_its_copy_only_while_that_version_is_published(log_dir: str) -> None:
+    """A reader keeps the state it decoded while the heartbeat table publishes its version; every write
+    publishes a new one (same size, same mtime or not); a writer that died between replacing the file and
+    publishing leaves the sequence odd, and readers then read the file."""
     os.makedirs(log_dir)
     writer, reader = GroupStore(log_dir, "s"), GroupStore(log_dir, "s")
-    state = reader.read_state()
-    raws = []
-    for generation in (1, 2):
-        state["generation"] = generation
-        writer.write_state(state)
-        with open(writer.state_path, "rb") as f:
-            raws.append(f.read())
-    assert len(raws[0]) == len(raws[1])
-    with open(writer.state_path, "r+b") as f:
-        f.write(raws[0])
-    stat = os.stat(writer.state_path)
-    assert reader.read_state()["generation"] == 1
-    with open(writer.state_path, "r+b") as f:
-        f.write(raws[1])
-    os.utime(writer.state_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert reader.state_stamp() == (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    assert reader.read_state()["generation"] == 2
+    state = writer.read_state()
+    state["generation"] = 1
+    writer.write_state(state)
+    first = reader.state_view()
+    assert first["generation"] == 1 and reader.state_view() is first  # cached: no read of the file
+    assert reader.state_seq() == 2 * first["version"]
+    state = writer.read_state()
+    state["generation"] = 2
+    writer.write_state(state)
+    assert reader.state_view()["generation"] == 2
+    # a writer killed after the rename, before publishing: the sequence stays odd, the file is the truth
+    state = writer.read_state()
+    state["generation"] = 3
+    writer.write_state(state)
+    writer.table.set_state_seq(2 * state["version"] - 1)
+    assert reader.state_view()["generation"] == 3
+    copy = reader.read_state()
+    copy["generation"] = 99  # a copy: the cached view does not change
+    assert reader.state_view()["generation"] == 3
     writer.close()
     reader.close()
+
+
+def test_a_group_directory_of_the_previous_format_is_read_and_converted(log: pylog.Log) -> None:
+    """A group whose state is format 1 (JSON, heartbeats inside) and has no heartbeat table: describe reads
+    it, a new member joins (the old member, dead, is expelled), the committed offsets are kept."""
+    log.create_topic("t", partitions=2)
+    c = _member(log)
+    _settle([c], lambda: len(c.assignment()) == 2)
+    c.close()
+    committed = log.group_offsets("g")
+    assert committed == {tp: OffsetAndMetadata(0, "") for tp in _tps("t", 2)}
+    directory = os.path.join(log.path, "__groups", "g-g")
+    os.unlink(os.path.join(directory, "heartbeats"))
+    old = {
+        "group_id": "g",
+        "state": "Stable",
+        "generation": 7,
+        "assignor": "cooperative-sticky",
+        "protocol": "cooperative",
+        "leader": "old-1",
+        "rebalance": None,
+        "rebalance_id": 3,
+        "topics": {"t": 2},
+        "static": {},
+        "members": {
+            "old-1": {
+                "instance_id": None,
+                "client_id": "old",
+                "host": "h",
+                "pid": 1,
+                "topics": ["t"],
+                "pattern": None,
+                "assignor": "cooperative-sticky",
+                "session_timeout_ms": 45_000,
+                "rebalance_timeout_ms": 300_000,
+                "heartbeat_ms": log.clock.time_ms(),
+                "joined": 3,
+                "owned": [["t", 0], ["t", 1]],
+                "assignment": [["t", 0], ["t", 1]],
+                "generation": 7,
+            }
+        },
+    }
+    body = json.dumps(old, sort_keys=True, separators=(",", ":")).encode()
+    with open(os.path.join(directory, "state"), "wb") as f:
+        f.write(b"pylog-group 1 " + f"{crc32c(body):08x}\n".encode() + body)
+    described = log.describe_group("g")  # old-1's liveness lock is free: it is expelled
+    assert (described.state, described.generation, described.members) == ("Empty", 8, [])
+    d = _member(log)
+    _settle([d], lambda: len(d.assignment()) == 2)
+    assert d._group.generation == 9
+    assert log.group_offsets("g") == committed
+    with open(os.path.join(directory, "state"), "rb") as f:
+        assert f.read().startswith(b"pylog-group 2 ")
+    d.close()
+
+
+def test_a_state_of_an_unknown_format_is_a_typed_error(log: pylog.Log) -> None:
+    log.create_topic("t")
+    _member(log).close()
+    with open(os.path.join(log.path, "__groups", "g-g", "state"), "wb") as f:
+        f.write(b"pylog-group 3 00000000\n{}")
+    store = GroupStore(log.path, "g")
+    store.table.set_state_seq(-1)  # what a writer does while it replaces the state
+    store.close()
+    with pytest.raises(UnsupportedFormatError, match="newer pylog"):
+        log.describe_group("g")
 
 
 # -- topics deleted under a consumer (by another Log object on the same directory) ---------------------------

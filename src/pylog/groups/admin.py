@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pylog.errors import ConfigError, GroupNotEmptyError, InvalidOffsetError, UnknownGroupError
 from pylog.groups import coordinator
-from pylog.groups.store import GroupStore, group_ids, to_topic_partition, validate_group_id
+from pylog.groups.store import GroupStore, group_ids, partitions_of, to_topic_partition, validate_group_id
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -61,7 +61,9 @@ def _live_state(log: LogDirectory, store: GroupStore) -> dict[str, Any]:
     """The state after expelling members that died or whose session expired (under the lock)."""
     with store.lock():
         state = store.read_state()
-        gone = coordinator.expire_members(state, log.clock.time_ms(), store.member_is_dead, None, 0)
+        gone = coordinator.expire_members(
+            state, log.clock.time_ms(), store.member_is_dead, store.last_heartbeat, None, 0
+        )
         if gone:
             store.write_state(state)
             for member_id in gone:
@@ -82,7 +84,7 @@ def describe_group(log: LogDirectory, group_id: str) -> GroupDescription:
             host=m["host"],
             pid=m["pid"],
             group_instance_id=m.get("instance_id"),
-            assignment=[TopicPartition(t, p) for t, p in m["assignment"]],
+            assignment=sorted(partitions_of(m["assignment"])),
         )
         for mid, m in sorted(state["members"].items())
     ]
@@ -201,10 +203,11 @@ def stage_transactional_offsets(
         entries.append((tp.topic, tp.partition, om.offset, om.metadata))
     store = GroupStore(log.path, group_id)
     try:
-        with store.lock():
-            state = store.read_state()
-            store.append_offsets(
-                entries, generation=state["generation"], member_id="", now_ms=log.clock.time_ms(), txn=txn
+        with store.lock(shared=True):
+            generation = store.state_view()["generation"]
+            pending = store.write_offsets(
+                entries, generation=generation, member_id="", now_ms=log.clock.time_ms(), txn=txn
             )
+        pending.sync()
     finally:
         store.close()

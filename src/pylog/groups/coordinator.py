@@ -18,6 +18,13 @@ coordinator:
 Members are expelled when their heartbeat is older than their ``session_timeout_ms``, and at once when their
 liveness lock is free (their process died); static members (``group_instance_id``) only by their session, so a
 restart within it gets the same member entry and assignment back without a rebalance.
+
+A member's heartbeat and the rebalance it joined last are not in the state but in its slot of the heartbeat
+table (:mod:`pylog.groups.liveness`), so that neither rewrites the state: these functions get them through the
+``last_heartbeat`` and ``joined`` callables. What a member owns when it joins is not recorded either: it is
+the assignment of the generation it adopted, which the state holds (``members[id]["assignment"]``) until the
+next completion, since a member joins a rebalance only after adopting the latest generation; under the eager
+protocol it revoked everything before joining, so it owns nothing.
 """
 
 from __future__ import annotations
@@ -26,11 +33,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pylog.groups.assignors import Subscription, get_assignor
-from pylog.structs import TopicPartition
+from pylog.groups.store import compact_partitions, partitions_of
+
+MemberFn = Callable[[str, Mapping[str, Any]], int]
 
 __all__ = [
+    "completable",
     "complete_rebalance",
     "expire_members",
+    "expired",
     "maybe_complete",
     "remove_member",
     "start_rebalance",
@@ -82,22 +93,44 @@ def _become_empty(state: dict[str, Any]) -> None:
 
 
 def expire_members(
-    state: dict[str, Any], now_ms: int, is_dead: Callable[[str], bool], skip: str | None, delay_ms: int
+    state: dict[str, Any],
+    now_ms: int,
+    is_dead: Callable[[str], bool],
+    last_heartbeat: MemberFn,
+    skip: str | None,
+    delay_ms: int,
+    candidates: list[str] | None = None,
 ) -> list[str]:
-    """Remove members whose session expired, or whose liveness lock is free (dynamic members only)."""
+    """Remove members whose session expired, or whose liveness lock is free (dynamic members only); only
+    those of ``candidates`` when given (a scan without the lock found them, this confirms under it)."""
     gone = []
-    for member_id, m in list(state["members"].items()):
-        if member_id == skip:
+    for member_id in list(state["members"]) if candidates is None else candidates:
+        m = state["members"].get(member_id)
+        if m is None or member_id == skip:
             continue
-        expired = now_ms - m["heartbeat_ms"] > m["session_timeout_ms"]
-        if expired or (m.get("instance_id") is None and is_dead(member_id)):
-            why = "session timeout" if expired else "member process gone"
+        why = expired(member_id, m, now_ms, is_dead, last_heartbeat)
+        if why is not None:
             remove_member(state, member_id, now_ms, f"{member_id}: {why}", delay_ms)
             gone.append(member_id)
     return gone
 
 
-def wanted_topics(state: dict[str, Any], topics: list[str]) -> set[str]:
+def expired(
+    member_id: str,
+    m: Mapping[str, Any],
+    now_ms: int,
+    is_dead: Callable[[str], bool],
+    last_heartbeat: MemberFn,
+) -> str | None:
+    """Why the member must go (``session timeout``, ``member process gone``), or None."""
+    if now_ms - last_heartbeat(member_id, m) > m["session_timeout_ms"]:
+        return "session timeout"
+    if m.get("instance_id") is None and is_dead(member_id):
+        return "member process gone"
+    return None
+
+
+def wanted_topics(state: Mapping[str, Any], topics: list[str]) -> set[str]:
     """Topics (among ``topics``, the log's) that some member subscribes to, by name or pattern."""
     import re
 
@@ -110,7 +143,7 @@ def wanted_topics(state: dict[str, Any], topics: list[str]) -> set[str]:
     return out
 
 
-def _subscribed(member: dict[str, Any], partitions: Mapping[str, int]) -> frozenset[str]:
+def _subscribed(member: Mapping[str, Any], partitions: Mapping[str, int]) -> frozenset[str]:
     import re
 
     names = set(member["topics"])
@@ -120,18 +153,38 @@ def _subscribed(member: dict[str, Any], partitions: Mapping[str, int]) -> frozen
     return frozenset(names)
 
 
-def maybe_complete(state: dict[str, Any], now_ms: int, partitions: Mapping[str, int], delay_ms: int) -> bool:
-    """Complete the rebalance when it may; returns True if it did."""
+def completable(
+    state: Mapping[str, Any], now_ms: int, joined: MemberFn, laggards: list[str] | None = None
+) -> bool:
+    """True when the rebalance under way may complete now (everyone joined and the debounce delay passed, or
+    the deadline passed). ``laggards``: member ids to look at first (a member that had not joined at the last
+    look); the first member found not joined is put at its front, so that asking again is cheap."""
     if state["state"] != "PreparingRebalance" or state["rebalance"] is None:
         return False
     rb = state["rebalance"]
+    if now_ms >= rb["deadline_ms"]:
+        return True
+    if now_ms < rb["not_before_ms"]:
+        return False
     members = state["members"]
-    everyone = all(m["joined"] == rb["id"] for m in members.values())
-    if now_ms < rb["not_before_ms"] and now_ms < rb["deadline_ms"]:
+    hint = [mid for mid in laggards or () if mid in members]
+    for mid in [*hint, *members]:
+        if joined(mid, members[mid]) != rb["id"]:
+            if laggards is not None:
+                laggards[:] = [mid]
+            return False
+    return True
+
+
+def maybe_complete(
+    state: dict[str, Any], now_ms: int, partitions: Mapping[str, int], delay_ms: int, joined: MemberFn
+) -> bool:
+    """Complete the rebalance when it may; returns True if it did."""
+    if not completable(state, now_ms, joined):
         return False
-    if not everyone and now_ms < rb["deadline_ms"]:
-        return False
-    for member_id in [mid for mid, m in members.items() if m["joined"] != rb["id"]]:
+    rb = state["rebalance"]
+    members = state["members"]
+    for member_id in [mid for mid, m in members.items() if joined(mid, m) != rb["id"]]:
         # did not join within the rebalance timeout (its max_poll_interval_ms): expelled, like Kafka
         m = members.pop(member_id)
         if m.get("instance_id") is not None and state["static"].get(m["instance_id"]) == member_id:
@@ -147,10 +200,11 @@ def complete_rebalance(state: dict[str, Any], partitions: Mapping[str, int]) -> 
     members = state["members"]
     name = members[sorted(members)[0]]["assignor"]
     assignor = get_assignor(name)
+    cooperative = state.get("protocol") == "cooperative"  # eager members own nothing when they join
     subs = {
         mid: Subscription(
             topics=_subscribed(m, partitions),
-            owned=tuple(TopicPartition(t, p) for t, p in m["owned"]),
+            owned=tuple(sorted(partitions_of(m["assignment"]))) if cooperative else (),
             generation=m["generation"],
             group_instance_id=m.get("instance_id"),
         )
@@ -160,7 +214,7 @@ def complete_rebalance(state: dict[str, Any], partitions: Mapping[str, int]) -> 
     result = assignor.assign(used, subs)
     state["generation"] += 1
     for mid, m in members.items():
-        m["assignment"] = [[tp.topic, tp.partition] for tp in result.get(mid, [])]
+        m["assignment"] = compact_partitions(result.get(mid, []))
         m["generation"] = state["generation"]
     state["state"] = "Stable"
     state["rebalance"] = None

@@ -10,13 +10,18 @@ move the group forward with the functions of :mod:`pylog.groups.coordinator`.
 
 Two threads touch a member:
 
-* a **heartbeat thread** (a daemon) refreshes the member's heartbeat every ``heartbeat_interval_ms``, expels
-  members whose session expired or whose process died, notices new partitions and topics, completes
-  rebalances, and leaves the group when the user has not polled for ``max_poll_interval_ms`` (like Kafka's
-  client). It never calls user code; it raises ``wants_poll`` when the user's thread has something to do.
-* the **user's thread**, inside ``Consumer.poll()``, joins rebalances, adopts new assignments and runs the
-  :class:`~pylog.groups.listener.ConsumerRebalanceListener` callbacks, commits (auto-commit included), and
-  delivers ``commit_async`` callbacks.
+* a **heartbeat thread** (a daemon) wakes every 50 ms: it writes the member's heartbeat into its slot of the
+  group's heartbeat table every ``heartbeat_interval_ms`` (shared memory: no lock, no state rewrite), looks at
+  the state's published version (one memory read) and raises ``wants_poll`` when the user's thread has
+  something to do, and leaves the group when the user has not polled for ``max_poll_interval_ms`` (like Kafka's
+  client). At most every 200 ms across the whole group, one member's thread also *scans*: it expels members
+  whose session expired or whose process died, notices new partitions and topics, and completes a rebalance
+  whose debounce delay or deadline passed. Only what it finds takes the group lock. It never calls user code.
+* the **user's thread**, inside ``Consumer.poll()``, joins rebalances (in its slot: no lock), adopts new
+  assignments and runs the :class:`~pylog.groups.listener.ConsumerRebalanceListener` callbacks, commits
+  (auto-commit included), and delivers ``commit_async`` callbacks. The member whose join completes a
+  rebalance runs the assignor, under the group lock. A settled member's ``poll()`` compares the published
+  state version with the one it saw and returns.
 
 Thread-safety: the public methods are meant for the consumer's (user's) thread; the heartbeat thread only
 shares the store (which has its own lock) and the flags. Crash contract: a member that dies holds nothing
@@ -48,9 +53,10 @@ from pylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from pylog.groups import coordinator
+from pylog.groups import coordinator, ticker
 from pylog.groups.assignors import Assignor
-from pylog.groups.store import GroupStore, to_topic_partition
+from pylog.groups.liveness import Slot, member_tag
+from pylog.groups.store import GroupStore, partitions_of, to_topic_partition
 from pylog.structs import OffsetAndMetadata, TopicPartition
 from pylog.subscription import Subscription
 
@@ -59,7 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupMember", "topic_names"]
 
-_CHECK_S = 0.05  # how often the heartbeat thread looks at the group's state file (one stat)
+_SCAN_MS = 200  # how often (at most, group-wide) a member scans the group for dead members and new topics
 _COUNTER = itertools.count(1)
 
 
@@ -94,15 +100,20 @@ class GroupMember:
         self.wants_poll = False
         self._subscribed = False
         self._lock_fd: int | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # the ticker's (pylog.groups.ticker)
+        self._ticking = False
+        self._retry_at_ms = 0.0
         self._error: BaseException | None = None
         self._last_poll_ms = self.clock.monotonic_ms()
         self._next_heartbeat_ms = 0.0
         self._next_autocommit_ms = self.clock.monotonic_ms() + config.auto_commit_interval_ms
         self._last_committed: dict[TopicPartition, int] = {}
-        self._seen_stamp: tuple[int, int, int] | None = None
-        self._stable = False
+        self._seen_seq = -2  # the published state version (store.state_seq()) this member last acted on
+        self._slot = -1
+        self._joined = -1  # the rebalance this member joined last (also in its slot)
+        self._laggards: list[
+            str
+        ] = []  # a member found not joined at the last look (see coordinator.completable)
         self._left_for_poll_interval = False
         self._async: queue.Queue[tuple[dict[TopicPartition, OffsetAndMetadata], Any] | None] | None = None
         self._async_thread: threading.Thread | None = None
@@ -167,7 +178,8 @@ class GroupMember:
         self._raise_listener_error()
 
     def _join(self, state: dict[str, Any]) -> None:
-        """Enter the group (under the lock): a static member takes its old entry back, others start a rebalance."""
+        """Enter the group (under the lock): a static member takes its old entry back, others start a rebalance
+        and join it at once (a new member owns nothing, so it has nothing to report first)."""
         now = self.clock.time_ms()
         others = [m for mid, m in state["members"].items() if mid != self.member_id]
         if others and any(m["assignor"] != self.assignor.name for m in others):
@@ -184,7 +196,8 @@ class GroupMember:
                 self.store.remove_member_lock(self.member_id)
         self._lock_fd = self.store.hold_member_lock(member_id)
         topics, pattern = self._wanted()
-        record = {
+        record: dict[str, Any] = {
+            "slot": None,
             "instance_id": self.config.group_instance_id,
             "client_id": self.config.client_id,
             "host": socket.gethostname(),
@@ -194,25 +207,20 @@ class GroupMember:
             "assignor": self.assignor.name,
             "session_timeout_ms": self.config.session_timeout_ms,
             "rebalance_timeout_ms": self.config.max_poll_interval_ms,
-            "heartbeat_ms": now,
-            "joined": -1,
-            "owned": [],
-            "assignment": [],
+            "since_ms": now,
+            "assignment": {},
             "generation": -1,
         }
         previous = (
             state["static"].get(self.config.group_instance_id) if self.config.group_instance_id else None
         )
+        joined = -1
         if previous is not None and previous in state["members"]:
             # a static member back within its session: same assignment, no rebalance (KIP-345)
             old = state["members"].pop(previous)
             same = old["topics"] == record["topics"] and old.get("pattern") == record["pattern"]
-            record.update(
-                joined=old["joined"],
-                owned=old["owned"],
-                assignment=old["assignment"],
-                generation=old["generation"],
-            )
+            joined = self.store.joined(previous, old)
+            record.update(assignment=old["assignment"], generation=old["generation"])
             state["members"][member_id] = record
             if state.get("leader") == previous:
                 state["leader"] = member_id
@@ -221,11 +229,17 @@ class GroupMember:
         else:
             state["members"][member_id] = record
             coordinator.start_rebalance(state, now, f"{member_id} joined", self._delay_ms)
+            joined = state["rebalance"]["id"] if state["rebalance"] is not None else -1
         if self.config.group_instance_id is not None:
             state["static"][self.config.group_instance_id] = member_id
+        record["slot"] = self.store.free_slot(state)
         self.member_id = member_id
         self.generation = -1
-        self._stable = False
+        self._slot, self._joined = record["slot"], joined
+        self._beat(now, check=False)
+        # the last member the rebalance waited for may be this one (the first of a group always is)
+        if coordinator.completable(state, now, self._joined_of, self._laggards):
+            coordinator.maybe_complete(state, now, self._partitions(state), self._delay_ms, self._joined_of)
         self.store.write_state(state)
 
     def _leave(self, reason: str) -> None:
@@ -247,7 +261,7 @@ class GroupMember:
         self._release_member_lock(remove=self.config.group_instance_id is None or reason != "closed")
         self.generation = -1
         self.member_id = None
-        self._stable = False
+        self._slot, self._joined = -1, -1
 
     def _release_member_lock(self, *, remove: bool) -> None:
         if self._lock_fd is not None:
@@ -260,92 +274,144 @@ class GroupMember:
     # -- the heartbeat thread ---------------------------------------------------------------------------
 
     def _stop_heartbeats(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        self._thread = None
+        ticker.unregister(self, self.store.directory)
+        self._ticking = False
 
     def _start_heartbeats(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        thread = self._thread
+        if self._ticking and thread is not None and thread.is_alive():
             return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._heartbeat_loop, name=f"pylog-heartbeat-{self.group_id}", daemon=True
-        )
-        self._thread.start()
+        self._thread = ticker.register(self, self.store.directory, f"pylog-heartbeat-{self.group_id}")
+        self._ticking = True
 
-    def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(_CHECK_S):
-            try:
-                now = self.clock.monotonic_ms()
-                stamp = self.store.state_stamp()
-                if stamp != self._seen_stamp or now >= self._next_heartbeat_ms or not self._stable:
-                    self.heartbeat()
-            except LogClosedError:
-                return
-            except Exception as exc:  # reported to the user's thread at its next poll
-                self._error = exc
-                self.wants_poll = True
-                self._stop.wait(min(self.config.heartbeat_interval_ms / 1000, 1.0))
+    def scan_due(self) -> bool:
+        """Whether this process should scan the group now (at most every 200 ms for the whole group)."""
+        return self.store.table.scan_due(_SCAN_MS)
+
+    def background_tick(self, scan: bool) -> bool:
+        """The heartbeat thread's step (:mod:`pylog.groups.ticker`); False once the log is closed. An error
+        is reported to the user's thread at its next poll, and the next step waits a while."""
+        now = self.clock.monotonic_ms()
+        if now < self._retry_at_ms:
+            return True
+        try:
+            self._tick(scan=scan)
+        except LogClosedError:
+            return False
+        except Exception as exc:
+            self._error = exc
+            self.wants_poll = True
+            self._retry_at_ms = now + min(self.config.heartbeat_interval_ms, 1000)
+        return True
 
     def heartbeat(self) -> None:
         """One heartbeat (normally run by the heartbeat thread; callable directly, for tests with a
-        ManualClock): refresh this member, expel dead ones, notice topic changes, complete a rebalance."""
+        ManualClock): refresh this member's heartbeat, expel dead members, notice topic changes, complete a
+        rebalance that may complete."""
+        self._tick(scan=True)
+
+    def _tick(self, *, scan: bool) -> None:
         if self.member_id is None or self._closed:
             return
         mono = self.clock.monotonic_ms()
+        if mono - self._last_poll_ms > self.config.max_poll_interval_ms:
+            self._leave_for_poll_interval()
+            return
+        if mono >= self._next_heartbeat_ms:
+            self._next_heartbeat_ms = mono + self.config.heartbeat_interval_ms
+            self._beat(self.clock.time_ms())
+        if scan:
+            self._scan()
+        self._notice(self.store.state_view())
+
+    def _beat(self, now_ms: int, *, check: bool = True) -> None:
+        """Write this member's slot: its heartbeat and the rebalance it joined last (no lock). Unless the
+        caller knows better (``check=False``: joining, under the lock), only while the state still gives this
+        member that slot: an expelled member's slot may belong to a newcomer already."""
+        if self.member_id is None or self._slot < 0:
+            return
+        if check:
+            me = self.store.state_view()["members"].get(self.member_id)
+            if me is None or me.get("slot") != self._slot:
+                return
+        self.store.table.write(
+            self._slot, Slot(member_tag(self.member_id), now_ms, self._joined, os.getpid())
+        )
+
+    def _leave_for_poll_interval(self) -> None:
+        member_id = self.member_id
         with self.store.lock():
             state = self.store.read_state()
-            now = self.clock.time_ms()
-            me = state["members"].get(self.member_id)
-            if me is None:
-                self.wants_poll = True
-                self._stable = True  # nothing to do until the user's thread rejoins
-                self._seen_stamp = self.store.state_stamp()
-                return
-            changed = False
-            if mono - self._last_poll_ms > self.config.max_poll_interval_ms:
+            if member_id is not None and member_id in state["members"]:
                 coordinator.remove_member(
                     state,
-                    self.member_id,
-                    now,
-                    f"{self.member_id} left: no poll() within max_poll_interval_ms",
+                    member_id,
+                    self.clock.time_ms(),
+                    f"{member_id} left: no poll() within max_poll_interval_ms",
                     self._delay_ms,
                 )
                 self.store.write_state(state)
-                self._left_for_poll_interval = True
-                self.wants_poll = True
-                return
-            if mono >= self._next_heartbeat_ms:
-                me["heartbeat_ms"] = now
-                self._next_heartbeat_ms = mono + self.config.heartbeat_interval_ms
-                changed = True
+        self._left_for_poll_interval = True
+        self.wants_poll = True
+
+    def _notice(self, view: Mapping[str, Any]) -> None:
+        """Raise ``wants_poll`` when the state asks something of this member (adopt, join, rejoin)."""
+        me = view["members"].get(self.member_id)
+        if (
+            me is None
+            or me["generation"] != self.generation
+            or (view["state"] == "PreparingRebalance" and self._joined != view["rebalance"]["id"])
+        ):
+            self.wants_poll = True
+
+    def _scan(self) -> None:
+        """Expel members whose session expired or whose process died, start a rebalance when the topics'
+        partitions changed, complete a rebalance that may complete. Looks without the lock; takes it only
+        for what it found."""
+        view = self.store.state_view()
+        now = self.clock.time_ms()
+        store = self.store
+        suspects = [
+            mid
+            for mid, m in view["members"].items()
+            if mid != self.member_id
+            and coordinator.expired(mid, m, now, store.member_is_dead, store.last_heartbeat) is not None
+        ]
+        partitions = self._partitions(view) if view["members"] else {}
+        moved = view["state"] == "Stable" and partitions != view["topics"]
+        if not (suspects or moved or coordinator.completable(view, now, self._joined_of, self._laggards)):
+            return
+        with store.lock():
+            state = store.read_state()
             gone = coordinator.expire_members(
-                state, now, self.store.member_is_dead, self.member_id, self._delay_ms
+                state,
+                now,
+                store.member_is_dead,
+                store.last_heartbeat,
+                self.member_id,
+                self._delay_ms,
+                suspects,
             )
-            changed = changed or bool(gone)
-            partitions = self._partitions(state)
-            if state["state"] == "Stable" and partitions != state["topics"]:
+            changed = bool(gone)
+            if state["state"] == "Stable" and state["members"] and self._partitions(state) != state["topics"]:
                 coordinator.start_rebalance(state, now, "topic metadata changed", self._delay_ms)
                 changed = True
-            changed = coordinator.maybe_complete(state, now, partitions, self._delay_ms) or changed
+            partitions = self._partitions(state)
+            changed = (
+                coordinator.maybe_complete(state, now, partitions, self._delay_ms, self._joined_of) or changed
+            )
             if changed:
-                self.store.write_state(state)
-            self._seen_stamp = self.store.state_stamp()
-            me = state["members"].get(self.member_id)
-            self._stable = state["state"] != "PreparingRebalance"
-            if (
-                me is None
-                or me["generation"] != self.generation
-                or (state["state"] == "PreparingRebalance" and me["joined"] != state["rebalance"]["id"])
-            ):
-                self.wants_poll = True
+                store.write_state(state)
         for member_id in gone:
-            self.store.remove_member_lock(member_id)
+            store.remove_member_lock(member_id)
+
+    def _joined_of(self, member_id: str, member: Mapping[str, Any]) -> int:
+        """The rebalance a member joined last: this member's own from memory, the others' from their slots."""
+        return self._joined if member_id == self.member_id else self.store.joined(member_id, member)
 
     def _partitions(self, state: Mapping[str, Any]) -> dict[str, int]:
         names = topic_names(self.log)
-        wanted = coordinator.wanted_topics(dict(state), names)
+        wanted = coordinator.wanted_topics(state, names)
         out = {}
         for name in sorted(wanted):
             with contextlib.suppress(UnknownTopicError):
@@ -355,7 +421,8 @@ class GroupMember:
     # -- the user's thread ------------------------------------------------------------------------------
 
     def poll(self) -> None:
-        """Called by ``Consumer.poll()`` on every turn: group work, auto-commit, async commit callbacks."""
+        """Called by ``Consumer.poll()`` on every turn: group work, auto-commit, async commit callbacks. A
+        settled member compares the published state version with the one it saw, and has nothing to do."""
         self._last_poll_ms = now = self.clock.monotonic_ms()
         if self._callbacks:
             self._deliver_callbacks()
@@ -366,7 +433,7 @@ class GroupMember:
         if self._subscribed and (thread is None or not thread.is_alive()):
             # heartbeats stopped (after fork, or an error): check the group and restart them
             self.wants_poll = True
-        if self.wants_poll:
+        if self.wants_poll or (self._subscribed and self.store.state_seq() != self._seen_seq):
             try:
                 self._sync()
             finally:
@@ -380,8 +447,8 @@ class GroupMember:
         if not self._subscribed:
             return
         for _ in range(8):
-            with self.store.lock():
-                state = self.store.read_state()
+            seq = self.store.state_seq()
+            state = self.store.state_view()
             me = state["members"].get(self.member_id) if self.member_id else None
             if me is None:
                 lost, self.assignment = self.assignment, set()
@@ -397,30 +464,42 @@ class GroupMember:
                 self._adopt(me, state)
                 continue
             rebalance = state["rebalance"]
-            if state["state"] == "PreparingRebalance" and me["joined"] != rebalance["id"]:
+            if state["state"] == "PreparingRebalance" and self._joined != rebalance["id"]:
                 if state_protocol(state, self.assignor) == "eager" and self.assignment:
                     self._revoke_all(commit=self.config.enable_auto_commit)
-                self._join_rebalance()
+                self._join_rebalance(rebalance["id"])
                 continue
+            if state["state"] == "PreparingRebalance" and self._try_complete(state):
+                continue
+            self._seen_seq = seq
             break
+        else:
+            self.wants_poll = True  # still moving: look again at the next poll
         self._start_heartbeats()
 
-    def _join_rebalance(self) -> None:
+    def _join_rebalance(self, rebalance_id: int) -> None:
+        """Join the rebalance: record it in this member's slot (no lock). What it owns is the assignment it
+        adopted, which the state holds. If this was the last join the group waited for, complete it now."""
+        self._joined = rebalance_id
+        self._beat(self.clock.time_ms())
+        self._try_complete(self.store.state_view())
+
+    def _try_complete(self, view: Mapping[str, Any]) -> bool:
+        """Complete the rebalance under way if it may complete now; True if this member did."""
+        now = self.clock.time_ms()
+        if not coordinator.completable(view, now, self._joined_of, self._laggards):
+            return False
         with self.store.lock():
             state = self.store.read_state()
-            me = state["members"].get(self.member_id)
-            if me is None or state["state"] != "PreparingRebalance":
-                return
-            now = self.clock.time_ms()
-            me["joined"] = state["rebalance"]["id"]
-            me["owned"] = [[tp.topic, tp.partition] for tp in sorted(self.assignment)]
-            me["heartbeat_ms"] = now
-            coordinator.maybe_complete(state, now, self._partitions(state), self._delay_ms)
-            self.store.write_state(state)
-            self._stable = False
+            done = coordinator.maybe_complete(
+                state, now, self._partitions(state), self._delay_ms, self._joined_of
+            )
+            if done:
+                self.store.write_state(state)
+        return done
 
-    def _adopt(self, me: dict[str, Any], state: dict[str, Any]) -> None:
-        new = {TopicPartition(t, p) for t, p in me["assignment"]}
+    def _adopt(self, me: Mapping[str, Any], state: Mapping[str, Any]) -> None:
+        new = partitions_of(me["assignment"])
         old = self.assignment
         revoked, added = old - new, new - old
         cooperative = state_protocol(state, self.assignor) == "cooperative"
@@ -435,10 +514,13 @@ class GroupMember:
         self.subscription.assign(new)
         self._call("on_partitions_assigned", added if cooperative else new)
         if cooperative and revoked:
-            # KIP-429: partitions given up in this round go to their new owners in a follow-up rebalance
+            # KIP-429: partitions given up in this round go to their new owners in a follow-up rebalance (one
+            # under way already serves: this member joins it after this, owning only what it kept)
+            if self.store.state_view()["state"] == "PreparingRebalance":
+                return
             with self.store.lock():
                 state = self.store.read_state()
-                if self.member_id in state["members"]:
+                if self.member_id in state["members"] and state["state"] != "PreparingRebalance":
                     coordinator.start_rebalance(
                         state, self.clock.time_ms(), f"{self.member_id} revoked partitions", 0
                     )
@@ -461,9 +543,7 @@ class GroupMember:
         member; if the group already expelled this member they are lost instead, and nothing is committed."""
         if not self.assignment:
             return
-        with self.store.lock():
-            state = self.store.read_state()
-        member = self.member_id is not None and self.member_id in state["members"]
+        member = self.member_id is not None and self.member_id in self.store.state_view()["members"]
         if member:
             if commit:
                 self._commit_quietly(self.subscription.consumed_positions())
@@ -535,6 +615,10 @@ class GroupMember:
         rebalance that takes it out of the assignment now, instead of at the next heartbeat."""
         if self.member_id is None or self._closed:
             return
+        view = self.store.state_view()
+        if view["state"] != "Stable" or self._partitions(view) == view["topics"]:
+            self.wants_poll = True
+            return
         with self.store.lock():
             state = self.store.read_state()
             if state["state"] == "Stable" and self._partitions(state) != state["topics"]:
@@ -575,8 +659,8 @@ class GroupMember:
         normalized = self._normalize(offsets)
         if not normalized:
             return
-        with self.store.lock():
-            state = self.store.read_state()
+        with self.store.lock(shared=True):  # no fencing (a state change) until the record is written
+            state = self.store.state_view()
             if self._subscribed:
                 me = state["members"].get(self.member_id) if self.member_id else None
                 if me is None:
@@ -591,7 +675,7 @@ class GroupMember:
                         f"group {self.group_id!r} is rebalancing and this member has no assignment yet; "
                         "call poll() to complete the rebalance, then commit again"
                     )
-                allowed = {TopicPartition(t, p) for t, p in me["assignment"]} | self.assignment
+                allowed = partitions_of(me["assignment"]) | self.assignment
                 foreign = sorted(tp for tp in normalized if tp not in allowed)
                 if foreign:
                     raise CommitFailedError(
@@ -607,12 +691,13 @@ class GroupMember:
             entries = [
                 (tp.topic, tp.partition, om.offset, om.metadata) for tp, om in sorted(normalized.items())
             ]
-            self.store.append_offsets(
+            pending = self.store.write_offsets(
                 entries,
                 generation=state["generation"],
                 member_id=self.member_id or "",
                 now_ms=self.clock.time_ms(),
             )
+        pending.sync()  # acknowledged after the fsync, which runs outside the group's locks
         for tp, om in normalized.items():
             self._last_committed[tp] = om.offset
 
