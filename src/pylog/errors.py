@@ -29,7 +29,8 @@ if simply tried again.
     │   └── CorruptIndexError                    an index file fails its sanity check (rebuildable)
     ├── UnsupportedFormatError                   a file written by a newer/unknown format version
     ├── StorageError                             the operating system refused an I/O operation
-    │   └── DiskFullError                        ENOSPC / EDQUOT
+    │   ├── DiskFullError                        ENOSPC / EDQUOT
+    │   └── RemoteStorageError                   the object store (tiered storage) refused or failed a request
     ├── KafkaTimeoutError (TimeoutError)         a wait ran out (future.get, flush)
     ├── DeliveryError                            records accepted by send() that could not be written
     ├── IllegalStateError                        a call that does not fit the object's state
@@ -86,6 +87,7 @@ __all__ = [
     "ReadOnlyLogError",
     "RebalanceInProgressError",
     "RecordTooLargeError",
+    "RemoteStorageError",
     "SerializationError",
     "StorageError",
     "TopicExistsError",
@@ -232,6 +234,16 @@ class StorageError(PylogError, OSError):
 
 class DiskFullError(StorageError):
     """No space left on the device (ENOSPC/EDQUOT). Free space, then retry; nothing acknowledged was lost."""
+
+
+class RemoteStorageError(StorageError):
+    """The object store of tiered storage (``remote_storage``) refused or failed a request: unreachable, denied,
+    an object missing that a remote manifest names. Nothing local was changed and no remote manifest names a
+    partial upload; retry (``Log.tier()`` resumes where it stopped). ``key`` names the object when known."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class KafkaTimeoutError(PylogError, TimeoutError):
