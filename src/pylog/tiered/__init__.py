@@ -1,0 +1,9 @@
+"""Tiered storage: a log's sealed segments copied to an object store, and a log directory restored from it.
+
+- :mod:`pylog.tiered.store`: :class:`ObjectStore`, the object-store client (obstore) behind one small API.
+- :mod:`pylog.tiered.manifest`: the remote manifest of a partition, immutable versions written create-if-absent.
+- :mod:`pylog.tiered.uploader`: copies sealed segments and their indexes, verifies them, publishes a manifest.
+- :mod:`pylog.tiered.restore`: rebuilds a writable log directory from the object store.
+
+See ``docs/tiered-storage.md`` for what this phase does and does not do.
+"""
