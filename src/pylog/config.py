@@ -19,6 +19,7 @@ Kafka's broker defaults except where an embedded log needs another one; each suc
 | ``min_cleanable_dirty_ratio`` | 0.5 | compaction: dirty share that triggers cleaning |
 | ``delete_retention_ms`` | 1 day | compaction: how long tombstones survive |
 | ``min_compaction_lag_ms`` | 0 | compaction: records younger than this are not compacted |
+| ``remote_storage_enable`` | (off: False) | tiered storage: copy sealed segments to the log's ``remote_storage`` |
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class TopicConfig:
     min_cleanable_dirty_ratio: float = 0.5
     delete_retention_ms: int = _DAY_MS
     min_compaction_lag_ms: int = 0
+    remote_storage_enable: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -76,6 +78,11 @@ class TopicConfig:
         _check_choice("cleanup_policy", self.cleanup_policy, CLEANUP_POLICIES)
         _check_choice("message_timestamp_type", self.message_timestamp_type, TIMESTAMP_TYPES)
         _check_choice("compression_type", self.compression_type, COMPRESSION_TYPES)
+        if not isinstance(self.remote_storage_enable, bool):
+            raise ConfigError(f"remote_storage_enable must be a bool, got {self.remote_storage_enable!r}")
+        if self.remote_storage_enable and self.compacted:
+            # as in Kafka: a compacted segment is rewritten in place, which immutable remote copies cannot follow
+            raise ConfigError("remote_storage_enable is not supported with cleanup_policy including compact")
         ratio = self.min_cleanable_dirty_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0.0 <= ratio <= 1.0:
             raise ConfigError(f"min_cleanable_dirty_ratio must be a number in [0, 1], got {ratio!r}")
