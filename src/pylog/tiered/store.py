@@ -1,0 +1,220 @@
+"""ObjectStore: the object store of tiered storage, one small API over obstore.
+
+A store is opened from a URL: ``file:///abs/path`` (a local or mounted directory), ``s3://bucket/prefix``
+(with ``endpoint``, ``region``, ``access_key_id``, ... as options, or the usual ``AWS_*`` environment
+variables), or any other scheme obstore knows (``gs://``, ``az://``, ``memory:///``). Keys are ``/``-separated
+and relative to the URL's prefix.
+
+Operations: :meth:`~ObjectStore.put` (whole object, optionally create-if-absent), :meth:`~ObjectStore.put_file`
+(streams part of a local file, returning its size and CRC-32C), :meth:`~ObjectStore.get`,
+:meth:`~ObjectStore.get_range`, :meth:`~ObjectStore.checksum` (streams an object back: size and CRC-32C),
+:meth:`~ObjectStore.list`, :meth:`~ObjectStore.delete`.
+
+Why obstore: of the clients pylog could use (pyarrow's file systems, fsspec/s3fs, obstore) it is the one with
+a create-if-absent put on every backend through one call (S3 ``If-None-Match: *``, an exclusive create on a
+local directory), which the remote manifest needs since object stores have no atomic rename. It also has
+ranged reads, listing and bounded retries with backoff for transient errors (its ``RetryConfig``).
+
+Errors: every failure of the store is a :class:`~pylog.errors.RemoteStorageError` naming the key; obstore is
+imported when the first store is opened, so ``import pylog`` does not need it.
+
+Thread-safety: thread-safe (obstore stores are). Crash contract: a put is atomic (the object is either absent
+or whole: S3 PUT semantics; obstore's local store writes a temporary file and renames it); a local store does
+not fsync, so after a power loss of the machine holding a ``file://`` store an object may be lost or empty,
+which the CRC checks of the manifest and restore detect.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import crc32c
+
+from pylog.errors import RemoteStorageError
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore as _ObstoreStore
+
+__all__ = ["ObjectInfo", "ObjectStore", "open_store"]
+
+_CHUNK = 8 << 20  # bytes per chunk streamed to or from the store
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One object of a listing: its key (relative to the store's prefix) and size in bytes."""
+
+    key: str
+    size: int
+
+
+class ObjectStore:
+    """An object store at ``url``. ``options`` go to obstore's ``from_url`` (``endpoint``, ``region``,
+    ``access_key_id``, ``secret_access_key``, ``client_options={"allow_http": True}``, ``retry_config``...)."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        if not isinstance(url, str) or "://" not in url:
+            raise RemoteStorageError(f"remote_storage must be a URL such as s3://bucket/prefix, got {url!r}")
+        self.url = url
+        self._store = _open(url, options)
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.url!r})"
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        """Write ``data`` as ``key`` (atomically). With ``if_absent``, only if no object ``key`` exists:
+        returns False (and writes nothing) when one does; True when written."""
+        import obstore
+
+        try:
+            obstore.put(self._store, key, data, mode="create" if if_absent else "overwrite")
+        except Exception as exc:
+            if if_absent and _already_exists(exc):
+                return False
+            raise _error("put", key, exc) from exc
+        return True
+
+    def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
+        """Stream the first ``length`` bytes of the local file ``path`` to ``key``; ``(size, crc32c)`` of the
+        bytes read. With ``if_absent`` (the default: uploads go to fresh keys) an existing ``key`` is an
+        error. A file shorter than ``length`` raises :class:`RemoteStorageError` before anything is written."""
+        import obstore
+
+        crc = [0, 0]  # [crc, size] of what was handed to the store
+
+        def chunks(f: Any) -> Iterator[bytes]:
+            left = length
+            while left > 0:
+                data = f.read(min(_CHUNK, left))
+                if not data:
+                    raise RemoteStorageError(f"{path} is shorter than {length} bytes", key=key)
+                crc[0] = crc32c.crc32c(data, crc[0])
+                crc[1] += len(data)
+                left -= len(data)
+                yield data
+
+        with open(path, "rb") as f:
+            try:
+                obstore.put(self._store, key, chunks(f), mode="create" if if_absent else "overwrite")
+            except RemoteStorageError:
+                raise
+            except Exception as exc:
+                raise _error("put", key, exc) from exc
+        return crc[1], crc[0]
+
+    def get(self, key: str) -> bytes:
+        """The whole object ``key``."""
+        import obstore
+
+        try:
+            return bytes(obstore.get(self._store, key).bytes())
+        except Exception as exc:
+            raise _error("get", key, exc) from exc
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes of ``key`` from byte ``start``; fewer only if the object ends first."""
+        import obstore
+
+        if start < 0 or length < 0:
+            raise RemoteStorageError(f"bad range start={start} length={length}", key=key)
+        if length == 0:
+            return b""
+        try:
+            return bytes(obstore.get_range(self._store, key, start=start, length=length))
+        except Exception as exc:
+            raise _error("get_range", key, exc) from exc
+
+    def checksum(self, key: str) -> tuple[int, int]:
+        """``(size, crc32c)`` of the object ``key`` as the store returns it (streamed, not held in memory)."""
+        import obstore
+
+        size = crc = 0
+        try:
+            for chunk in obstore.get(self._store, key).stream(min_chunk_size=_CHUNK):
+                crc = crc32c.crc32c(bytes(chunk), crc)
+                size += len(chunk)
+        except Exception as exc:
+            raise _error("get", key, exc) from exc
+        return size, crc
+
+    def download(self, key: str, path: str) -> tuple[int, int]:
+        """Stream ``key`` into the new local file ``path`` (fsynced); ``(size, crc32c)`` of what was written."""
+        import obstore
+
+        size = crc = 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            for chunk in obstore.get(self._store, key).stream(min_chunk_size=_CHUNK):
+                data = bytes(chunk)
+                crc = crc32c.crc32c(data, crc)
+                size += len(data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            raise RemoteStorageError(f"cannot write {path}: {exc}", key=key) from exc
+        except Exception as exc:
+            raise _error("get", key, exc) from exc
+        finally:
+            os.close(fd)
+        return size, crc
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object whose key starts with ``prefix`` (a ``/``-ended folder), sorted by key."""
+        import obstore
+
+        try:
+            found = [
+                ObjectInfo(str(meta["path"]), int(meta["size"]))
+                for batch in obstore.list(self._store, prefix=prefix or None)
+                for meta in batch
+            ]
+        except Exception as exc:
+            raise _error("list", prefix, exc) from exc
+        return sorted(found, key=lambda info: info.key)
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (no error if it is already gone)."""
+        import obstore
+
+        try:
+            obstore.delete(self._store, key)
+        except FileNotFoundError:
+            return
+        except Exception as exc:
+            raise _error("delete", key, exc) from exc
+
+
+def open_store(url: str, **options: Any) -> ObjectStore:
+    """An :class:`ObjectStore` for ``url`` (see the module docstring for the schemes and options)."""
+    return ObjectStore(url, **options)
+
+
+def _open(url: str, options: dict[str, Any]) -> _ObstoreStore:
+    try:
+        from obstore.store import from_url
+    except ImportError as exc:
+        raise RemoteStorageError("tiered storage needs obstore: pip install 'pylog[tiered]'") from exc
+    if url.startswith("file://"):
+        options = {"mkdir": True, **options}
+    try:
+        return from_url(url, **options)
+    except Exception as exc:
+        raise RemoteStorageError(f"cannot open the object store {url}: {exc}") from exc
+
+
+def _already_exists(exc: Exception) -> bool:
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    return isinstance(exc, AlreadyExistsError | PreconditionError)
+
+
+def _error(op: str, key: str, exc: Exception) -> RemoteStorageError:
+    if isinstance(exc, FileNotFoundError):
+        return RemoteStorageError(f"{op} {key}: no such object in the store", key=key)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return RemoteStorageError(f"{op} {key} failed: {first}", key=key)
