@@ -15,11 +15,14 @@ from typing import Any
 from pylog.clock import Clock
 from pylog.consumer import Consumer
 from pylog.directory import LogDirectory, repair, validate_topic_name
+from pylog.errors import IllegalStateError
 from pylog.groups import admin
 from pylog.groups.admin import GroupDescription
 from pylog.idempotent import IdempotentProducer
 from pylog.producer import Producer
 from pylog.structs import OffsetAndMetadata, TopicPartition
+from pylog.tiered.store import ObjectStore
+from pylog.tiered.uploader import TierResult, tier_partition
 
 __all__ = ["Log", "open_log", "repair", "validate_topic_name"]
 
@@ -28,7 +31,23 @@ class Log(LogDirectory):
     """An open log directory and its clients. Use :func:`pylog.open`. A context manager; thread-safe.
 
     ``max_open_partitions`` and ``max_open_maps`` bound the file descriptors this object keeps open (about
-    three per open partition plus one per mapped segment), however many partitions and segments exist."""
+    three per open partition plus one per mapped segment), however many partitions and segments exist.
+
+    ``remote_storage`` is the object-store URL of tiered storage (``s3://bucket/prefix``, ``file:///path``),
+    ``remote_storage_options`` its client options (see :mod:`pylog.tiered.store`); :meth:`tier` uses them."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        remote_storage: str | None = None,
+        remote_storage_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(path, **kwargs)
+        self.remote_storage = remote_storage
+        self.remote_storage_options = dict(remote_storage_options or {})
+        self._remote: ObjectStore | None = None
 
     # -- clients ----------------------------------------------------------------------------------------
 
@@ -52,6 +71,25 @@ class Log(LogDirectory):
         """Delete a topic and all its data, and the offsets consumer groups committed for it."""
         super().delete_topic(name)
         admin.forget_topic_offsets(self.path, name, self.clock.time_ms())
+
+    # -- tiered storage ---------------------------------------------------------------------------------
+
+    def tier(self) -> list[TierResult]:
+        """Copy the sealed segments of every topic with ``remote_storage_enable`` to ``remote_storage`` now,
+        then publish each partition's remote manifest; one :class:`~pylog.tiered.uploader.TierResult` per
+        partition (``uploaded`` is empty when there was nothing new). Never deletes anything."""
+        self.check_open()
+        if self.remote_storage is None:
+            raise IllegalStateError("tier() needs a remote_storage URL: pylog.open(path, remote_storage=...)")
+        if self._remote is None:
+            self._remote = ObjectStore(self.remote_storage, **self.remote_storage_options)
+        results = []
+        for name in self.topics():
+            topic = self.topic(name)
+            if topic.config.remote_storage_enable:
+                for p in range(topic.num_partitions):
+                    results.append(tier_partition(self._remote, topic.partition(p), topic.num_partitions))
+        return results
 
     # -- consumer groups --------------------------------------------------------------------------------
 
@@ -87,11 +125,25 @@ class Log(LogDirectory):
 
 
 def open_log(
-    path: str | os.PathLike[str], *, clock: Clock | None = None, read_only: bool = False, **defaults: Any
+    path: str | os.PathLike[str],
+    *,
+    clock: Clock | None = None,
+    read_only: bool = False,
+    remote_storage: str | None = None,
+    remote_storage_options: dict[str, Any] | None = None,
+    **defaults: Any,
 ) -> Log:
     """Open (creating if needed) the log directory at ``path``. ``defaults`` are topic config defaults.
+    ``remote_storage`` (an object-store URL) and its ``remote_storage_options`` are for :meth:`Log.tier`.
 
     ``read_only=True`` (or a directory this process cannot write) opens it without writing anything: reads
     see each partition as its files hold it when first used; writes raise
     :class:`~pylog.errors.ReadOnlyLogError`."""
-    return Log(path, clock=clock, read_only=read_only, **defaults)
+    return Log(
+        path,
+        clock=clock,
+        read_only=read_only,
+        remote_storage=remote_storage,
+        remote_storage_options=remote_storage_options,
+        **defaults,
+    )
