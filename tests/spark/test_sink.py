@@ -231,6 +231,15 @@ def test_stream_to_pylog_restart_and_replay(spark: Any, stream_log: str, tmp_pat
     with pylog.open(path) as log:
         assert last_committed_batch(log, str(query.id)) == last
 
+    # Spark's own reader agrees: read_committed gives each record once, read_uncommitted the replay too
+    def read(isolation: str) -> Any:
+        reader = spark.read.format("pylog").option("subscribe", "out")
+        return reader.option("kafka.isolation.level", isolation).load(path)
+
+    assert Counter(bytes(r.value) for r in read("read_committed").select("value").collect()) == want
+    everything = sum(_output(path, "read_uncommitted").values())
+    assert read("read_uncommitted").count() == everything > sum(want.values())
+
 
 # -- the kill test ----------------------------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ loop per record; rows with headers go through ``Producer.send`` one by one). Tas
 to the same partitions safely: pylog serializes appending processes with a per-partition file lock.
 
 Delivery is at-least-once: records a task wrote stay in the log when the task or the job fails afterwards,
-and a retried task writes them again.
+and a retried task writes them again. The streaming sink (:mod:`pylog.spark.sink`) shares this module's
+Arrow path and is exactly-once.
 """
 
 from __future__ import annotations
