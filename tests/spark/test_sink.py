@@ -128,6 +128,7 @@ def test_options_are_checked(out_log: str) -> None:
     for bad, message in (
         ({"topc": "out"}, "did you mean 'topic'"),
         ({"kafka.bootstrap.servers": "h:9092"}, "no brokers"),
+        ({"kafka.linger.ms": "5"}, "the only kafka.* option is kafka.transaction.timeout.ms"),
         ({"acks": "1"}, "acks must be all"),
         ({"kafka.transaction.timeout.ms": "soon"}, "whole number of milliseconds"),
         ({"topic": "nope"}, "unknown topic 'nope'"),

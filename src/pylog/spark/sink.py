@@ -73,6 +73,7 @@ import pylog
 from pylog.errors import ConfigError, IllegalStateError, ProducerFencedError, UnknownGroupError
 from pylog.groups.admin import group_offsets, stage_transactional_offsets
 from pylog.idempotent import IdempotentProducer
+from pylog.spark.options import check_write_options
 from pylog.spark.snapshot import check_log_dir
 from pylog.spark.writer import append_record_batch, check_write_schema
 from pylog.structs import OffsetAndMetadata, TopicPartition
@@ -94,14 +95,6 @@ TIMEOUT_OPTION = "kafka.transaction.timeout.ms"
 #: Spark local properties of a streaming query's tasks (StreamExecution.QUERY_ID_KEY, BATCH_ID_KEY).
 _QUERY_ID_KEY = "sql.streaming.queryId"
 _BATCH_ID_KEY = "streaming.sql.batchId"
-_KNOWN = {name.lower(): name for name in ("path", "topic", "acks", "checkpointLocation", TIMEOUT_OPTION)}
-_KAFKA_ONLY = {
-    "kafka.bootstrap.servers": "pylog has no brokers: give the log directory with .start(path) or the option path",
-    "kafka.acks": "a pylog transaction always waits for fsync (acks=all)",
-    "kafka.transactional.id": "the sink names its transactions after the query id and the task's partition",
-    "kafka.key.serializer": "keys are written as given (binary or string columns)",
-    "kafka.value.serializer": "values are written as given (binary or string columns)",
-}
 
 
 def task_transactional_id(query_id: str, partition: int) -> str:
@@ -149,26 +142,9 @@ class SinkCommitMessage(WriterCommitMessage):
     topics: tuple[str, ...]
 
 
-def _check_options(raw: Mapping[str, Any]) -> dict[str, str]:
-    import difflib
-
-    opts = {str(k).lower(): str(v) for k, v in raw.items()}
-    for key in opts:
-        if key in _KNOWN:
-            continue
-        if key in _KAFKA_ONLY:
-            raise ConfigError(
-                f"option {key!r} of Spark's Kafka sink does not apply to pylog: {_KAFKA_ONLY[key]}"
-            )
-        close = difflib.get_close_matches(key, list(_KNOWN), n=1, cutoff=0.6)
-        hint = f"did you mean {_KNOWN[close[0]]!r}?" if close else f"options are {', '.join(_KNOWN.values())}"
-        raise ConfigError(f'unknown option {key!r} for writeStream.format("pylog"): {hint}')
-    return opts
-
-
 def make_stream_writer(raw_options: Mapping[str, Any], schema: Any) -> PylogStreamWriter:
     """The sink for ``writeStream.format("pylog")`` with these options (checked: ConfigError for a bad one)."""
-    opts = _check_options(raw_options)
+    opts = check_write_options(raw_options, extra=("checkpointLocation", TIMEOUT_OPTION))
     path = check_log_dir(opts.get("path", ""))
     topic = opts.get("topic")
     check_write_schema(schema, topic, path)
