@@ -1,0 +1,246 @@
+"""Tiered storage under faults (file:// backend): a crash at every object-store write of an upload, a crash
+between segment upload and manifest publish, corrupt, truncated or missing remote objects at restore, an
+upload the store corrupts, and two processes publishing manifest versions at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pylog
+from pylog.clock import ManualClock
+from pylog.errors import CorruptRecordError, RemoteStorageError
+from pylog.tiered import uploader
+from pylog.tiered.manifest import PartitionManifest, decode_manifest, manifest_key, read_manifest
+from pylog.tiered.restore import restore
+from pylog.tiered.store import ObjectStore
+from pylog.tiered.uploader import tier_partition
+
+Model = dict[int, tuple[bytes, bytes]]
+
+
+class Crash(Exception):
+    """The injected failure."""
+
+
+class FaultyStore(ObjectStore):
+    """Raises :class:`Crash` instead of performing the ``fail_at``-th write (put or put_file), 1-based."""
+
+    def __init__(self, url: str, fail_at: int) -> None:
+        super().__init__(url)
+        self.fail_at = fail_at
+        self.writes = 0
+
+    def _count(self) -> None:
+        self.writes += 1
+        if self.writes == self.fail_at:
+            raise Crash(f"write {self.writes}")
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        self._count()
+        return super().put(key, data, if_absent=if_absent)
+
+    def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
+        self._count()
+        return super().put_file(key, path, length, if_absent=if_absent)
+
+
+def _produce(log: pylog.Log, n: int, start: int = 0) -> Model:
+    p = log.producer(batch_size=300, value_serializer=None)
+    futs = [(p.send("t", b"v%d" % i + bytes(i % 61), key=b"k%d" % i), i) for i in range(start, start + n)]
+    p.flush()
+    model = {}
+    for fut, i in futs:
+        model[fut.get().offset] = (b"k%d" % i, b"v%d" % i + bytes(i % 61))
+    p.close()
+    return model
+
+
+def _restored_records(remote: Path, target: Path) -> Model:
+    restore(remote.as_uri(), target)
+    with pylog.open(target, clock=ManualClock()) as log:
+        c = log.consumer(value_deserializer=None, key_deserializer=None)
+        tp = log.topic("t").partitions()[0]
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        got = {r.offset: (r.key, r.value) for r in c.iterate(timeout_ms=0)}
+        c.close()
+    shutil.rmtree(target)
+    return got
+
+
+@pytest.fixture
+def tiered_once(tmp_path: Path) -> Any:
+    """A log whose first segments are tiered (the baseline manifest), then more sealed segments not yet."""
+    remote = tmp_path / "baseline"
+    log = pylog.open(tmp_path / "log", clock=ManualClock(), remote_storage=remote.as_uri())
+    log.create_topic("t", 1, segment_bytes=2048, remote_storage_enable=True)
+    model = _produce(log, 250)
+    log.topic("t").partition(0).roll()
+    log.tier()
+    baseline, _ = read_manifest(ObjectStore(remote.as_uri()), "t", 0)
+    model |= _produce(log, 150, start=250)
+    log.topic("t").partition(0).roll()
+    yield log, remote, baseline, model
+    log.close()
+
+
+def test_a_crash_at_every_write_of_an_upload_leaves_the_previous_manifest_and_a_rerun_completes(
+    tmp_path: Path, tiered_once: Any
+) -> None:
+    log, baseline_remote, baseline, model = tiered_once
+    plog = log.topic("t").partition(0)
+    assert baseline is not None and baseline.segments
+    old = {o: r for o, r in model.items() if o < baseline.log_end_offset}
+    crashes = 0
+    for k in range(1, 100):
+        remote = tmp_path / f"remote-{k}"
+        shutil.copytree(baseline_remote, remote)
+        store = FaultyStore(remote.as_uri(), fail_at=k)
+        try:
+            tier_partition(store, plog, 1)
+        except Crash:
+            crashes += 1
+        else:
+            break  # k is past the last write: every write was a crash point
+        assert read_manifest(store, "t", 0)[0] == baseline  # the previous manifest stays authoritative
+        assert _restored_records(remote, tmp_path / "restored") == old
+        result = tier_partition(ObjectStore(remote.as_uri()), plog, 1)  # the re-run completes
+        assert result.manifest.log_end_offset == plog.log_end_offset
+        assert _restored_records(remote, tmp_path / "restored") == model
+    # new sealed segments x (log + index + timeindex) + the manifest
+    assert crashes == 3 * (len(plog.segments) - 1 - len(baseline.segments)) + 1
+
+
+def test_an_exception_between_upload_and_publish_publishes_nothing(
+    tmp_path: Path, tiered_once: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, remote, baseline, model = tiered_once
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise Crash("after the segment upload, before the manifest")
+
+    monkeypatch.setattr(uploader, "publish_manifest", crash)
+    with pytest.raises(Crash):
+        log.tier()
+    store = ObjectStore(remote.as_uri())
+    assert read_manifest(store, "t", 0) == (baseline, baseline.version)
+    monkeypatch.undo()
+    result = log.tier()[0]
+    assert result.manifest.version == baseline.version + 1
+    # the crashed run's objects stay unnamed; the re-run uploaded its own copies
+    named = {s.key for s in result.manifest.segments}
+    assert all(s.key in named for s in result.uploaded)
+    assert _restored_records(remote, tmp_path / "restored") == model
+
+
+def _flip(path: Path, rng: random.Random) -> None:
+    data = bytearray(path.read_bytes())
+    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flip-log", "truncate-log", "flip-index", "missing-log", "torn-manifest"])
+def test_a_damaged_remote_object_is_detected_at_restore_and_nothing_is_restored(
+    tmp_path: Path, tiered_once: Any, damage: str
+) -> None:
+    log, remote, baseline, model = tiered_once
+    log.tier()
+    manifest, _ = read_manifest(ObjectStore(remote.as_uri()), "t", 0)
+    assert manifest is not None
+    rng = random.Random(damage)
+    seg = manifest.segments[rng.randrange(len(manifest.segments))]
+    log_object = remote / seg.key
+    if damage == "flip-log":
+        _flip(log_object, rng)
+    elif damage == "truncate-log":
+        log_object.write_bytes(log_object.read_bytes()[: seg.size - 1 - rng.randrange(seg.size - 1)])
+    elif damage == "flip-index":
+        index = next(s for s in manifest.segments if s.index is not None and s.index.size).index
+        assert index is not None
+        _flip(remote / index.key, rng)
+    elif damage == "missing-log":
+        log_object.unlink()
+    else:  # the newest manifest torn: restore falls back to the one before, which is whole
+        newest = remote / manifest_key("t", 0, manifest.version)
+        newest.write_bytes(newest.read_bytes()[:-5])
+        old = {o: r for o, r in model.items() if o < baseline.log_end_offset}
+        assert _restored_records(remote, tmp_path / "restored") == old
+        return
+    expected = RemoteStorageError if damage == "missing-log" else CorruptRecordError
+    with pytest.raises(expected):
+        restore(remote.as_uri(), tmp_path / "restored")
+    assert not (tmp_path / "restored").exists()
+    assert not [n for n in os.listdir(tmp_path) if ".restore-" in n]  # the staging directory is gone
+
+
+class CorruptingStore(ObjectStore):
+    """Flips one byte of every object it stores from a file, after the put (a store that damages data)."""
+
+    def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
+        result = super().put_file(key, path, length, if_absent=if_absent)
+        target = Path(self.url.removeprefix("file://")) / key
+        if length:
+            _flip(target, random.Random(key))
+        return result
+
+
+def test_an_upload_the_store_corrupts_is_caught_before_any_manifest_names_it(tiered_once: Any) -> None:
+    log, remote, baseline, _ = tiered_once
+    store = CorruptingStore(remote.as_uri())
+    with pytest.raises(CorruptRecordError):
+        tier_partition(store, log.topic("t").partition(0), 1)
+    assert read_manifest(store, "t", 0) == (baseline, baseline.version)
+
+
+WRITER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from pylog.tiered.manifest import PartitionManifest, publish_manifest
+    from pylog.tiered.store import ObjectStore
+
+    url, wid, go, versions = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    store = ObjectStore(url)
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    won = []
+    for v in range(1, versions + 1):
+        if publish_manifest(store, PartitionManifest("t", 0, 1, {"writer": wid}), v) is not None:
+            won.append(v)
+    print(json.dumps(won))
+    """
+)
+
+
+def test_two_processes_never_publish_the_same_manifest_version(tmp_path: Path) -> None:
+    url, go, versions = (tmp_path / "remote").as_uri(), tmp_path / "go", 60
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, str(wid), str(go), str(versions)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for wid in (1, 2)
+    ]
+    go.touch()
+    won = {}
+    for wid, proc in zip((1, 2), procs, strict=True):
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        won[wid] = set(json.loads(out))
+    assert not won[1] & won[2]
+    assert won[1] | won[2] == set(range(1, versions + 1))  # every version was taken, by exactly one
+    store = ObjectStore(url)
+    for wid, mine in won.items():
+        for v in mine:
+            manifest = decode_manifest(store.get(manifest_key("t", 0, v)))
+            assert manifest == PartitionManifest("t", 0, 1, {"writer": wid}, (), v)
