@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pylog import __version__
-from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _topics
+from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _tiered, _topics
 from pylog.cli._common import DEFAULT_DIR, CliError, Parents, UsageError, describe_error
 from pylog.errors import PylogError
 
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     _groups.register(sub, parents)
     _dump.register(sub, parents)
     _maintenance.register(sub, parents)
+    _tiered.register(sub, parents)
     return parser
 
 

@@ -1,0 +1,121 @@
+"""``pylog tier URL`` and ``pylog restore URL DIR``: tiered storage from the command line.
+
+``tier`` uploads the sealed segments of every topic with ``remote_storage_enable`` in the log directory
+(``--dir``) to the object store at URL and prints what each partition uploaded (``Log.tier()``).
+
+``restore`` rebuilds a new log directory DIR from the object store at URL and prints the offsets of every
+restored partition; DIR must not exist or be empty (see :mod:`pylog.tiered.restore`).
+
+Object-store options (an S3 endpoint, a region, credentials) are ``--option KEY=VALUE``, passed to obstore's
+``from_url``; ``allow_http``, ``timeout`` and ``connect_timeout`` go to its client options. The usual
+``AWS_*`` environment variables work too.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+import pylog
+from pylog.cli._common import Output, Parents, UsageError, log_dir
+from pylog.tiered.restore import restore as restore_log
+
+if TYPE_CHECKING:
+    from pylog.cli._common import Subparsers
+
+__all__ = ["register"]
+
+_CLIENT_OPTIONS = ("allow_http", "timeout", "connect_timeout")
+
+
+def register(sub: Subparsers, parents: Parents) -> None:
+    p = sub.add_parser(
+        "tier", parents=parents.base, help="upload sealed segments of remote_storage_enable topics to URL"
+    )
+    p.add_argument(
+        "url", metavar="URL", help="object store, e.g. s3://bucket/prefix or file:///mnt/shared/log"
+    )
+    _add_options(p)
+    p.set_defaults(func=tier)
+
+    p = sub.add_parser(
+        "restore", parents=parents.json_only, help="rebuild a new log directory from an object store"
+    )
+    p.add_argument("url", metavar="URL", help="object store the log was tiered to")
+    p.add_argument("target", metavar="DIR", help="new log directory (must not exist, or be empty)")
+    _add_options(p)
+    p.set_defaults(func=restore)
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="object-store option, e.g. endpoint=http://127.0.0.1:9000 region=us-east-1 allow_http=true",
+    )
+
+
+def store_options(items: list[str] | None) -> dict[str, Any]:
+    """``["endpoint=http://h:9000", "allow_http=true"]`` -> obstore ``from_url`` keyword arguments."""
+    options: dict[str, Any] = {}
+    client: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--option needs KEY=VALUE, got {item!r}")
+        parsed: Any = {"true": True, "false": False}.get(value.strip().lower(), value)
+        (client if key in _CLIENT_OPTIONS else options)[key] = parsed
+    if client:
+        options["client_options"] = client
+    return options
+
+
+def tier(args: argparse.Namespace) -> int:
+    out = Output(args)
+    with pylog.open(
+        log_dir(args), remote_storage=args.url, remote_storage_options=store_options(args.option)
+    ) as log:
+        results = log.tier()
+    rows = [
+        {
+            "topic": r.topic,
+            "partition": r.partition,
+            "uploaded": len(r.uploaded),
+            "uploaded_bytes": sum(s.size for s in r.uploaded),
+            "manifest_version": r.manifest.version,
+            "remote_end_offset": r.manifest.log_end_offset,
+        }
+        for r in results
+    ]
+    if out.json:
+        out.document({"url": args.url, "partitions": rows})
+    elif not rows:
+        out.line("no topic has remote_storage_enable=true: nothing to tier")
+    else:
+        out.table(list(rows[0]), [list(row.values()) for row in rows])
+    return 0
+
+
+def restore(args: argparse.Namespace) -> int:
+    out = Output(args)
+    report = restore_log(args.url, args.target, **store_options(args.option))
+    rows = [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "log_start_offset": r.log_start_offset,
+            "last_offset": r.log_end_offset - 1 if r.log_end_offset > r.log_start_offset else None,
+            "log_end_offset": r.log_end_offset,
+            "segments": r.segments,
+        }
+        for tp, r in sorted(report.items())
+    ]
+    if out.json:
+        out.document({"url": args.url, "target": args.target, "partitions": rows})
+    elif not rows:
+        out.line(f"restored an empty log into {args.target}: the store holds no remote manifest")
+    else:
+        out.table(list(rows[0]), [list(row.values()) for row in rows], title=f"restored into {args.target}")
+    return 0
