@@ -112,8 +112,11 @@ _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
 
 
-def parse_value(text: str) -> int | float | str:
-    """A config value: an int when numeric, a float when it is a decimal number, else the string."""
+def parse_value(text: str) -> bool | int | float | str:
+    """A config value: a bool for true/false, an int when numeric, a float when it is a decimal number, else
+    the string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     if _INT.fullmatch(text):
         return int(text)
     if _FLOAT.fullmatch(text):
