@@ -67,6 +67,7 @@ __all__ = ["GroupMember", "topic_names"]
 
 _SCAN_MS = 200  # how often (at most, group-wide) a member scans the group for dead members and new topics
 _COUNTER = itertools.count(1)
+_LAGGARDS: dict[str, list[str]] = {}  # group directory -> see coordinator.completable
 
 
 def topic_names(log: LogDirectory) -> list[str]:
@@ -111,9 +112,8 @@ class GroupMember:
         self._seen_seq = -2  # the published state version (store.state_seq()) this member last acted on
         self._slot = -1
         self._joined = -1  # the rebalance this member joined last (also in its slot)
-        self._laggards: list[
-            str
-        ] = []  # a member found not joined at the last look (see coordinator.completable)
+        # a member found not joined at the last look, shared by this process's members of the group
+        self._laggards = _LAGGARDS.setdefault(self.store.directory, [])
         self._left_for_poll_interval = False
         self._async: queue.Queue[tuple[dict[TopicPartition, OffsetAndMetadata], Any] | None] | None = None
         self._async_thread: threading.Thread | None = None

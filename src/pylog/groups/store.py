@@ -99,6 +99,9 @@ GROUPS_DIR = "__groups"
 #: state path -> (heartbeat table incarnation, (version, msgpack body, decoded state)): the last version
 #: decoded in this process, shared by its stores of the group
 _DECODED: dict[str, tuple[int, tuple[int, bytes, dict[str, Any]]]] = {}
+#: group directory -> what this process read of its offsets.log (see _CommittedOffsets)
+_COMMITTED: dict[str, _CommittedOffsets] = {}
+_COMMITTED_LOCK = threading.Lock()
 _STATE_MAGIC = b"pylog-group 2 "
 _STATE_MAGIC_V1 = b"pylog-group 1 "
 _COMPACT_MIN_BYTES = 256 << 10
@@ -208,16 +211,9 @@ class GroupStore:
         )
         self.table = HeartbeatTable(os.path.join(self.directory, "heartbeats"))
         self._thread_lock = threading.RLock()
-        self._offsets_thread_lock = threading.RLock()
         self._depth = 0
         self._shared = False
-        self._offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        self._set_at: dict[TopicPartition, int] = {}  # file position of the record that set each offset
-        self._pending: list[tuple[int, tuple[int, int, int], list[Any]]] = []  # open transactions' records
-        self._unapplied: list[tuple[int, bytes]] = []  # (position, payload) read and checked, not applied
-        self._txn_log: Any = None
-        self._offsets_stamp: tuple[int, int] = (-1, -1)  # (inode, bytes read)
-        self._offsets_tail = b""  # the last bytes read: tells a reused inode number from the same file
+        self._committed = _CommittedOffsets.acquire(root, self.directory)
         self._state_cache: tuple[int, bytes, dict[str, Any]] | None = None  # (version, raw, decoded)
         self._closed = False
         if not self.table.initialized:
@@ -231,8 +227,7 @@ class GroupStore:
                 fs.FS.close(self._lock_fd)
                 fs.FS.close(self._offsets_lock_fd)
                 self.table.close()
-                if self._txn_log is not None:
-                    self._txn_log.close()
+                self._committed.release()
 
     @contextlib.contextmanager
     def lock(self, *, shared: bool = False) -> Iterator[None]:
@@ -288,9 +283,16 @@ class GroupStore:
         return self._current()[2]
 
     def read_state(self) -> dict[str, Any]:
-        """The current state, as a fresh copy the caller may change and pass to :meth:`write_state` (call
-        under the exclusive lock)."""
-        state: dict[str, Any] = msgpack.unpackb(self._current()[1])
+        """The current state, as a copy the caller may change and pass to :meth:`write_state` (call under the
+        exclusive lock). The copy is two levels deep: the top level, ``rebalance``, ``topics``, ``static``,
+        ``members`` and each member's record are new dicts; lists and assignments inside a record are shared
+        with the cached view, so the protocol replaces them, never changes them in place."""
+        view = self._current()[2]
+        state = dict(view)
+        for key in ("rebalance", "topics", "static"):
+            if isinstance(view.get(key), dict):
+                state[key] = dict(view[key])
+        state["members"] = {mid: dict(m) for mid, m in view["members"].items()}
         return state
 
     def _current(self) -> tuple[int, bytes, dict[str, Any]]:
@@ -318,7 +320,8 @@ class GroupStore:
         return fresh
 
     def write_state(self, state: dict[str, Any]) -> None:
-        """Replace the state (call under the exclusive lock, with a state from :meth:`read_state`)."""
+        """Replace the state (call under the exclusive lock, with a state from :meth:`read_state`). The dict
+        becomes the cached view: the caller must not change it afterwards."""
         version = int(state.get("version", 0)) + 1
         state["version"] = version
         body = msgpack.packb(state)
@@ -334,7 +337,7 @@ class GroupStore:
         fs.FS.rename(tmp, self.state_path)
         # No directory fsync: after a power loss the old version may come back, which is the crash contract
         # (the state only describes live members, and none survive a power loss).
-        self._state_cache = (version, body, msgpack.unpackb(body))
+        self._state_cache = (version, body, state)
         _DECODED[self.state_path] = (self.table.incarnation(), self._state_cache)
         self.table.set_state_seq(2 * version)
 
@@ -403,13 +406,104 @@ class GroupStore:
     # -- committed offsets ------------------------------------------------------------------------------
 
     def offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets, the latest per partition (read incrementally, see :class:`_CommittedOffsets`)."""
+        return self._committed.offsets()
+
+    def append_offsets(
+        self,
+        entries: list[tuple[str, int, int, str]],
+        *,
+        generation: int,
+        member_id: str,
+        now_ms: int,
+        txn: tuple[int, int, int] | None = None,
+    ) -> None:
+        """Durably record ``entries`` ``(topic, partition, offset, metadata)``; returns after the fsync: the
+        commit is acknowledged."""
+        self.write_offsets(entries, generation=generation, member_id=member_id, now_ms=now_ms, txn=txn).sync()
+
+    def write_offsets(
+        self,
+        entries: list[tuple[str, int, int, str]],
+        *,
+        generation: int,
+        member_id: str,
+        now_ms: int,
+        txn: tuple[int, int, int] | None = None,
+    ) -> PendingSync:
+        """Append ``entries`` ``(topic, partition, offset, metadata)`` under the append lock (``offsets.lock``),
+        and return what acknowledges them: :meth:`PendingSync.sync`, the fsync, which the caller runs after
+        releasing its locks, so that the fsyncs of members committing at once overlap."""
+        fields: list[Any] = [now_ms, generation, member_id, [list(e) for e in entries]]
+        if txn is not None:
+            fields.append(list(txn))
+        record = journal.encode(msgpack.packb(fields))
+        with self._committed.lock:
+            fcntl.flock(self._offsets_lock_fd, fcntl.LOCK_EX)
+            try:
+                return self._committed.append(record, now_ms)
+            finally:
+                fcntl.flock(self._offsets_lock_fd, fcntl.LOCK_UN)
+
+    def delete_files(self) -> None:
+        """Remove the group's directory (two-phase: rename, fsync the parent, then remove)."""
+        parent = os.path.dirname(self.directory)
+        doomed = self.directory + ".deleted"
+        fs.rmtree(doomed, ignore_errors=True)
+        fs.FS.rename(self.directory, doomed)
+        fs.FS.fsync_dir(parent)
+        fs.rmtree(doomed, ignore_errors=True)
+
+
+class _CommittedOffsets:
+    """What this process has read of a group's ``offsets.log``, shared by its stores of the group (members
+    of one group in one process read each record once). Counted references: the last store to close it
+    closes it. Thread-safety: :attr:`lock` guards everything.
+    """
+
+    def __init__(self, root: str, directory: str) -> None:
+        self.root = root
+        self.directory = directory
+        self.offsets_path = os.path.join(directory, "offsets.log")
+        self.lock = threading.RLock()
+        self.users = 0
+        self._offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        self._set_at: dict[TopicPartition, int] = {}  # file position of the record that set each offset
+        self._pending: list[tuple[int, tuple[int, int, int], list[Any]]] = []  # open transactions' records
+        self._unapplied: list[tuple[int, bytes]] = []  # (position, payload) read and checked, not applied
+        self._txn_log: Any = None
+        self._offsets_stamp: tuple[int, int] = (-1, -1)  # (inode, bytes read)
+        self._offsets_tail = b""  # the last bytes read: tells a reused inode number from the same file
+
+    @classmethod
+    def acquire(cls, root: str, directory: str) -> _CommittedOffsets:
+        with _COMMITTED_LOCK:
+            found = _COMMITTED.get(directory)
+            if found is None:
+                found = _COMMITTED[directory] = cls(root, directory)
+            found.users += 1
+            return found
+
+    def release(self) -> None:
+        with _COMMITTED_LOCK:
+            self.users -= 1
+            if self.users > 0:
+                return
+            if _COMMITTED.get(self.directory) is self:
+                del _COMMITTED[self.directory]
+        with self.lock:
+            if self._txn_log is not None:
+                self._txn_log.close()
+                self._txn_log = None
+
+    def offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """Committed offsets, the latest per partition (read incrementally: only new records are parsed).
 
         The file read so far is recognised by its inode number and the bytes just before where reading
         stopped: a compaction by another process replaces the file, and the new one may get the old inode
         number back once that is free, so the number alone could make this resume in the middle of a record
         of another file."""
-        with self._offsets_thread_lock:  # the async-commit thread appends while the user's thread reads
+        with self.lock:  # the async-commit thread appends while the user's thread reads
             try:
                 fd = os.open(self.offsets_path, os.O_RDONLY)
             except FileNotFoundError:
@@ -521,43 +615,8 @@ class GroupStore:
                 position=position,
             ) from exc
 
-    def append_offsets(
-        self,
-        entries: list[tuple[str, int, int, str]],
-        *,
-        generation: int,
-        member_id: str,
-        now_ms: int,
-        txn: tuple[int, int, int] | None = None,
-    ) -> None:
-        """Durably record ``entries`` ``(topic, partition, offset, metadata)``; returns after the fsync: the
-        commit is acknowledged."""
-        self.write_offsets(entries, generation=generation, member_id=member_id, now_ms=now_ms, txn=txn).sync()
-
-    def write_offsets(
-        self,
-        entries: list[tuple[str, int, int, str]],
-        *,
-        generation: int,
-        member_id: str,
-        now_ms: int,
-        txn: tuple[int, int, int] | None = None,
-    ) -> PendingSync:
-        """Append ``entries`` ``(topic, partition, offset, metadata)`` under the append lock (``offsets.lock``),
-        and return what acknowledges them: :meth:`PendingSync.sync`, the fsync, which the caller runs after
-        releasing its locks, so that the fsyncs of members committing at once overlap."""
-        fields: list[Any] = [now_ms, generation, member_id, [list(e) for e in entries]]
-        if txn is not None:
-            fields.append(list(txn))
-        record = journal.encode(msgpack.packb(fields))
-        with self._offsets_thread_lock:
-            fcntl.flock(self._offsets_lock_fd, fcntl.LOCK_EX)
-            try:
-                return self._append(record, now_ms)
-            finally:
-                fcntl.flock(self._offsets_lock_fd, fcntl.LOCK_UN)
-
-    def _append(self, record: bytes, now_ms: int) -> PendingSync:
+    def append(self, record: bytes, now_ms: int) -> PendingSync:
+        """Append ``record`` (the caller holds :attr:`lock` and the append lock, ``offsets.lock``)."""
         self._find_end()
         fd = fs.FS.open(self.offsets_path, os.O_RDWR | os.O_CREAT)
         try:
@@ -597,15 +656,6 @@ class GroupStore:
         fs.atomic_write(self.offsets_path, journal.encode(payload))
         self._forget_offsets()
         self.offsets()
-
-    def delete_files(self) -> None:
-        """Remove the group's directory (two-phase: rename, fsync the parent, then remove)."""
-        parent = os.path.dirname(self.directory)
-        doomed = self.directory + ".deleted"
-        fs.rmtree(doomed, ignore_errors=True)
-        fs.FS.rename(self.directory, doomed)
-        fs.FS.fsync_dir(parent)
-        fs.rmtree(doomed, ignore_errors=True)
 
 
 _HEAD_SIZE = len(_STATE_MAGIC) + 9  # magic, 8 hex digits of CRC-32C, b"\n"
