@@ -96,17 +96,15 @@ def upload_segment(store: ObjectStore, topic: str, partition: int, seg: Segment)
     key = segment_key(topic, partition, seg.base_offset, upload_id, ".log")
     try:
         size, crc = store.put_file(key, seg.path, seg.size)
-    except RemoteStorageError:
-        if not os.path.exists(seg.path):
-            return None
-        raise
-    _verify(store, key, size, crc)
-    index = _upload_index(
-        store, seg.index_path, segment_key(topic, partition, seg.base_offset, upload_id, ".index")
-    )
-    timeindex = _upload_index(
-        store, seg.timeindex_path, segment_key(topic, partition, seg.base_offset, upload_id, ".timeindex")
-    )
+        _verify(store, key, size, crc)
+        index = _upload_index(
+            store, seg.index_path, segment_key(topic, partition, seg.base_offset, upload_id, ".index")
+        )
+        timeindex = _upload_index(
+            store, seg.timeindex_path, segment_key(topic, partition, seg.base_offset, upload_id, ".timeindex")
+        )
+    except FileNotFoundError:
+        return None  # deleted by retention meanwhile: what was uploaded stays unnamed
     return RemoteSegment(
         seg.base_offset, seg.next_offset, size, seg.max_timestamp, crc, key, index, timeindex
     )

@@ -36,12 +36,12 @@ def _open(root: Path, remote: Path) -> pylog.Log:
     return pylog.open(root / "log", clock=ManualClock(), remote_storage=remote.as_uri())
 
 
-def _produce(log: pylog.Log, topic: str, n: int, start: int = 0) -> Model:
+def _produce(log: pylog.Log, topic: str, n: int, start: int = 0, ts0: int = 1_700_000_000_000) -> Model:
     """Send ``n`` records; the model maps (partition, offset) -> (key, value, timestamp) as acknowledged."""
     p = log.producer(batch_size=300, value_serializer=None)
     sent = []
     for i in range(start, start + n):
-        key, value, ts = b"k%d" % i, b"v%d:" % i + bytes(i % 97), 1_700_000_000_000 + i
+        key, value, ts = b"k%d" % i, b"v%d:" % i + bytes(i % 97), ts0 + i
         sent.append((p.send(topic, value, key=key, timestamp_ms=ts), key, value, ts))
     p.flush()
     model = {}
@@ -125,6 +125,52 @@ def test_tier_is_idempotent_and_uploads_only_new_sealed_segments(tmp_path: Path)
     restore(store, tmp_path / "restored")
     with pylog.open(tmp_path / "restored", clock=ManualClock()) as restored:
         assert _read_all(restored, "t") == model
+
+
+def test_segments_retention_deleted_before_upload_move_the_remote_log_start(tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    clock = ManualClock(1_700_000_000_000)
+    day = 24 * 3600 * 1000
+    with pylog.open(tmp_path / "log", clock=clock, remote_storage=remote.as_uri()) as log:
+        log.create_topic("t", 1, segment_bytes=2048, retention_ms=day, remote_storage_enable=True)
+        plog = log.topic("t").partition(0)
+        _produce(log, "t", 200, ts0=clock.time_ms() - 3 * day)
+        plog.roll()
+        first = log.tier()[0].manifest
+        _produce(log, "t", 200, start=200, ts0=clock.time_ms() - 3 * day)  # expires before it is tiered
+        plog.roll()
+        fresh_start = plog.log_end_offset
+        fresh = _produce(log, "t", 200, start=400, ts0=clock.time_ms())
+        plog.roll()
+        expired = [s for s in plog.segments[:-1] if s.base_offset < fresh_start]
+        assert len(expired) > len(first.segments)  # tiered ones and never-tiered ones
+        assert log.apply_retention() == {"t": len(expired)}
+        assert plog.log_start_offset == fresh_start
+        manifest = log.tier()[0].manifest
+        end = plog.log_end_offset
+    # the remote segments stay contiguous: the run after the gap, starting where the local log now starts
+    assert manifest.log_start_offset == fresh_start and manifest.log_end_offset == end
+    report = restore(remote.as_uri(), tmp_path / "restored")
+    assert report[TopicPartition("t", 0)].log_start_offset == fresh_start
+    with pylog.open(tmp_path / "restored", clock=clock) as restored:
+        assert _read_all(restored, "t") == fresh
+
+
+def test_a_local_log_truncated_below_a_tiered_segment_is_refused(tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    with _open(tmp_path, remote) as log:
+        log.create_topic("t", 1, segment_bytes=2048, remote_storage_enable=True)
+        plog = log.topic("t").partition(0)
+        _produce(log, "t", 300)
+        plog.roll()
+        before = log.tier()[0].manifest
+        last = before.segments[-1]
+        plog.truncate_to(last.base_offset + 1)  # inside the newest tiered segment
+        _produce(log, "t", 300, start=1000)
+        plog.roll()
+        with pytest.raises(IllegalStateError):
+            log.tier()
+    assert read_manifest(ObjectStore(remote.as_uri()), "t", 0)[0] == before
 
 
 def test_enabled_topic_without_sealed_segments_publishes_an_empty_manifest(tmp_path: Path) -> None:
