@@ -45,7 +45,9 @@ Each segment:
 | ``key`` | str | the ``.log`` object's key |
 | ``index``, ``timeindex`` | object or null | ``{"key", "size", "crc32c"}`` of the index objects (null: none uploaded) |
 
-A manifest whose header, CRC, JSON, version or segment order does not check does not parse, and is skipped.
+A manifest whose header, CRC, JSON, version or segment order does not check does not parse, and is skipped;
+one of a format version this pylog does not know raises :class:`~pylog.errors.UnsupportedFormatError` (it was
+written by a newer pylog: skipping it would lose what it names).
 
 Thread-safety: the functions are thread-safe; several processes may publish concurrently (create-if-absent
 decides). Crash contract: publishing is one atomic put; nothing else is ever changed.
@@ -155,16 +157,19 @@ def decode_manifest(raw: bytes) -> PartitionManifest:
         raise UnsupportedFormatError(f"remote manifest format {parts[1]!r} is not known to this pylog")
     if parts[2] != b"%08x" % crc32c.crc32c(body):
         raise ValueError("remote manifest CRC mismatch")
-    data = json.loads(body)
-    segments = tuple(_segment(s) for s in data["segments"])
-    manifest = PartitionManifest(
-        topic=str(data["topic"]),
-        partition=int(data["partition"]),
-        partitions=int(data["partitions"]),
-        config=dict(data["config"]),
-        segments=segments,
-        version=int(data["version"]),
-    )
+    try:
+        data = json.loads(body)
+        segments = tuple(_segment(s) for s in data["segments"])
+        manifest = PartitionManifest(
+            topic=str(data["topic"]),
+            partition=int(data["partition"]),
+            partitions=int(data["partitions"]),
+            config=dict(data["config"]),
+            segments=segments,
+            version=int(data["version"]),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:  # a field missing or of the wrong type
+        raise ValueError(f"remote manifest fields do not check: {exc!r}") from exc
     _check_contiguous(segments)
     return manifest
 
@@ -209,7 +214,7 @@ def read_manifest(store: ObjectStore, topic: str, partition: int) -> tuple[Parti
     for version in reversed(versions):
         try:
             manifest = decode_manifest(store.get(manifest_key(topic, partition, version)))
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             continue  # torn, corrupt or foreign: fall back to the version before it
         if (manifest.version, manifest.topic, manifest.partition) == (version, topic, partition):
             return manifest, versions[-1]

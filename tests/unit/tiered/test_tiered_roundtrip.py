@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import crc32c
 import pytest
 
 import pylog
@@ -228,7 +229,23 @@ def test_manifest_codec_round_trips_and_detects_every_flipped_byte() -> None:
         with pytest.raises(Exception) as info:
             decode_manifest(bytes(bad))
         # the format digit flipped reads as a format this pylog does not know: also refused, never trusted
-        assert isinstance(info.value, ValueError | KeyError | TypeError | UnsupportedFormatError), i
+        assert isinstance(info.value, ValueError | UnsupportedFormatError), i
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[]",
+        b'{"segments": [1]}',
+        b'{"version": 1}',
+        b'{"topic": "t", "partition": 0, "partitions": 1, '
+        b'"config": {}, "version": 1, "segments": [{"base_offset": 5, "next_offset": 5, "size": 1, '
+        b'"max_timestamp": -1, "crc32c": 0, "key": "k"}]}',
+    ],
+)
+def test_a_manifest_with_a_good_crc_but_bad_fields_is_a_value_error(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_manifest(b"pylog-remote-manifest 1 %08x\n" % crc32c.crc32c(body) + body)
 
 
 def test_reader_falls_back_past_a_corrupt_newest_version_and_writers_skip_it(tmp_path: Path) -> None:
