@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,6 +34,7 @@ from pylog.errors import (
     UnknownTopicError,
     UnsupportedFormatError,
 )
+from pylog.groups.liveness import HEADER_SIZE, SLOT_SIZE, Slot, member_tag
 from pylog.groups.store import GroupStore
 from pylog.record import crc32c
 from pylog.structs import OffsetAndMetadata, TopicPartition
@@ -851,6 +854,81 @@ def test_a_state_of_an_unknown_format_is_a_typed_error(log: pylog.Log) -> None:
     store.close()
     with pytest.raises(UnsupportedFormatError, match="newer pylog"):
         log.describe_group("g")
+
+
+def test_heartbeat_table_slots_are_seqlocked_tagged_and_grow(log_dir: str) -> None:
+    """A slot reads back as written; a slot whose owner stays mid-write (seq odd) reads as nothing; a slot
+    whose tag is another member's is not that member's; a table grown by another process is remapped."""
+    os.makedirs(log_dir)
+    a, b = GroupStore(log_dir, "s"), GroupStore(log_dir, "s")
+    a.table.write(3, Slot(member_tag("m1"), 1234, 7, 42))
+    assert b.table.read(3) == Slot(member_tag("m1"), 1234, 7, 42)
+    member = {"slot": 3, "since_ms": 1000}
+    assert b.last_heartbeat("m1", member) == 1234 and b.joined("m1", member) == 7
+    assert b.slot_of("m2", member) is None and b.last_heartbeat("m2", member) == 1000
+    at = HEADER_SIZE + SLOT_SIZE * 3
+    with open(os.path.join(a.directory, "heartbeats"), "r+b") as f:
+        f.seek(at)
+        f.write(struct.pack("<q", 5))  # odd: a writer died in the middle of its write
+    assert b.table.read(3) is None and b.joined("m1", member) == -1
+    a.table.write(3, Slot(member_tag("m1"), 2000, 8, 42))  # the owner's next write repairs it
+    assert b.table.read(3) == Slot(member_tag("m1"), 2000, 8, 42)
+    a.table.ensure_capacity(1000)
+    a.table.write(999, Slot(member_tag("m9"), 5, 1, 1))
+    assert b.table.read(999) == Slot(member_tag("m9"), 5, 1, 1)
+    a.close()
+    b.close()
+
+
+def test_a_heartbeat_takes_no_group_lock_and_rewrites_no_state(
+    log: pylog.Log, clock: pylog.ManualClock
+) -> None:
+    log.create_topic("t", partitions=2)
+    kw: dict[str, Any] = {"heartbeat_interval_ms": 1_000, "enable_auto_commit": False}  # a commit would wait
+    a, b = _member(log, **kw), _member(log, **kw)
+    _settle([a, b], _balanced([a, b], _tps("t", 2)))
+    store = a._group.store
+    version = store.state_view()["version"]
+    me = store.state_view()["members"][a._group.member_id]
+    clock.advance(5_000)
+    other = GroupStore(log.path, "g")
+    with other.lock():  # another process holds the group lock
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (a._group.heartbeat(), b.poll(timeout_ms=0), done.set()))
+        worker.start()
+        worker.join(10)
+        assert done.is_set(), "a heartbeat or a settled poll waited for the group lock"
+    other.close()
+    assert store.state_view()["version"] == version
+    assert store.last_heartbeat(a._group.member_id, me) == clock.time_ms()
+    a.close()
+    b.close()
+
+
+def test_commits_share_the_group_lock_and_wait_only_for_a_change_of_the_state(produced: pylog.Log) -> None:
+    """A commit checks fencing under the shared group lock: other commits (shared holders) do not stop it;
+    a change of the state (an exclusive holder: a rebalance that may fence it) does, until it is written."""
+    a = _member(produced, enable_auto_commit=False)
+    _settle([a], lambda: len(a.assignment()) == 6)
+    tp = TopicPartition("t", 0)
+    other = GroupStore(produced.path, "g")
+
+    def commit_in_thread(offset: int) -> threading.Thread:
+        worker = threading.Thread(target=a.commit, args=({tp: offset},))
+        worker.start()
+        worker.join(2)
+        return worker
+
+    with other.lock(shared=True):
+        assert not commit_in_thread(1).is_alive()
+    assert produced.group_offsets("g")[tp].offset == 1
+    with other.lock():
+        worker = commit_in_thread(2)
+        assert worker.is_alive(), "a commit went on while the state was being changed"
+    worker.join(10)
+    assert produced.group_offsets("g")[tp].offset == 2
+    other.close()
+    a.close()
 
 
 # -- topics deleted under a consumer (by another Log object on the same directory) ---------------------------

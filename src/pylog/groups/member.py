@@ -10,13 +10,14 @@ move the group forward with the functions of :mod:`pylog.groups.coordinator`.
 
 Two threads touch a member:
 
-* a **heartbeat thread** (a daemon) wakes every 50 ms: it writes the member's heartbeat into its slot of the
-  group's heartbeat table every ``heartbeat_interval_ms`` (shared memory: no lock, no state rewrite), looks at
-  the state's published version (one memory read) and raises ``wants_poll`` when the user's thread has
-  something to do, and leaves the group when the user has not polled for ``max_poll_interval_ms`` (like Kafka's
-  client). At most every 200 ms across the whole group, one member's thread also *scans*: it expels members
-  whose session expired or whose process died, notices new partitions and topics, and completes a rebalance
-  whose debounce delay or deadline passed. Only what it finds takes the group lock. It never calls user code.
+* a **heartbeat thread** (a daemon shared by the process's members of the group: :mod:`pylog.groups.ticker`)
+  wakes every 50 ms: it writes the member's heartbeat into its slot of the group's heartbeat table every
+  ``heartbeat_interval_ms`` (shared memory: no lock, no state rewrite), looks at the state's published version
+  (one memory read) and raises ``wants_poll`` when the user's thread has something to do, and leaves the group
+  when the user has not polled for ``max_poll_interval_ms`` (like Kafka's client). At most every 200 ms across
+  the whole group, one member also *scans*: it expels members whose session expired or whose process died,
+  notices new partitions and topics, and completes a rebalance whose debounce delay or deadline passed. Only
+  what it finds takes the group lock. It never calls user code.
 * the **user's thread**, inside ``Consumer.poll()``, joins rebalances (in its slot: no lock), adopts new
   assignments and runs the :class:`~pylog.groups.listener.ConsumerRebalanceListener` callbacks, commits
   (auto-commit included), and delivers ``commit_async`` callbacks. The member whose join completes a
@@ -24,9 +25,10 @@ Two threads touch a member:
   state version with the one it saw and returns.
 
 Thread-safety: the public methods are meant for the consumer's (user's) thread; the heartbeat thread only
-shares the store (which has its own lock) and the flags. Crash contract: a member that dies holds nothing
-that survives it: its liveness lock is released by the kernel, and the others expel it on their next
-heartbeat; commits it acknowledged are durable (:mod:`pylog.groups.store`).
+shares the store (which has its own locks), the member's slot (written under the table's lock) and the
+flags. Crash contract: a member that dies holds nothing that survives it: its liveness lock is released by
+the kernel, and the others' liveness scan expels it within about 200 ms; commits it acknowledged are durable
+(:mod:`pylog.groups.store`).
 """
 
 from __future__ import annotations

@@ -247,29 +247,6 @@ class GroupStore:
                 if self._depth == 0:
                     fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    @contextlib.contextmanager
-    def try_lock(self) -> Iterator[bool]:
-        """The exclusive group lock if it is free now (yields True), else nothing (yields False): for work
-        that any member may do and that whoever holds the lock is likely doing already."""
-        with self._thread_lock:
-            if self._depth == 0:
-                try:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    yield False
-                    return
-                self._shared = False
-            elif self._shared:
-                yield False
-                return
-            self._depth += 1
-            try:
-                yield True
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-
     # -- state ------------------------------------------------------------------------------------------
 
     def state_seq(self) -> int:
