@@ -6,8 +6,9 @@ retention deleted the records) is reset according to ``auto_offset_reset`` (``"e
 raises :class:`~pylog.errors.OffsetOutOfRangeError` (``"none"``).
 
 A consumer sees records appended by other threads and other processes as soon as their batch is published;
-``poll(timeout_ms=...)`` waits for new data by watching each partition's shared state (spin briefly, then sleep
-with backoff), without system calls on the fast path.
+``poll(timeout_ms=...)`` waits for new data on the doorbells of its partitions (:mod:`pylog.partition.doorbell`):
+a writer's publish, in any process, wakes it at once; with an injected clock other than the system clock it
+sleeps through ``clock.sleep`` instead, so a manual clock never blocks.
 
 Without ``group_id``, ``subscribe()`` (or topics given to the constructor) assigns every partition of the
 matching topics to this consumer, and picks up partitions and topics created later. A subscribed topic that
@@ -29,6 +30,7 @@ from functools import partial
 from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pylog.clock import SystemClock
 from pylog.consumer_config import consumer_configs
 from pylog.deadletter import DeadLetters
 from pylog.errors import (
@@ -37,12 +39,14 @@ from pylog.errors import (
     InvalidOffsetError,
     InvalidTimestampError,
     LogClosedError,
+    PylogError,
     StorageError,
     UnknownPartitionError,
     UnknownTopicError,
 )
 from pylog.fetcher import Fetcher
 from pylog.groups.member import GroupMember, topic_names
+from pylog.partition.doorbell import Doorbell, Doorbells
 from pylog.record import DecodedBatch
 from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from pylog.subscription import Subscription
@@ -78,6 +82,7 @@ class Consumer:
             log, self.config.dead_letter_topic, self.config.on_deserialization_error
         )
         self._fetcher = Fetcher(log, self._sub, self.config, self._dead_letters, self._committed_position)
+        self._bells = Doorbells()
         self._next_meta_check = 0.0
         self._rr = 0
         self._closed = False
@@ -326,23 +331,54 @@ class Consumer:
         limit = self.config.max_poll_records if max_records is None else max_records
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(f"max_records must be an int >= 1, got {max_records!r}")
+        return self._until_data(partial(self._collect, limit, update_offsets), timeout_ms)
+
+    def _until_data(
+        self, attempt: Callable[[], dict[TopicPartition, _T]], timeout_ms: float
+    ) -> dict[TopicPartition, _T]:
+        """Run ``attempt`` (one look for records) until it returns some or ``timeout_ms`` has passed.
+
+        Between attempts, with the system clock, the consumer sleeps on the doorbells of the partitions it
+        reads (:mod:`pylog.partition.doorbell`): a publish in any process wakes it at once, and no attempt runs
+        while nothing was published. The marks are read before the attempt that precedes each wait, so a
+        publish in between is never missed. With another clock (a test's ManualClock), or where the doorbell
+        cannot be used, it spins briefly and then calls ``clock.sleep`` with a growing pause: a manual clock
+        never blocks for real."""
         clock = self.log.clock
         deadline = clock.monotonic_ms() + _wait_ms(timeout_ms)
+        doorbell = type(clock) is SystemClock and not self.log.read_only
+        marks: list[tuple[Doorbell, int]] | None = None
         spins = 0
         while True:
             if self._group is not None:
                 self._group.poll()
             else:
                 self._update_subscription_assignment()
-            out = self._collect(limit, update_offsets)
+            out = attempt()
             if out or self._closed:
                 return out
             now = clock.monotonic_ms()
             if now >= deadline:
                 return out
+            if doorbell:
+                if marks is not None:
+                    self._bells.wait(marks, (deadline - now) / 1000)
+                marks = self._marks()
+                if marks is not None:
+                    continue
             spins += 1
             if spins > 200:
                 clock.sleep(min(0.001 * (spins - 200) / 50, 0.005, (deadline - now) / 1000))
+
+    def _marks(self) -> list[tuple[Doorbell, int]] | None:
+        """The doorbells of the fetchable partitions with their marks, or None (then sleep in a loop)."""
+        directories = []
+        for tp in self._sub.fetchable():
+            try:
+                directories.append(self._plog(tp).directory)
+            except (PylogError, OSError):
+                return None
+        return self._bells.marks(directories)
 
     def _collect(self, limit: int, update: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
@@ -439,14 +475,8 @@ class Consumer:
 
         self._check()
         limit = self.config.max_partition_fetch_bytes if max_bytes is None else max_bytes
-        clock = self.log.clock
-        deadline = clock.monotonic_ms() + _wait_ms(timeout_ms)
-        spins = 0
-        while True:
-            if self._group is not None:
-                self._group.poll()
-            else:
-                self._update_subscription_assignment()
+
+        def attempt() -> dict[TopicPartition, Any]:
             out: dict[TopicPartition, Any] = {}
             for tp in self._sub.fetchable():
                 try:
@@ -462,14 +492,9 @@ class Consumer:
                 self._sub.positions[tp] = batches[-1].header.next_offset
                 if rb.num_rows:
                     out[tp] = rb
-            if out:
-                return out
-            now = clock.monotonic_ms()
-            if now >= deadline:
-                return out
-            spins += 1
-            if spins > 200:
-                clock.sleep(min(0.001 * (spins - 200) / 50, 0.005, (deadline - now) / 1000))
+            return out
+
+        return self._until_data(attempt, timeout_ms)
 
     def _arrow_batches(self, tp: TopicPartition, limit: int) -> tuple[list[DecodedBatch], int]:
         """The visible batches from the position of ``tp`` (which moves past aborted ones), and that position."""
@@ -564,6 +589,7 @@ class Consumer:
             if self._current is not None:
                 self._current.halt()
             self._current = None
+            self._bells.close()
             self._dead_letters.close()
 
     def __enter__(self) -> Consumer:

@@ -1,8 +1,8 @@
 """Cross-process publication state and the writer lock of one partition.
 
-``partition.state`` is a 64-byte file, memory-mapped shared by every process that opens the partition, and the
+``partition.state`` is a 128-byte file, memory-mapped shared by every process that opens the partition, and the
 target of the partition's writer lock (``flock``: held per open file description, so closing some other
-descriptor of the file never drops it, unlike ``fcntl.lockf``). Layout, eight little-endian int64 slots::
+descriptor of the file never drops it, unlike ``fcntl.lockf``). Layout, little-endian int64 slots::
 
     slot  field               meaning
     0     magic               b"PLPSTAT1" (format version 1)
@@ -13,6 +13,14 @@ descriptor of the file never drops it, unlike ``fcntl.lockf``). Layout, eight li
     5     layout_epoch        incremented whenever segments are added, deleted or rewritten
     6     active_max_timestamp largest timestamp in the active segment (-1 when empty)
     7     session             the log session that last validated this partition (see pylog.log; 0: none)
+    8     waiting             byte 64: 1 when a reader waits for a publish (the doorbell, see below);
+                                  bytes 65-127 reserved, 0
+
+The file is 128 bytes; one of 64 bytes (written before the doorbell existed) is extended with zeros when it is
+opened. The doorbell (:mod:`pylog.partition.doorbell`): a reader waiting for records sets ``waiting`` and sleeps
+in ``FUTEX_WAIT`` on the low half of ``seq``; :meth:`PartitionState.publish` (and :meth:`~PartitionState.reset`),
+after changing ``seq``, reads ``waiting`` and, only when it is set, clears it and wakes the waiters
+(``FUTEX_WAKE``): a writer with no reader waiting pays one fence and one byte read per publish.
 
 Only a process holding the writer lock changes it. Readers take a consistent snapshot without locking (read seq,
 read fields, re-read seq): :func:`read_snapshot` is the one implementation of that loop, used by
@@ -34,6 +42,7 @@ from typing import NamedTuple
 
 from pylog import fs
 from pylog.errors import CorruptRecordError, LockError, ReadOnlyLogError, UnsupportedFormatError
+from pylog.partition.doorbell import MAPPED, ring, word_address
 
 __all__ = ["FrozenState", "PartitionState", "Snapshot", "read_published", "read_snapshot"]
 
@@ -99,9 +108,13 @@ class PartitionState:
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = fs.FS.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if fs.FS.size(self.fd) < _SIZE:
-            fs.FS.pwrite(self.fd, b"\0" * _SIZE, 0)
-        self._map = mmap.mmap(self.fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        size = fs.FS.size(self.fd)
+        if size < _SIZE:
+            fs.FS.pwrite(self.fd, b"\0" * MAPPED, 0)
+        elif size < MAPPED:  # a state file from before the doorbell: zeros past the end only
+            fs.FS.pwrite(self.fd, b"\0" * (MAPPED - size), size)
+        self._map = mmap.mmap(self.fd, MAPPED, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._bell = word_address(self._map)
         self.locked = False
 
     @property
@@ -158,6 +171,7 @@ class PartitionState:
         struct.pack_into("<q", m, 8, seq + 1)
         _FIELDS.pack_into(m, 16, *snap)
         struct.pack_into("<qq", m, 0, _MAGIC, seq + 2)
+        ring(m, self._bell)
 
     def reset(self, snap: Snapshot) -> None:
         """Overwrite a torn or stale state with ``snap`` (recovery, lock held)."""
@@ -166,6 +180,7 @@ class PartitionState:
         struct.pack_into("<q", self._map, 8, seq + 1)
         _FIELDS.pack_into(self._map, 16, *snap)
         struct.pack_into("<qq", self._map, 0, _MAGIC, seq + 2)
+        ring(self._map, self._bell)
 
     def close(self) -> None:
         try:
