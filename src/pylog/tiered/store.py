@@ -13,7 +13,8 @@ Operations: :meth:`~ObjectStore.put` (whole object, optionally create-if-absent)
 Why obstore: of the clients pylog could use (pyarrow's file systems, fsspec/s3fs, obstore) it is the one with
 a create-if-absent put on every backend through one call (S3 ``If-None-Match: *``, an exclusive create on a
 local directory), which the remote manifest needs since object stores have no atomic rename. It also has
-ranged reads, listing and bounded retries with backoff for transient errors (its ``RetryConfig``).
+ranged reads, listing and retries with backoff for transient errors: :data:`DEFAULT_RETRY` bounds them (at
+most 5 retries and 60 s per request) unless ``retry_config`` is given.
 
 Errors: every failure of the store is a :class:`~pylog.errors.RemoteStorageError` naming the key; obstore is
 imported when the first store is opened, so ``import pylog`` does not need it.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import crc32c
@@ -38,9 +40,17 @@ from pylog.errors import RemoteStorageError
 if TYPE_CHECKING:
     from obstore.store import ObjectStore as _ObstoreStore
 
-__all__ = ["ObjectInfo", "ObjectStore", "open_store"]
+__all__ = ["DEFAULT_RETRY", "ObjectInfo", "ObjectStore", "open_store"]
 
 _CHUNK = 8 << 20  # bytes per chunk streamed to or from the store
+
+# transient failures (connection errors, timeouts, 5xx) are retried with exponential backoff, at most 5 times
+# and for at most 60 s per request, then surface as RemoteStorageError; pass retry_config to change it
+DEFAULT_RETRY: dict[str, Any] = {
+    "max_retries": 5,
+    "retry_timeout": timedelta(seconds=60),
+    "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=5), "base": 2},
+}
 
 
 @dataclass(frozen=True)
@@ -201,6 +211,8 @@ def _open(url: str, options: dict[str, Any]) -> _ObstoreStore:
         raise RemoteStorageError("tiered storage needs obstore: pip install 'pylog[tiered]'") from exc
     if url.startswith("file://"):
         options = {"mkdir": True, **options}
+    else:
+        options = {"retry_config": DEFAULT_RETRY, **options}
     try:
         return from_url(url, **options)
     except Exception as exc:

@@ -4,6 +4,8 @@ sent, idempotence, the active segment, the remote manifest's rules and the objec
 from __future__ import annotations
 
 import os
+import socket
+from datetime import timedelta
 from pathlib import Path
 
 import crc32c
@@ -278,3 +280,38 @@ def test_store_ranged_reads_listing_and_typed_errors(tmp_path: Path) -> None:
     assert store.list() == []
     with pytest.raises(RemoteStorageError):
         ObjectStore("not a url")
+
+
+def test_an_unreachable_store_is_a_retriable_typed_error_after_bounded_retries(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    fast = {
+        "max_retries": 2,
+        "backoff": {
+            "init_backoff": timedelta(milliseconds=1),
+            "max_backoff": timedelta(milliseconds=5),
+            "base": 2,
+        },
+    }
+    options = {
+        "endpoint": f"http://127.0.0.1:{port}",
+        "region": "us-east-1",
+        "access_key_id": "x",
+        "secret_access_key": "x",
+        "client_options": {"allow_http": True},
+        "retry_config": fast,
+    }
+    with pylog.open(
+        tmp_path / "log", remote_storage="s3://nowhere/log", remote_storage_options=options
+    ) as log:
+        log.create_topic("t", remote_storage_enable=True)
+        _produce(log, "t", 5)
+        log.topic("t").partition(0).roll()
+        with pytest.raises(RemoteStorageError) as info:
+            log.tier()
+        assert info.value.retriable and "retries" in str(info.value)
+        assert log.topic("t").partition(0).log_end_offset == 5  # nothing local changed
+    with pytest.raises(RemoteStorageError):
+        restore("s3://nowhere/log", tmp_path / "restored", **options)
+    assert not (tmp_path / "restored").exists()
