@@ -171,7 +171,7 @@ class PartitionLog:
         self._first_unflushed_ms = -1.0
         self._index_synced_ms = -1.0  # when an acknowledgement's flush last fsynced the indexes (-1: never)
         self.flushed_offset = 0
-        self._checkpointed = 0  # the recovery point as last written by this object
+        self._checkpointed = 0  # the recovery point as last written by this object (-1: not known)
         self.report = RecoveryReport()
         self.validated = False  # True when opening it rebuilt the shared state from the files (``report``)
         self._handles = handles
@@ -322,6 +322,7 @@ class PartitionLog:
 
     def _load_layout_once(self, snap: Snapshot) -> None:
         self.checkpoint.forget()  # a truncation elsewhere may have replaced the file
+        self._checkpointed = -1  # ... and lowered the recovery point: the next flush writes it again
         bases = files.live_segment_bases(fs.FS.listdir(self.directory), snap.active_base_offset)
         known = self._segments.by_base()
         segments: list[Segment] = []
@@ -792,6 +793,7 @@ class PartitionLog:
         _check_offset(offset)
         with self.locked_for_write():
             truncate_segments(self, offset)
+            self._checkpointed = -1  # truncation reset the recovery point: the next flush writes it again
             self._publish()
             if self.flushed_offset > self._segments[-1].next_offset:
                 self.flushed_offset = self._segments[-1].next_offset

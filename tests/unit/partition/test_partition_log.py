@@ -230,6 +230,17 @@ def test_acknowledgement_flush_syncs_indexes_at_most_once_a_second(
     assert RecoveryCheckpoint(plog.checkpoint.path).read() == 8
 
 
+def test_flush_after_truncation_moves_the_recovery_point_again(log: pylog.Log) -> None:
+    plog, model, _ = make(log)
+    for _ in range(3):
+        append(plog, model, 1)
+    assert plog.flush() == 3 and plog.recovery_point == 3
+    assert plog.truncate_to(1) == 1 and plog.recovery_point <= 1
+    del model[1:]
+    append(plog, model, 2)
+    assert plog.flush() == 3 and plog.recovery_point == 3
+
+
 def test_close_brings_a_lagging_recovery_point_to_the_end(log_dir: str, clock: pylog.ManualClock) -> None:
     with pylog.open(log_dir, clock=clock) as log:
         plog, model, _ = make(log, index_interval_bytes=1)
