@@ -64,6 +64,7 @@ def restore(
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.restore-", dir=parent)
     try:
+        os.chmod(staging, 0o755)  # mkdtemp's 0700 would make the restored log unreadable to other users
         _create_topics(staging, manifests, clock)
         for manifest in manifests.values():
             _download_partition(store, staging, manifest)
