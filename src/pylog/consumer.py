@@ -59,6 +59,7 @@ __all__ = ["Consumer"]
 
 _T = TypeVar("_T")
 _MAX_TIMESTAMP = (1 << 63) - 1
+_GROUP_WAIT_S = 0.01  # longest doorbell wait of a group member between looks at the group
 
 
 class Consumer:
@@ -362,7 +363,10 @@ class Consumer:
                 return out
             if doorbell:
                 if marks is not None:
-                    self._bells.wait(marks, (deadline - now) / 1000)
+                    wait_s = (deadline - now) / 1000
+                    if self._group is not None:  # a rebalance rings no doorbell: look at the group often
+                        wait_s = min(wait_s, _GROUP_WAIT_S)
+                    self._bells.wait(marks, wait_s)
                 marks = self._marks()
                 if marks is not None:
                     continue
