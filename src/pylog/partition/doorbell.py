@@ -50,13 +50,16 @@ import time
 from pylog.partition import files
 
 __all__ = [
+    "FENCE",
     "MAX_BELLS",
     "MAX_WAIT_S",
     "WAITING_AT",
     "Doorbell",
     "Doorbells",
     "available",
+    "fence",
     "ring",
+    "wake",
     "word_address",
 ]
 
@@ -79,7 +82,7 @@ _WAKE_ALL = 0x7FFFFFFF
 _SYS = {"x86_64": (202, 449), "aarch64": (98, 449), "arm64": (98, 449)}  # (futex, futex_waitv)
 _WORD = struct.Struct("<I")
 _L = ctypes.c_long  # syscall(2) takes its arguments as longs
-_FENCE = threading.Lock()  # acquire+release is an atomic read-modify-write: a full memory fence
+FENCE = threading.Lock()  # acquire+release is an atomic read-modify-write: a full memory fence
 
 
 class _Timespec(ctypes.Structure):
@@ -128,11 +131,24 @@ def word_address(m: mmap.mmap) -> int:
 
 def ring(m: mmap.mmap, address: int) -> None:
     """Writer side, right after a publish changed ``seq`` in ``m`` (whose futex word is at ``address``):
-    wake the processes waiting on this partition, if any. Costs a fence and a byte read when none waits."""
-    with _FENCE:  # the new seq must be visible before `waiting` is read (store-load order)
-        pass
-    if m[WAITING_AT] and _LIBC is not None:
-        m[WAITING_AT] = 0
+    wake the processes waiting on this partition, if any. Costs a fence and a byte read when none waits
+    (:class:`~pylog.partition.state.PartitionState` inlines those two and calls :func:`wake`)."""
+    fence()
+    if m[WAITING_AT]:
+        wake(m, address)
+
+
+def fence() -> None:
+    """A full memory fence (an uncontended lock's atomic read-modify-write): the new ``seq`` must be visible
+    to other processes before ``waiting`` is read (store-load order, which x86 does not keep on its own)."""
+    FENCE.acquire()
+    FENCE.release()
+
+
+def wake(m: mmap.mmap, address: int) -> None:
+    """Clear ``waiting`` and wake every process waiting on the futex word at ``address`` of ``m``."""
+    m[WAITING_AT] = 0
+    if _LIBC is not None:
         fn, futex, _ = _LIBC
         fn(_L(futex), ctypes.c_void_p(address), _L(_FUTEX_WAKE), _L(_WAKE_ALL), None, None, _L(0))  # type: ignore[operator]
 

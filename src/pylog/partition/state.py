@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 from pylog import fs
 from pylog.errors import CorruptRecordError, LockError, ReadOnlyLogError, UnsupportedFormatError
-from pylog.partition.doorbell import MAPPED, ring, word_address
+from pylog.partition.doorbell import FENCE, MAPPED, WAITING_AT, ring, wake, word_address
 
 __all__ = ["FrozenState", "PartitionState", "Snapshot", "read_published", "read_snapshot"]
 
@@ -53,6 +53,7 @@ _SEQ_AT = 8
 _FIELDS = struct.Struct("<5q")  # slots 2..6
 _FIELDS_AT = 16
 _SPINS = 10_000
+_fence_in, _fence_out = FENCE.acquire, FENCE.release  # doorbell.fence(), inlined on the publish path
 
 
 class Snapshot(NamedTuple):
@@ -171,7 +172,10 @@ class PartitionState:
         struct.pack_into("<q", m, 8, seq + 1)
         _FIELDS.pack_into(m, 16, *snap)
         struct.pack_into("<qq", m, 0, _MAGIC, seq + 2)
-        ring(m, self._bell)
+        _fence_in()  # the new seq visible to other processes before `waiting` is read
+        _fence_out()
+        if m[WAITING_AT]:  # a reader waits: ring the doorbell
+            wake(m, self._bell)
 
     def reset(self, snap: Snapshot) -> None:
         """Overwrite a torn or stale state with ``snap`` (recovery, lock held)."""
