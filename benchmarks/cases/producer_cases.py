@@ -80,6 +80,11 @@ def floor_pack_oswrite(records: int, seed: int, workdir: Path) -> dict[str, Any]
 def pylog_send_get(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     n = min(records, _WAIT_CAP)
     keys, values = byte_lists(n, seed)
+    return result(n, _send_get_seconds(workdir, keys, values))
+
+
+def _send_get_seconds(workdir: Path, keys: list[bytes], values: list[bytes]) -> float:
+    """``send(...).get()`` of every record, acks=1: the seconds it took."""
     with _open(workdir) as log:
         producer = log.producer(acks=1, value_serializer=None)
         send = producer.send
@@ -88,7 +93,7 @@ def pylog_send_get(records: int, seed: int, workdir: Path) -> dict[str, Any]:
             send(TOPIC, value=v, key=k).get()
         seconds = time.perf_counter() - t0
         producer.close()
-    return result(n, seconds)
+    return seconds
 
 
 def _burn(stop_at: float) -> None:
@@ -121,14 +126,7 @@ def pylog_send_get_loaded(records: int, seed: int, workdir: Path) -> dict[str, A
         b.start()
     try:
         time.sleep(0.5)  # both spinning
-        with _open(workdir) as log:
-            producer = log.producer(acks=1, value_serializer=None)
-            send = producer.send
-            t0 = time.perf_counter()
-            for k, v in zip(keys, values, strict=True):
-                send(TOPIC, value=v, key=k).get()
-            seconds = time.perf_counter() - t0
-            producer.close()
+        seconds = _send_get_seconds(workdir, keys, values)
     finally:
         for b in burners:
             b.kill()
