@@ -274,7 +274,8 @@ def _worker(path: Path, first: int, count: int, wfd: int, stop_file: Path) -> No
     consumers = [_member(log, first + i) for i in range(count)]
     send({"subscribed": time.monotonic()})
     last: list[Any] = []
-    while not stop_file.exists():
+    start_file = stop_file.with_name("commit")
+    while not stop_file.exists() and not start_file.exists():
         for c in consumers:
             c.poll(timeout_ms=0)
         now = [[c._group.generation, sorted(tp.partition for tp in c.assignment())] for c in consumers]
@@ -282,6 +283,18 @@ def _worker(path: Path, first: int, count: int, wfd: int, stop_file: Path) -> No
             send({"t": time.monotonic(), "owned": now})
             last = now
         time.sleep(0.001)
+    if start_file.exists():  # the commit case: commit in turn from a given moment, for given seconds
+        begin, seconds = json.loads(start_file.read_text())
+        offsets = [{tp: 1 for tp in c.assignment()} for c in consumers]
+        while time.monotonic() < begin:
+            time.sleep(0.001)
+        n = 0
+        while time.monotonic() < begin + seconds:
+            for c, mine in zip(consumers, offsets, strict=True):
+                c.commit(mine)
+                n += 1
+        send({"commits": n})
+        _wait_for(stop_file)
     _close_all(consumers)
     log.close()
 
@@ -317,6 +330,7 @@ class _Reports:
         self.subscribed: dict[int, float] = {}
         self.owned: dict[int, list[tuple[int, frozenset[int]]]] = {}
         self.events: list[tuple[float, int, list[tuple[int, frozenset[int]]]]] = []
+        self.commits: dict[int, int] = {}
 
     def read(self, wait_s: float) -> None:
         ready, _, _ = select.select(list(self.fds), [], [], wait_s)
@@ -332,6 +346,8 @@ class _Reports:
                 k = self.fds[r]
                 if "subscribed" in msg:
                     self.subscribed[k] = msg["subscribed"]
+                elif "commits" in msg:
+                    self.commits[k] = msg["commits"]
                 else:
                     owned = [(g, frozenset(ps)) for g, ps in msg["owned"]]
                     self.owned[k] = owned
@@ -692,14 +708,42 @@ def pylog_group_commit_one(records: int, seed: int, workdir: Path) -> dict[str, 
     kind="pylog",
     fsync="every commit (fsync before it returns)",
     description=(
-        "commit() of 10 partitions each by 100 settled members (1,000 partitions), from 8 threads (members "
-        "dealt over them); rec/s = commits per second of the whole group, compared with one member alone"
+        "commit() of 10 partitions each by 100 settled members (1,000 partitions) in 8 worker processes, each "
+        "committing its members in turn for 5 s; rec/s = commits per second of the whole group, compared "
+        "with one member alone"
     ),
-    compare=(Compare("pylog_group_commit_1_member", at_least=1.0),),
+    compare=(Compare("pylog_group_commit_1_member"),),
     timeout_s=600.0,
 )
 def pylog_group_commit_many(records: int, seed: int, workdir: Path) -> dict[str, Any]:
-    return _commit_rate(100, 1000, 8, 5.0, workdir)
+    members, partitions, processes, budget_s, seconds = 100, 1000, 8, 90.0, 5.0
+    path = workdir / "log"
+    _create(path, partitions, records_per_partition=4)
+    stop_file = workdir / "stop"
+    workers = _fork_workers(path, members, processes, stop_file)
+    reports = _Reports(workers)
+    log = _open(path)
+    _validate(log)
+    (workdir / "go").touch()
+    t0 = time.monotonic()
+    try:
+        while True:
+            reports.read(0.05)
+            if (
+                len(reports.subscribed) == processes
+                and reports.settled_at(partitions, processes)[0] is not None
+            ):
+                break
+            if time.monotonic() - t0 > budget_s:
+                return _not_settled(budget_s, reports.settled_at(partitions, processes)[1], partitions)
+        (workdir / "commit").write_text(json.dumps([time.monotonic() + 0.2, seconds]))
+        while len(reports.commits) < processes and time.monotonic() - t0 < budget_s + 60:
+            reports.read(0.1)
+        n = sum(reports.commits.values())
+    finally:
+        _stop_workers(workers, stop_file)
+        log.close()
+    return result(n, seconds, 0, commits_per_s=round(n / seconds), processes=len(reports.commits))
 
 
 # -- the others' pause in a cooperative rebalance -----------------------------------------------------------

@@ -111,6 +111,7 @@ class GroupMember:
         self._next_heartbeat_ms = 0.0
         self._next_autocommit_ms = self.clock.monotonic_ms() + config.auto_commit_interval_ms
         self._last_committed: dict[TopicPartition, int] = {}
+        self._probes = 0  # liveness scans done (which member of each process to probe)
         self._seen_seq = -2  # the published state version (store.state_seq()) this member last acted on
         self._slot = -1
         self._joined = -1  # the rebalance this member joined last (also in its slot)
@@ -373,12 +374,7 @@ class GroupMember:
         view = self.store.state_view()
         now = self.clock.time_ms()
         store = self.store
-        suspects = [
-            mid
-            for mid, m in view["members"].items()
-            if mid != self.member_id
-            and coordinator.expired(mid, m, now, store.member_is_dead, store.last_heartbeat) is not None
-        ]
+        suspects = self._suspects(view, now)
         partitions = self._partitions(view) if view["members"] else {}
         moved = view["state"] == "Stable" and partitions != view["topics"]
         if not (suspects or moved or coordinator.completable(view, now, self._joined_of, self._laggards)):
@@ -406,6 +402,27 @@ class GroupMember:
                 store.write_state(state)
         for member_id in gone:
             store.remove_member_lock(member_id)
+
+    def _suspects(self, view: Mapping[str, Any], now: int) -> list[str]:
+        """Members that look expired (by their slot's heartbeat: no system call) or dead. Liveness locks are
+        probed one member per process and scan (in turn), and every member of a process only once one of its
+        locks is free: each probe is three system calls, and each system call gives the GIL away to the
+        threads doing the user's work, which a scan must not wait for a hundred times."""
+        store = self.store
+        out: list[str] = []
+        by_pid: dict[object, list[str]] = {}
+        for mid, m in view["members"].items():
+            if mid == self.member_id:
+                continue
+            if coordinator.expired(mid, m, now, _not_dead, store.last_heartbeat) is not None:
+                out.append(mid)
+            elif m.get("instance_id") is None:
+                by_pid.setdefault((m.get("host"), m.get("pid")), []).append(mid)
+        self._probes += 1
+        for mids in by_pid.values():
+            if store.member_is_dead(mids[self._probes % len(mids)]):
+                out.extend(mid for mid in mids if store.member_is_dead(mid))
+        return out
 
     def _joined_of(self, member_id: str, member: Mapping[str, Any]) -> int:
         """The rebalance a member joined last: this member's own from memory, the others' from their slots."""
@@ -777,6 +794,11 @@ class GroupMember:
             self._closed = True
             self.store.close()
         self._raise_listener_error()
+
+
+def _not_dead(member_id: str) -> bool:
+    """An ``is_dead`` that says no: the session check alone (liveness locks are probed apart)."""
+    return False
 
 
 def state_protocol(state: Mapping[str, Any], assignor: Assignor) -> str:

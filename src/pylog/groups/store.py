@@ -416,6 +416,7 @@ class GroupStore:
             fields.append(list(txn))
         record = journal.encode(msgpack.packb(fields))
         with self._committed.lock:
+            self._committed.find_end()  # catch up before taking the append lock, so it is held briefly
             fcntl.flock(self._offsets_lock_fd, fcntl.LOCK_EX)
             try:
                 return self._committed.append(record, now_ms)
@@ -451,6 +452,7 @@ class _CommittedOffsets:
         self._txn_log: Any = None
         self._offsets_stamp: tuple[int, int] = (-1, -1)  # (inode, bytes read)
         self._offsets_tail = b""  # the last bytes read: tells a reused inode number from the same file
+        self._check_at = 0  # the file size at which to consider a rewrite next
 
     @classmethod
     def acquire(cls, root: str, directory: str) -> _CommittedOffsets:
@@ -495,7 +497,7 @@ class _CommittedOffsets:
                 self._resolve_pending()
             return dict(self._offsets)
 
-    def _find_end(self) -> None:
+    def find_end(self) -> None:
         """Read (without applying) what other processes appended, to find where the valid records end."""
         try:
             fd = os.open(self.offsets_path, os.O_RDONLY)
@@ -509,7 +511,7 @@ class _CommittedOffsets:
 
     def _forget_offsets(self) -> None:
         self._offsets, self._set_at, self._pending, self._unapplied = {}, {}, [], []
-        self._offsets_stamp, self._offsets_tail = (-1, -1), b""
+        self._offsets_stamp, self._offsets_tail, self._check_at = (-1, -1), b"", 0
 
     def _apply_read(self) -> None:
         """Apply the records read (and CRC-checked) but not applied yet: an append only needs to know where
@@ -594,7 +596,7 @@ class _CommittedOffsets:
 
     def append(self, record: bytes, now_ms: int) -> PendingSync:
         """Append ``record`` (the caller holds :attr:`lock` and the append lock, ``offsets.lock``)."""
-        self._find_end()
+        self.find_end()
         fd = fs.FS.open(self.offsets_path, os.O_RDWR | os.O_CREAT)
         try:
             ino = os.fstat(fd).st_ino
@@ -612,9 +614,13 @@ class _CommittedOffsets:
         pending = PendingSync(fd, self.directory if valid == 0 else None)
         self._take(record, valid)
         self._remember_read(ino, new_size, self._offsets_tail + record)
-        if new_size > _COMPACT_MIN_BYTES:
-            self._apply_read()  # the live size decides, and the rewrite copies the applied entries
-        if new_size > _COMPACT_MIN_BYTES and new_size > 8 * self._live_bytes() and not self._pending:
+        if new_size < max(_COMPACT_MIN_BYTES, self._check_at):
+            return pending
+        # the live size decides (looked at again after another eighth of growth: it costs a pass over every
+        # committed offset, under the append lock), and the rewrite copies the applied entries
+        self._check_at = new_size + new_size // 8
+        self._apply_read()
+        if new_size > 8 * self._live_bytes() and not self._pending:
             pending.sync()  # the rewrite below copies this record: it is on disk first
             self._rewrite_offsets(now_ms)
             return PendingSync(None, None)
