@@ -288,12 +288,15 @@ def _worker(path: Path, first: int, count: int, wfd: int, stop_file: Path) -> No
         offsets = [{tp: 1 for tp in c.assignment()} for c in consumers]
         while time.monotonic() < begin:
             time.sleep(0.001)
-        n = 0
-        while time.monotonic() < begin + seconds:
-            for c, mine in zip(consumers, offsets, strict=True):
-                c.commit(mine)
-                n += 1
-        send({"commits": n})
+        n, error = 0, None
+        try:
+            while time.monotonic() < begin + seconds:
+                for c, mine in zip(consumers, offsets, strict=True):
+                    c.commit(mine)
+                    n += 1
+        except Exception as exc:  # reported: a commit of a settled member must not fail
+            error = f"{type(exc).__name__}: {exc}"
+        send({"commits": n, "error": error})
         _wait_for(stop_file)
     _close_all(consumers)
     log.close()
@@ -331,6 +334,7 @@ class _Reports:
         self.owned: dict[int, list[tuple[int, frozenset[int]]]] = {}
         self.events: list[tuple[float, int, list[tuple[int, frozenset[int]]]]] = []
         self.commits: dict[int, int] = {}
+        self.errors: list[str] = []
 
     def read(self, wait_s: float) -> None:
         ready, _, _ = select.select(list(self.fds), [], [], wait_s)
@@ -348,6 +352,8 @@ class _Reports:
                     self.subscribed[k] = msg["subscribed"]
                 elif "commits" in msg:
                     self.commits[k] = msg["commits"]
+                    if msg.get("error"):
+                        self.errors.append(msg["error"])
                 else:
                     owned = [(g, frozenset(ps)) for g, ps in msg["owned"]]
                     self.owned[k] = owned
@@ -743,6 +749,9 @@ def pylog_group_commit_many(records: int, seed: int, workdir: Path) -> dict[str,
     finally:
         _stop_workers(workers, stop_file)
         log.close()
+    if reports.errors or len(reports.commits) < processes:
+        lost = processes - len(reports.commits)
+        return {"status": "error", "reason": f"{lost} workers did not report; errors: {reports.errors[:3]}"}
     return result(n, seconds, 0, commits_per_s=round(n / seconds), processes=len(reports.commits))
 
 
