@@ -389,7 +389,7 @@ class RecordAccumulator:
         if not g.finished:
             self.drain_topic(g.queue, g)
 
-    def wait_finished(self, g: QueuedRecords, timeout: float | None) -> bool:
+    def wait_finished(self, g: QueuedRecords | QueuedColumns, timeout: float | None) -> bool:
         """Wait until another thread finished writing ``g`` (a waiter registers before it checks, and the
         writer checks for waiters after it marked ``g`` finished, so no wake-up is lost)."""
         with self._finished_cond:
@@ -793,14 +793,6 @@ class RecordAccumulator:
         """Write ``c`` for a caller waiting on it, in the caller's thread."""
         if not c.finished:
             self.drain_columns(c.queue)
-
-    def wait_columns(self, c: QueuedColumns, timeout: float | None) -> bool:
-        with self._finished_cond:
-            self._finish_waiters += 1
-            try:
-                return self._finished_cond.wait_for(lambda: c.finished, timeout)
-            finally:
-                self._finish_waiters -= 1
 
     def _column_partitions(
         self, t: Topic, kcol: Column, vcol: Column, partition: int | None, n: int

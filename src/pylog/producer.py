@@ -194,7 +194,7 @@ class BatchFuture:
         if not c.finished:
             acc = c.queue.acc
             acc.drain_columns_for(c)
-            if not c.finished and not acc.wait_columns(c, timeout):
+            if not c.finished and not acc.wait_finished(c, timeout):
                 raise KafkaTimeoutError(f"records not acknowledged within {timeout} s")
         error = self.exception()
         if error is not None:
