@@ -825,7 +825,7 @@ def repair(path: str | os.PathLike[str]) -> dict[str, list[str]]:
     if not os.path.isdir(root):
         raise NotALogDirectoryError(f"{root} is not a directory", path=root)
     manifest_path = os.path.join(root, _MANIFEST)
-    if not os.path.exists(manifest_path) and not _partition_dirs(root):
+    if not os.path.exists(manifest_path) and not any(_partition_dirs(root)):
         raise NotALogDirectoryError(
             f"{root} is not a pylog directory (no manifest, no partitions)", path=root
         )
@@ -859,9 +859,12 @@ def repair(path: str | os.PathLike[str]) -> dict[str, list[str]]:
         fs.FS.close(open_fd)
 
 
-def _partition_dirs(root: str) -> dict[str, set[int]]:
-    """Partition directories of ``root`` that hold pylog files: ``{topic: {partition, ...}}``."""
+def _partition_dirs(root: str) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """Directories of ``root`` named like partitions (``<topic>-<n>``): those that hold pylog files and the
+    empty ones, each as ``{topic: {partition, ...}}``. A topic never written to has only empty directories
+    (partition files are created on first use)."""
     found: dict[str, set[int]] = {}
+    empty: dict[str, set[int]] = {}
     for entry in fs.FS.listdir(root):
         parsed = files.parse_partition_dir_name(entry)
         full = os.path.join(root, entry)
@@ -870,18 +873,37 @@ def _partition_dirs(root: str) -> dict[str, set[int]]:
         names = os.listdir(full)
         if files.STATE in names or any(files.parse_segment_name(n) for n in names):
             found.setdefault(parsed[0], set()).add(parsed[1])
-    return found
+        elif not names:
+            empty.setdefault(parsed[0], set()).add(parsed[1])
+    return found, empty
 
 
 def _rebuild_manifest(root: str, cause: BaseException) -> tuple[dict[str, Any], list[str]]:
     """A manifest for the partition directories found in ``root``, written atomically; returns it with the
-    assumptions made."""
+    assumptions made.
+
+    A name with a directory holding pylog files is a topic with partitions up to its highest directory. A
+    name with only empty directories is a topic only when they are exactly ``<name>-0`` .. ``<name>-<n-1>``,
+    as ``create_topic`` leaves a topic never written to; other empty directories are not adopted (and said
+    so): nothing proves pylog made them."""
     notes = [
         f"the manifest could not be read ({type(cause).__name__}: {cause}); rebuilt from the directories"
     ]
     manifest: dict[str, Any] = {"topics": {}, "creating": {}, "deleting": {}}
     defaults = TopicConfig().to_dict()
-    for name, parts in sorted(_partition_dirs(root).items()):
+    found, empty = _partition_dirs(root)
+    for name, parts in sorted(empty.items()):
+        if name in found:
+            found[name] |= parts
+        elif parts == set(range(len(parts))):
+            found[name] = parts
+        else:
+            dirs = ", ".join(files.partition_dir_name(name, p) for p in sorted(parts))
+            notes.append(
+                f"empty directories {dirs} are not taken as a topic (not {name}-0 onwards, as pylog creates "
+                "them); they are kept: remove them to create the topic again"
+            )
+    for name, parts in sorted(found.items()):
         count = max(parts) + 1
         missing = sorted(set(range(count)) - parts)
         for p in missing:

@@ -522,3 +522,36 @@ def test_repair_rebuilds_a_damaged_manifest_from_the_partition_directories(
         c = log.consumer("orders", "clicks", auto_offset_reset="earliest", consumer_timeout_ms=0)
         assert sorted(r.value["i"] for r in c) == [-1, *range(30)]
     assert pylog.repair(root) == {}  # nothing left to repair
+
+
+def test_repair_keeps_the_topics_and_partitions_nothing_was_written_to(tmp_path: Any) -> None:
+    """Partition files are created on first use, so a topic never written to (or the unused partitions of a
+    topic) leaves only empty directories; a rebuilt manifest keeps them, with their partition counts, and
+    adopts no other empty directory."""
+    root = os.path.join(str(tmp_path), "log")
+    with pylog.open(root) as log:
+        log.create_topic("orders", partitions=3)
+        log.create_topic("idle", partitions=2)  # never written
+        log.create_topic("keyed", partitions=4)
+        p = log.producer(key_serializer=None)
+        p.send("orders", {"i": 0}, partition=1)
+        key = next(b"k%d" % i for i in range(100) if pylog.partitioner.partition_for_key(b"k%d" % i, 4) == 0)
+        p.send("keyed", {"i": 1}, key=key).get()  # only keyed-0 gets files
+        p.close()
+    os.makedirs(os.path.join(root, "photos-2024"))  # not a topic: empty, but not photos-0 onwards
+    with open(os.path.join(root, "manifest"), "wb") as f:
+        f.write(b"garbage")
+    report = pylog.repair(root)
+    notes = "\n".join(report["manifest"])
+    assert "photos-2024" in notes and "not taken as a topic" in notes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", errors.UnknownEntryWarning)
+        with pylog.open(root) as log:
+            assert log.topics() == ["idle", "keyed", "orders"]
+            counts = {t: log.topic(t).num_partitions for t in log.topics()}
+            assert counts == {"idle": 2, "keyed": 4, "orders": 3}
+            p = log.producer(key_serializer=None)
+            assert p.send("keyed", {"i": 2}, key=key).get().partition == 0  # keys hash as before
+            p.send("idle", {"i": 3}, partition=1).get()
+            p.close()
+    assert os.path.isdir(os.path.join(root, "photos-2024"))
