@@ -57,9 +57,11 @@ def test_a_non_empty_directory_that_is_not_a_log_is_refused_and_left_alone(tmp_p
 
 
 def test_the_root_directory_is_refused() -> None:
-    with pytest.raises(errors.NotALogDirectoryError):
+    before = sorted(os.listdir("/"))
+    with pytest.raises(errors.NotALogDirectoryError) as info:
         pylog.open("/")
-    assert not os.path.exists("/.open.lock") or os.path.getsize("/.open.lock") >= 0  # nothing new is asserted
+    assert info.value.path == "/"
+    assert sorted(os.listdir("/")) == before  # no lock file, no manifest: nothing was written there
 
 
 def test_a_file_is_refused(tmp_path: Any) -> None:
