@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,12 @@ def verdict(met: bool | None) -> str:
     return "-" if met is None else ("met" if met else "**not met**")
 
 
+def goal_text(s: dict[str, Any], g: dict[str, Any]) -> str:
+    """An absolute goal, named by its metric when the case has several."""
+    named = f"{g['metric']} " if len(s.get("goal_results", [])) > 1 else ""
+    return f"{named}{g['op']} {fmt_num(g['target'])} {g['unit']}"
+
+
 def goal_cells(s: dict[str, Any]) -> tuple[str, str]:
     """The goal and met/not met cells of a case (ratio goals and an absolute goal)."""
     goals, verdicts = [], []
@@ -85,9 +92,8 @@ def goal_cells(s: dict[str, Any]) -> tuple[str, str]:
         if c["at_least"] is not None:
             goals.append(f">= {c['at_least']:g}x {c['baseline']}")
             verdicts.append(verdict(c["met"]) if s["status"] == "ok" else f"n/a ({s['status']})")
-    g = s.get("goal_result")
-    if g is not None:
-        goals.append(f"{g['op']} {fmt_num(g['target'])} {g['unit']}")
+    for g in s.get("goal_results", []):
+        goals.append(goal_text(s, g))
         verdicts.append(verdict(g["met"]) if s["status"] == "ok" else f"n/a ({s['status']})")
     return "<br>".join(goals) or "-", "<br>".join(verdicts) or "-"
 
@@ -104,15 +110,10 @@ def case_row(s: dict[str, Any]) -> str:
         reason = s.get("reason", "").replace("|", "/").replace("\n", " ")[:160]
         return f"| {name} | {s['kind']} | {s['status']}: {reason} | | | | | {goal} | {met} |"
     extra = s.get("extra", {})
-    metric = s.get("goal_result") or {}
-    shown = extra.get(metric.get("metric", ""), None)
-    note = (
-        f"<br>{metric['metric']}: {shown:g}"
-        if shown is not None and metric.get("metric") != "rec_per_s"
-        else ""
-    )
+    metrics = [g["metric"] for g in s.get("goal_results", []) if g["metric"] != "rec_per_s"]
+    note = "".join(f"<br>{m}: {extra[m]:g}" for m in metrics if extra.get(m) is not None)
     for key in ("p99_us", "open_fds", "batches_validated", "log_bytes"):
-        if key in extra and key != metric.get("metric"):
+        if key in extra and key not in metrics:
             note += f"<br>{key}: {extra[key]:,}"
     return (
         f"| {name} | {s['kind']} | {s['records']:,} | {fmt_int(s['rec_per_s']['median'])}{note} | "
@@ -220,10 +221,9 @@ def goals_section(cases: list[dict[str, Any]]) -> list[str]:
                 got = fmt_ratio(c["ratio"]) if s["status"] == "ok" else s["status"]
                 goal = f">= {c['at_least']:g}x {c['baseline']}"
                 out.append(f"| {s['name']} | {goal} | {got} | {verdict(c['met'])} |")
-        g = s.get("goal_result")
-        if g is not None:
+        for g in s.get("goal_results", []):
             got = f"{fmt_num(g['value'])} {g['unit']}" if s["status"] == "ok" else s["status"]
-            goal = f"{g['op']} {fmt_num(g['target'])} {g['unit']}"
+            goal = goal_text(s, g)
             out.append(f"| {s['name']} | {goal} | {got} | {verdict(g['met'])} |")
     return out if len(out) > 2 else []
 
@@ -263,17 +263,16 @@ def notes_section(cases: list[dict[str, Any]]) -> list[str]:
 
 def current_goals(cases: list[dict[str, Any]]) -> None:
     """Goals live with the cases (``benchmarks/cases``), measured values in the results file: judge each
-    measured value against the case's goal as it stands now, so a goal set after a run is shown as set."""
+    case's measured values against its goals as they stand now, so a goal set after a run is shown as set
+    (its metric must be one the run recorded)."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.cases import CASES  # the registry imports pylog: only when rendering
+    from benchmarks.run import goal_result
 
     for s in cases:
-        g, case = s.get("goal_result"), CASES.get(s["name"])
-        if not g or case is None or case.goal is None or g.get("value") is None:
-            continue
-        goal = case.goal
-        met = g["value"] >= goal.target if goal.op == ">=" else g["value"] <= goal.target
-        s["goal_result"] = {**g, "op": goal.op, "target": goal.target, "unit": goal.unit, "met": met}
+        case = CASES.get(s["name"])
+        if case is not None:
+            s["goal_results"] = [goal_result(s, asdict(goal)) for goal in case.goals]
 
 
 def render_report(report: dict[str, Any]) -> list[str]:

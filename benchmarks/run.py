@@ -277,23 +277,24 @@ def _slim(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def judge(summaries: list[dict[str, Any]]) -> None:
-    """Add ``comparisons`` (ratios to baselines) and ``goal_result`` to each summary, in place."""
+    """Add ``comparisons`` (ratios to baselines) and ``goal_results`` to each summary, in place."""
     by_name = {s["name"]: s for s in summaries}
     for s in summaries:
         value = s["rec_per_s"]["median"] if s["status"] == "ok" else None
         s["comparisons"] = [_compare(value, cmp, by_name) for cmp in s["compare"]]
-        goal = s["goal"]
-        if goal is None:
-            s["goal_result"] = None
-            continue
-        if s["status"] != "ok":
-            measured = None
-        elif goal["metric"] == "rec_per_s":
-            measured = value
-        else:
-            measured = s["extra"].get(goal["metric"])
-        met = None if measured is None else _holds(measured, goal["op"], goal["target"])
-        s["goal_result"] = {**goal, "value": measured, "met": met}
+        s["goal_results"] = [goal_result(s, goal) for goal in s.get("goals", [])]
+
+
+def goal_result(s: dict[str, Any], goal: dict[str, Any]) -> dict[str, Any]:
+    """``goal`` (a :class:`~benchmarks.cases.Goal` as a dict) judged against the summary ``s``."""
+    if s["status"] != "ok":
+        measured = None
+    elif goal["metric"] == "rec_per_s":
+        measured = s["rec_per_s"]["median"]
+    else:
+        measured = s["extra"].get(goal["metric"])
+    met = None if measured is None else _holds(measured, goal["op"], goal["target"])
+    return {**goal, "value": measured, "met": met}
 
 
 def _compare(value: float | None, cmp: dict[str, Any], by_name: dict[str, Any]) -> dict[str, Any]:
@@ -324,8 +325,7 @@ def print_summary(summaries: list[dict[str, Any]]) -> None:
                 verdict = "" if c["met"] is None else (" met" if c["met"] else " NOT MET")
                 goal = f" (goal >= {c['at_least']}x{verdict})" if c["at_least"] is not None else ""
                 notes.append(f"{c['ratio']:.2f}x {c['baseline']}{goal}")
-        g = s["goal_result"]
-        if g is not None:
+        for g in s["goal_results"]:
             notes.append(f"goal {g['metric']} {g['op']} {g['target']:,}: {'met' if g['met'] else 'NOT MET'}")
         rate, mb = s["rec_per_s"]["median"], s["mb_per_s"]["median"]
         print(f"{s['name']:<{width}} {rate:>15,.0f} {mb:>9.1f}  {'; '.join(notes)}")

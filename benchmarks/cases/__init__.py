@@ -15,7 +15,7 @@ Each case is registered with the metadata the report needs:
 | ``kind`` | ``floor`` (what Python and the hardware allow), ``peer`` (what a user would pick instead), ``pylog`` |
 | ``fsync`` | the durability the case pays for, in words |
 | ``compare`` | ratios to report: against another case or a published anchor, each with an optional goal |
-| ``goal`` | an absolute goal on ``rec_per_s`` or on a number the case returns |
+| ``goal`` | an absolute goal on ``rec_per_s`` or on a number the case returns (or a tuple of them: p50 and p99) |
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Case:
     fsync: str
     description: str
     compare: tuple[Compare, ...] = ()
-    goal: Goal | None = None
+    goals: tuple[Goal, ...] = ()
     timeout_s: float = 300.0
 
     def meta(self) -> dict[str, Any]:
@@ -82,15 +82,16 @@ def case(
     description: str,
     suite: str = "default",
     compare: tuple[Compare, ...] = (),
-    goal: Goal | None = None,
+    goal: Goal | tuple[Goal, ...] | None = None,
     timeout_s: float = 300.0,
 ) -> Callable[[CaseFn], CaseFn]:
     """Register the decorated function as the case ``name``."""
+    goals = () if goal is None else (goal,) if isinstance(goal, Goal) else tuple(goal)
 
     def register(fn: CaseFn) -> CaseFn:
         if name in CASES:
             raise ValueError(f"case {name!r} is registered twice")
-        CASES[name] = Case(name, fn, suite, group, kind, fsync, description, compare, goal, timeout_s)
+        CASES[name] = Case(name, fn, suite, group, kind, fsync, description, compare, goals, timeout_s)
         return fn
 
     return register
