@@ -472,7 +472,10 @@ class Producer:
         callbacks = self._acc.callbacks
         ready = [c for c in callbacks if c[0].is_done()]
         for c in ready:
-            callbacks.remove(c)
+            try:  # claims the callback: list.remove is atomic, so of two threads running callbacks (two
+                callbacks.remove(c)  # flushes, or a flush beside the sender thread) exactly one runs it
+            except ValueError:
+                continue
             future, ok, err = c
             try:
                 if future.succeeded() and ok is not None:

@@ -5,18 +5,9 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 import pylog
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="Producer._run_callbacks lists the finished callbacks, then removes each from the shared list; a "
-    "second thread running it at the same time removed one already, and list.remove raises ValueError out of "
-    "flush()/close() (the callbacks after it are not run before flush() returns)",
-)
 def test_two_threads_flushing_one_producer_run_each_callback_once(log_dir: str) -> None:
     log = pylog.open(log_dir)
     log.create_topic("t")
