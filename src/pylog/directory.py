@@ -64,7 +64,7 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
@@ -90,6 +90,7 @@ from pylog.errors import (
 from pylog.partition import files
 from pylog.partition.log import HandleBudget, PartitionLog, RecoveryReport
 from pylog.partition.recovery import repair_partition
+from pylog.partition.remote import RemoteSegments
 from pylog.partition.segment import MapCache
 from pylog.record import crc32c
 from pylog.topic import Topic, TopicEnv
@@ -115,6 +116,8 @@ class Closeable(Protocol):
 
 
 P = TypeVar("P", bound=Closeable)
+#: tiered storage: ``(topic, partition, config) -> `` the partition's remote segments, or None (not tiered)
+RemoteFactory = Callable[[str, int, TopicConfig], RemoteSegments | None]
 
 
 def _after_fork() -> None:
@@ -148,9 +151,15 @@ class LogDirectory:
         max_open_maps: int = 256,
         max_open_partitions: int = 200,
         read_only: bool = False,
+        remote_segments: RemoteFactory | None = None,
+        remote_manifest: dict[str, Any] | None = None,
         **defaults: Any,
     ) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+        # tiered storage: the source of each tiered partition's remote segments; with ``remote_manifest``
+        # (the topics found in the object store) the log has no local directory and ``path`` is its URL
+        self.remote_segments = remote_segments
+        self._standalone = remote_manifest is not None
+        self.path = os.fspath(path) if self._standalone else os.path.abspath(os.fspath(path))
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.defaults = TopicConfig.from_dict(defaults)
         self.map_cache = MapCache(max_open_maps)
@@ -168,6 +177,12 @@ class LogDirectory:
         self.session = 0
         self.clean_start = True
         self._checked_mtime = 0
+        if remote_manifest is not None:
+            self.read_only = True
+            self._manifest = _copy(remote_manifest)
+            self._open_lock_fd = self._shared_fd = -1
+            _OPEN_LOGS.add(self)
+            return
         self.read_only = read_only or _not_writable(self.path)
         if self.read_only:
             self._open_read_only()
@@ -453,6 +468,8 @@ class LogDirectory:
             self._write_manifest({"topics": {}})
 
     def _load_manifest(self) -> None:
+        if self._standalone:
+            return  # the topics found in the object store when it was opened
         path = self._manifest_path()
         try:
             st = os.stat(path)
@@ -637,6 +654,7 @@ class LogDirectory:
             read_only=self.read_only,
             recovery=self.recovery,
             transactions=self.transactions,
+            remote=self.remote_segments,
         )
 
     def topics(self) -> list[str]:

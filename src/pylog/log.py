@@ -13,14 +13,17 @@ import os
 from typing import Any
 
 from pylog.clock import Clock
+from pylog.config import TopicConfig
 from pylog.consumer import Consumer
 from pylog.directory import LogDirectory, repair, validate_topic_name
-from pylog.errors import IllegalStateError
+from pylog.errors import ConfigError, IllegalStateError, ReadOnlyLogError
 from pylog.groups import admin
 from pylog.groups.admin import GroupDescription
 from pylog.idempotent import IdempotentProducer
 from pylog.producer import Producer
 from pylog.structs import OffsetAndMetadata, TopicPartition
+from pylog.tiered.fetch import DEFAULT_CACHE_BYTES, RemoteCache, RemotePartition
+from pylog.tiered.manifest import read_manifest, remote_partitions
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import TierResult, tier_partition
 
@@ -34,7 +37,10 @@ class Log(LogDirectory):
     three per open partition plus one per mapped segment), however many partitions and segments exist.
 
     ``remote_storage`` is the object-store URL of tiered storage (``s3://bucket/prefix``, ``file:///path``),
-    ``remote_storage_options`` its client options (see :mod:`pylog.tiered.store`); :meth:`tier` uses them."""
+    ``remote_storage_options`` its client options (see :mod:`pylog.tiered.store`); :meth:`tier` uses them,
+    and reads of tiered topics below the local log start go there, through a cache of at most
+    ``remote_cache_bytes`` (:mod:`pylog.tiered.fetch`). A ``path`` that is itself an object-store URL opens
+    the log read-only from the object store, with no local directory (``read_only=True`` is required)."""
 
     def __init__(
         self,
@@ -42,12 +48,60 @@ class Log(LogDirectory):
         *,
         remote_storage: str | None = None,
         remote_storage_options: dict[str, Any] | None = None,
+        remote_cache_bytes: int = DEFAULT_CACHE_BYTES,
         **kwargs: Any,
     ) -> None:
-        super().__init__(path, **kwargs)
+        url = path if isinstance(path, str) and "://" in path else None
+        if url is not None:
+            if not kwargs.get("read_only"):
+                raise ReadOnlyLogError(
+                    f"a log in an object store ({url}) is opened with read_only=True; to write it, restore it "
+                    "into a directory first (pylog restore)"
+                )
+            if remote_storage not in (None, url):
+                raise ConfigError(f"remote_storage={remote_storage!r} differs from the URL opened ({url})")
+            remote_storage = url
         self.remote_storage = remote_storage
         self.remote_storage_options = dict(remote_storage_options or {})
+        self.remote_cache_bytes = remote_cache_bytes
         self._remote: ObjectStore | None = None
+        self._remote_cache: RemoteCache | None = None
+        if remote_storage is not None:
+            RemoteCache.check(remote_cache_bytes)
+        manifest = _remote_topics(self._store()) if url is not None else None
+        super().__init__(
+            path,
+            remote_segments=self._remote_segments if remote_storage is not None else None,
+            remote_manifest=manifest,
+            **kwargs,
+        )
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._remote_cache is not None:
+                self._remote_cache.close()
+
+    # -- reading tiered storage ---------------------------------------------------------------------------
+
+    def _store(self) -> ObjectStore:
+        if self._remote is None:
+            if self.remote_storage is None:
+                raise IllegalStateError("no remote_storage URL: pylog.open(path, remote_storage=...)")
+            self._remote = ObjectStore(self.remote_storage, **self.remote_storage_options)
+        return self._remote
+
+    def _remote_segments(self, topic: str, partition: int, config: TopicConfig) -> RemotePartition | None:
+        """The source of a tiered partition's remote segments (handed to its PartitionLog)."""
+        standalone = self.remote_storage == self.path
+        if not (config.remote_storage_enable or standalone):
+            return None
+        with self._lock:
+            if self._remote_cache is None:
+                self._remote_cache = RemoteCache(self._store(), self.remote_cache_bytes)
+            cache = self._remote_cache
+        return RemotePartition(cache, topic, partition, self.clock, standalone=standalone)
 
     # -- clients ----------------------------------------------------------------------------------------
 
@@ -81,14 +135,16 @@ class Log(LogDirectory):
         self.check_open()
         if self.remote_storage is None:
             raise IllegalStateError("tier() needs a remote_storage URL: pylog.open(path, remote_storage=...)")
-        if self._remote is None:
-            self._remote = ObjectStore(self.remote_storage, **self.remote_storage_options)
         results = []
         for name in self.topics():
             topic = self.topic(name)
             if topic.config.remote_storage_enable:
                 for p in range(topic.num_partitions):
-                    results.append(tier_partition(self._remote, topic.partition(p), topic.num_partitions))
+                    plog = topic.partition(p)
+                    result = tier_partition(self._store(), plog, topic.num_partitions)
+                    if isinstance(plog.remote, RemotePartition):
+                        plog.remote.saw(result.manifest)  # its readers see the new segments at once
+                    results.append(result)
         return results
 
     # -- consumer groups --------------------------------------------------------------------------------
@@ -131,10 +187,15 @@ def open_log(
     read_only: bool = False,
     remote_storage: str | None = None,
     remote_storage_options: dict[str, Any] | None = None,
+    remote_cache_bytes: int = DEFAULT_CACHE_BYTES,
     **defaults: Any,
 ) -> Log:
     """Open (creating if needed) the log directory at ``path``. ``defaults`` are topic config defaults.
-    ``remote_storage`` (an object-store URL) and its ``remote_storage_options`` are for :meth:`Log.tier`.
+    ``remote_storage`` (an object-store URL) and its ``remote_storage_options`` are for :meth:`Log.tier` and
+    for reads of tiered segments (through a cache of at most ``remote_cache_bytes``). ``path`` may be an
+    object-store URL itself, with ``read_only=True``: the log is then read from the object store alone (the
+    topics and partitions its remote manifests name), with no local directory; consumers without a group
+    read it (``assign``, ``seek``, ``poll``).
 
     ``read_only=True`` (or a directory this process cannot write) opens it without writing anything: reads
     see each partition as its files hold it when first used; writes raise
@@ -145,5 +206,19 @@ def open_log(
         read_only=read_only,
         remote_storage=remote_storage,
         remote_storage_options=remote_storage_options,
+        remote_cache_bytes=remote_cache_bytes,
         **defaults,
     )
+
+
+def _remote_topics(store: ObjectStore) -> dict[str, Any]:
+    """The topics of a log in an object store, as a log directory's manifest: from each topic's remote
+    manifests (the partition count and config of its first partition's newest manifest)."""
+    topics: dict[str, Any] = {}
+    for name, parts in remote_partitions(store).items():
+        manifest, _ = read_manifest(store, name, parts[0])
+        if manifest is None:
+            continue
+        count = max(manifest.partitions, parts[-1] + 1)
+        topics[name] = {"partitions": count, "config": manifest.config}
+    return {"topics": topics}

@@ -7,7 +7,7 @@ use, so a log with thousands of partitions costs nothing until they are touched.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pylog.clock import Clock
     from pylog.partition.cleaner import CleanResult, TxnStatus
     from pylog.partition.log import HandleBudget, RecoveryReport
+    from pylog.partition.remote import RemoteSegments
     from pylog.partition.segment import MapCache
     from pylog.transactions import TxnLog
 
@@ -104,6 +105,8 @@ class TopicEnv:
     read_only: bool
     recovery: dict[str, RecoveryReport]  # filled in as partitions are opened: "topic-partition" -> report
     transactions: Callable[[], TxnLog]  # the directory's transaction log, opened on first use
+    # tiered storage: (topic, partition, config) -> the partition's remote segments (None: not tiered)
+    remote: Callable[[str, int, TopicConfig], RemoteSegments | None] | None = None
 
 
 class Topic:
@@ -152,6 +155,9 @@ class Topic:
                     session=self.env.session,
                     clean_shutdown=self.env.clean_start,
                     read_only=self.env.read_only,
+                    remote=None
+                    if self.env.remote is None
+                    else self.env.remote(self.name, number, self.config),
                 )
                 self._partitions[number] = plog
                 if plog.validated:
@@ -172,10 +178,17 @@ class Topic:
     def end_offsets(self) -> dict[int, int]:
         return {p: self.partition(p).log_end_offset for p in range(self.num_partitions)}
 
-    def apply_retention(self) -> int:
+    def apply_retention(self, remote: Mapping[int, tuple[int, int]] | None = None) -> int:
         """Retention (``delete`` policy) and, for compacted topics, a cleaning pass when the dirty ratio (or a
-        tombstone due to expire) asks for one. Returns segments deleted by retention."""
-        deleted = sum(self.partition(p).apply_retention() for p in range(self.num_partitions))
+        tombstone due to expire) asks for one. Returns segments deleted by retention.
+
+        Tiered storage: ``remote`` maps a partition to the ``(start, end)`` offsets its published remote
+        manifest covers; a partition of a ``remote_storage_enable`` topic missing from it deletes nothing
+        locally (see :meth:`PartitionLog.apply_retention <pylog.partition.log.PartitionLog.apply_retention>`)."""
+        ranges = remote or {}
+        deleted = sum(
+            self.partition(p).apply_retention(remote=ranges.get(p)) for p in range(self.num_partitions)
+        )
         if self.config.compacted:
             self.compact(force=False)
         return deleted

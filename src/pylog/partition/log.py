@@ -47,6 +47,9 @@ from pylog.partition.checkpoint import RecoveryCheckpoint
 from pylog.partition.cleaner import CleanResult, TxnStatus, clean_partition
 from pylog.partition.reader import walk_headers
 from pylog.partition.recovery import RecoveryReport, recover_partition, rescan_active, truncate_segments
+from pylog.partition.remote import RemoteSegments
+from pylog.partition.remote import offset_for_time as remote_offset_for_time
+from pylog.partition.remote import read_raw as remote_read_raw
 from pylog.partition.segment import MapCache, Segment, inode_of
 from pylog.partition.segments import SegmentList
 from pylog.partition.state import FrozenState, PartitionState, Snapshot
@@ -153,8 +156,14 @@ class PartitionLog:
         handles: HandleBudget | None = None,
         session: int = 0,
         read_only: bool = False,
+        remote: RemoteSegments | None = None,
     ) -> None:
+        if remote is not None and remote.standalone and not read_only:
+            raise ConfigError("a partition without local segments (read from the object store) is read-only")
         self.directory = directory
+        #: tiered storage: the source of this partition's segments in the object store (reads of offsets
+        #: below the local log start go there), or None
+        self.remote = remote
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -194,6 +203,8 @@ class PartitionLog:
     def _snapshot_of_files(self) -> Snapshot:
         """For a read-only log: the partition as its files hold it, nothing written. The active segment is
         checked batch by batch (CRCs too) and ends at its last valid batch; a torn tail is ignored, not cut."""
+        if self.remote is not None and self.remote.standalone:
+            return Snapshot(0, 0, 0, 0, -1)  # no local directory: every segment is in the object store
         bases = files.live_segment_bases(fs.FS.listdir(self.directory))
         if not bases:
             return Snapshot(0, 0, 0, 0, -1)  # never used: its files would appear on first use
@@ -224,12 +235,27 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
+        """The first offset of the log: of its remote segments when it has some below the local ones."""
+        local = self.local_log_start_offset
+        if self.remote is None:
+            return local
+        segments = self.remote.segments()
+        if self.remote.standalone:
+            return segments[0].base_offset if segments else 0
+        return min(segments[0].base_offset, local) if segments else local
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset of the segments on the local disk."""
         with self._lock:
             self._refresh()
             return self._segments[0].base_offset
 
     @property
     def log_end_offset(self) -> int:
+        if self.remote is not None and self.remote.standalone:
+            segments = self.remote.segments()
+            return segments[-1].next_offset if segments else 0
         with self._lock:
             self._refresh()
             return self._segments[-1].next_offset
@@ -323,7 +349,9 @@ class PartitionLog:
     def _load_layout_once(self, snap: Snapshot) -> None:
         self.checkpoint.forget()  # a truncation elsewhere may have replaced the file
         self._checkpointed = -1  # ... and lowered the recovery point: the next flush writes it again
-        bases = files.live_segment_bases(fs.FS.listdir(self.directory), snap.active_base_offset)
+        standalone = self.remote is not None and self.remote.standalone
+        listed = [] if standalone else fs.FS.listdir(self.directory)
+        bases = files.live_segment_bases(listed, snap.active_base_offset)
         known = self._segments.by_base()
         segments: list[Segment] = []
         for i, base in enumerate(bases):
@@ -589,7 +617,38 @@ class PartitionLog:
     def read_raw(self, offset: int, max_bytes: int = 1 << 20) -> list[tuple[memoryview | bytes, int]]:
         """Like :meth:`read` but returns ``(buffer, position)`` pairs of undecoded batches."""
         _check_offset(offset)
+        if self.remote is not None:
+            got = self._read_remote(self.remote, offset, max_bytes)
+            if got is not None:
+                return got
         return self._reloading(lambda: self._read_raw(offset, max_bytes))
+
+    def _read_remote(
+        self, remote: RemoteSegments, offset: int, max_bytes: int
+    ) -> list[tuple[memoryview | bytes, int]] | None:
+        """Tiered storage: the batches from ``offset`` on when they are not on the local disk (None when they
+        are). Reads of the object store run without the partition's locks held. An offset between the remote
+        log end and the local log start (segments deleted locally before their upload) reads on from the
+        local log start, as a read of a compacted log reads on from the next offset that is left."""
+        standalone = remote.standalone
+        local_start = 0 if standalone else self.local_log_start_offset
+        if not standalone and offset >= local_start:
+            return None
+        found = remote_read_raw(remote, offset, max_bytes)
+        if found is not None:
+            return found[0]
+        segments = remote.segments()
+        end = segments[-1].next_offset if segments else 0
+        if standalone:
+            if offset > end:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range [{segments[0].base_offset if segments else 0}, {end}] "
+                    f"for {self.topic}-{self.partition}"
+                )
+            return []
+        if segments and end <= offset:
+            return self._reloading(lambda: self._read_raw(local_start, max_bytes))
+        return None
 
     def _reloading(self, read: Callable[[], _T]) -> _T:
         """Run ``read``; when a segment file vanished under it (another process deleted it, by retention or
@@ -719,7 +778,12 @@ class PartitionLog:
             offset = got[-1].header.next_offset
 
     def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
-        """The earliest (offset, timestamp) whose timestamp is >= ``timestamp``, or None."""
+        """The earliest (offset, timestamp) whose timestamp is >= ``timestamp``, or None (remote segments
+        first, when the log has some)."""
+        if self.remote is not None:
+            found = remote_offset_for_time(self.remote, timestamp)
+            if found is not None or self.remote.standalone:
+                return found
         return self._reloading(lambda: self._offset_for_time(timestamp))
 
     def _offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
@@ -740,29 +804,52 @@ class PartitionLog:
 
     # -- retention and truncation -----------------------------------------------------------------------
 
-    def apply_retention(self) -> int:
+    def apply_retention(self, *, remote: tuple[int, int] | None = None) -> int:
         """Delete whole segments past ``retention_ms`` (judged on each segment's largest timestamp) or beyond
-        ``retention_bytes``; rolls the active segment first when it alone breaches. Returns segments deleted."""
+        ``retention_bytes``; rolls the active segment first when it alone breaches. Returns segments deleted.
+
+        Tiered storage (``remote_storage_enable``): ``remote`` is ``(start, end)``, the offsets the partition's
+        remote manifest covers, as the caller last saw it published (None: not known, or nothing uploaded).
+        A local segment is then deleted only when that manifest names it (it lies within ``[start, end)``) and
+        its local retention passed (``local_retention_ms`` / ``local_retention_bytes``, -2 following
+        ``retention_ms`` / ``retention_bytes``); a segment below ``start`` (the remote log start moved past
+        it) goes when the whole-log retention passed. A segment not yet uploaded stays, even past
+        ``retention_ms``, and with ``remote`` None nothing is deleted."""
         c = self.config
-        if not c.deletes or (c.retention_ms < 0 and c.retention_bytes < 0):
+        if not c.deletes:
+            return 0
+        if c.remote_storage_enable:
+            if remote is None:
+                return 0  # upload not confirmed: nothing of a tiered topic is deleted locally
+            if c.effective_local_retention_ms < 0 and c.effective_local_retention_bytes < 0:
+                return 0  # (the local retention is unlimited only where the whole log's is)
+        elif c.retention_ms < 0 and c.retention_bytes < 0:
             return 0
         with self.locked_for_write():
-            return self._retention_locked(self.clock.time_ms())
+            return self._retention_locked(self.clock.time_ms(), remote if c.remote_storage_enable else None)
 
-    def _retention_locked(self, now: int) -> int:
+    def _retention_locked(self, now: int, remote: tuple[int, int] | None = None) -> int:
         c = self.config
+        keep_ms, keep_bytes = c.retention_ms, c.retention_bytes
+        if remote is not None:  # tiered: the local copies follow the local retention
+            keep_ms, keep_bytes = c.effective_local_retention_ms, c.effective_local_retention_bytes
         active = self._segments[-1]
-        expired_active = c.retention_ms >= 0 and active.size and now - active.max_timestamp > c.retention_ms
-        oversize_active = (
-            c.retention_bytes >= 0 and active.size > c.retention_bytes and len(self._segments) == 1
-        )
+        expired_active = keep_ms >= 0 and active.size and now - active.max_timestamp > keep_ms
+        oversize_active = keep_bytes >= 0 and active.size > keep_bytes and len(self._segments) == 1
         if expired_active or oversize_active:
-            self._roll()
+            self._roll()  # sealed, so it can be deleted (tiered: uploaded first, by the next pass)
         total = sum(s.size for s in self._segments)
         doomed: list[Segment] = []
         for seg in self._segments[:-1]:
-            by_time = c.retention_ms >= 0 and now - seg.max_timestamp > c.retention_ms
-            by_size = c.retention_bytes >= 0 and total - seg.size >= c.retention_bytes
+            by_time = keep_ms >= 0 and now - seg.max_timestamp > keep_ms
+            by_size = keep_bytes >= 0 and total - seg.size >= keep_bytes
+            if remote is not None:
+                start, end = remote
+                if seg.next_offset <= start:  # before the remote log: only the whole-log retention applies
+                    by_time = c.retention_ms >= 0 and now - seg.max_timestamp > c.retention_ms
+                    by_size = c.retention_bytes >= 0 and total - seg.size >= c.retention_bytes
+                elif not (start <= seg.base_offset and seg.next_offset <= end):
+                    break  # not named by the remote manifest (not uploaded yet): it and every later one stay
             if not (by_time or by_size):
                 break
             doomed.append(seg)

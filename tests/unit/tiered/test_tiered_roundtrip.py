@@ -148,8 +148,10 @@ def test_segments_retention_deleted_before_upload_move_the_remote_log_start(tmp_
         expired = [s for s in plog.segments[:-1] if s.base_offset < fresh_start]
         assert len(expired) > len(first.segments)  # tiered ones and never-tiered ones
         assert log.apply_retention() == {"t": len(expired)}
-        assert plog.log_start_offset == fresh_start
+        assert plog.local_log_start_offset == fresh_start
+        assert plog.log_start_offset == 0  # the remote segments [0, 200) are still readable
         manifest = log.tier()[0].manifest
+        assert plog.log_start_offset == fresh_start  # the new manifest's run starts after the gap
         end = plog.log_end_offset
     # the remote segments stay contiguous: the run after the gap, starting where the local log now starts
     assert manifest.log_start_offset == fresh_start and manifest.log_end_offset == end
