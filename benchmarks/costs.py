@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import struct
 import tempfile
 import time
 from collections.abc import Callable
@@ -63,6 +64,19 @@ def measure(workdir: str, scale: float) -> list[tuple[str, float]]:
                 os.fsync(floor)
 
         pack = msgpack.packb
+        packer = msgpack.Packer().pack
+        frame = struct.Struct("<I").pack
+
+        def buffered_loop(count: int) -> None:
+            with open(os.path.join(workdir, "stream"), "wb", buffering=1 << 20) as f:
+                write = f.write
+                for _ in range(count):
+                    b = packer((KEY, VALUE))
+                    write(frame(len(b)) + b)
+
+        rows.append(
+            ("floor: `msgpack` pack + frame + buffered write per record", best(buffered_loop, n(300_000)))
+        )
         rows.append(
             (
                 "floor: `msgpack.packb` + `os.write` per record",
