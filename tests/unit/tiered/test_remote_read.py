@@ -1,0 +1,346 @@
+"""Consumers reading tiered segments from the object store, on file:// and on a moto S3 server on loopback.
+
+Each test produces records (the model: what the producer's futures acknowledged), uploads the sealed segments
+with ``Log.tier()``, deletes the local copies with the tiered local retention, and reads across the
+remote/local boundary; or opens the log read-only from the object store alone."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pylog
+from pylog.clock import ManualClock
+from pylog.errors import CorruptRecordError, ReadOnlyLogError, RemoteStorageError
+from pylog.structs import TopicPartition
+from pylog.tiered.fetch import RemotePartition
+from pylog.tiered.store import ObjectStore
+
+BUCKET = "pylog-remote-read"
+TS0 = 1_700_000_000_000
+Model = dict[tuple[int, int], tuple[bytes, bytes, int]]
+
+_FAST_RETRY = {
+    "max_retries": 2,
+    "backoff": {
+        "init_backoff": timedelta(milliseconds=1),
+        "max_backoff": timedelta(milliseconds=5),
+        "base": 2,
+    },
+}
+
+
+def _moto() -> tuple[Any, dict[str, Any]]:
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as exc:
+        pytest.skip(f"moto's server mode is not installed (pip install 'moto[server]'): {exc}")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")).close()
+    options = {
+        "endpoint": endpoint,
+        "region": "us-east-1",
+        "access_key_id": "testing",
+        "secret_access_key": "testing",
+        "client_options": {"allow_http": True},
+        "retry_config": _FAST_RETRY,
+    }
+    return server, options
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[dict[str, Any]]:
+    server, options = _moto()
+    yield options
+    server.stop()
+
+
+@pytest.fixture(params=["file", "s3"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """``(url, options)`` of an empty object store: a file:// directory, or a prefix of the moto bucket."""
+    if request.param == "file":
+        return (tmp_path / "remote").as_uri(), {}
+    options = request.getfixturevalue("s3_server")
+    return f"s3://{BUCKET}/{request.node.name}", options
+
+
+def _open(tmp_path: Path, remote: tuple[str, dict[str, Any]], **kwargs: Any) -> pylog.Log:
+    url, options = remote
+    kwargs.setdefault("clock", ManualClock(TS0 + 10_000_000))
+    return pylog.open(tmp_path / "log", remote_storage=url, remote_storage_options=options, **kwargs)
+
+
+def _produce(log: pylog.Log, topic: str, n: int, start: int = 0, **config: Any) -> Model:
+    p = log.producer(batch_size=400, value_serializer=None, **config)
+    sent = []
+    for i in range(start, start + n):
+        key, value, ts = b"k%d" % i, b"v%d:" % i + bytes(i % 61), TS0 + i
+        sent.append((p.send(topic, value, key=key, timestamp_ms=ts), key, value, ts))
+    p.flush()
+    model = {}
+    for fut, key, value, ts in sent:
+        meta = fut.get()
+        model[(meta.partition, meta.offset)] = (key, value, ts)
+    p.close()
+    return model
+
+
+def _tier_and_drop_local(log: pylog.Log, topic: str) -> dict[int, tuple[int, int]]:
+    """Roll, upload, then delete every uploaded local segment (local_retention_bytes=0); returns per
+    partition ``(remote start, local start)`` and checks that the local start moved."""
+    t = log.topic(topic)
+    for p in range(t.num_partitions):
+        t.partition(p).roll()
+    out = {}
+    for r in log.tier():
+        m = r.manifest
+        assert m.log_start_offset is not None and m.log_end_offset is not None
+        plog = t.partition(r.partition)
+        plog.apply_retention(remote=(m.log_start_offset, m.log_end_offset))
+        out[r.partition] = (m.log_start_offset, plog.local_log_start_offset)
+        assert plog.local_log_start_offset == m.log_end_offset > m.log_start_offset
+    return out
+
+
+def _read(log: pylog.Log, topic: str, **config: Any) -> list[Any]:
+    c = log.consumer(value_deserializer=None, key_deserializer=None, **config)
+    tps = log.topic(topic).partitions()
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    got = list(c.iterate(timeout_ms=0))
+    c.close()
+    return got
+
+
+def _as_model(records: list[Any]) -> Model:
+    return {(r.partition, r.offset): (r.key, r.value, r.timestamp) for r in records}
+
+
+def _topic(log: pylog.Log, name: str = "t", partitions: int = 2, **config: Any) -> None:
+    config.setdefault("segment_bytes", 2048)
+    log.create_topic(name, partitions, remote_storage_enable=True, local_retention_bytes=0, **config)
+
+
+def test_a_consumer_reads_across_the_remote_local_boundary(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    with _open(tmp_path, remote) as log:
+        _topic(log)
+        model = _produce(log, "t", 900)
+        bounds = _tier_and_drop_local(log, "t")
+        model.update(_produce(log, "t", 300, start=900))  # local only, after the boundary
+        got = _read(log, "t")
+        assert _as_model(got) == model
+        for p in range(2):
+            offsets = [r.offset for r in got if r.partition == p]
+            assert offsets == list(range(len(offsets)))  # contiguous, in order, from the remote start 0
+            assert bounds[p][0] == 0 < bounds[p][1] < offsets[-1]
+        # Topic.read paths: PartitionLog.batches() crosses the boundary too
+        plog = log.topic("t").partition(0)
+        batches = list(plog.batches())
+        assert sum(len(b.offsets) for b in batches) == plog.log_end_offset
+        # auto_offset_reset="earliest" starts at the remote log start
+        c = log.consumer(value_deserializer=None, key_deserializer=None, auto_offset_reset="earliest")
+        c.assign(log.topic("t").partitions())
+        assert _as_model(list(c.iterate(timeout_ms=0))) == model
+        c.close()
+
+
+def test_beginning_offsets_and_offsets_for_times_cross_the_boundary(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=1)
+        model = _produce(log, "t", 600)
+        bounds = _tier_and_drop_local(log, "t")
+        model.update(_produce(log, "t", 200, start=600))
+        tp = TopicPartition("t", 0)
+        c = log.consumer(value_deserializer=None, key_deserializer=None)
+        assert c.beginning_offsets([tp]) == {tp: 0}
+        assert c.end_offsets([tp]) == {tp: 800}
+        local_start = bounds[0][1]
+        by_ts = {ts: off for (_, off), (_, _, ts) in model.items()}
+        for ts in (TS0 - 5, TS0, TS0 + 17, TS0 + local_start - 1, TS0 + local_start, TS0 + 799):
+            want = min((t, by_ts[t]) for t in by_ts if t >= ts)
+            hit = c.offsets_for_times({tp: ts})[tp]
+            assert hit is not None and (hit.offset, hit.timestamp) == (want[1], want[0])
+        assert c.offsets_for_times({tp: TS0 + 800})[tp] is None
+        # a seek to the timestamp's offset in a remote segment reads on into the local ones
+        hit = c.offsets_for_times({tp: TS0 + 100})[tp]
+        assert hit is not None
+        c.assign([tp])
+        c.seek(tp, hit.offset)
+        assert [r.offset for r in c.iterate(timeout_ms=0)] == list(range(hit.offset, 800))
+        c.close()
+
+
+def test_read_committed_skips_an_aborted_transaction_in_a_remote_segment(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=1)
+        model = _produce(log, "t", 50)
+        p = log.producer(transactional_id="tx", value_serializer=None)
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(40):
+            p.send("t", b"aborted-%d" % i, timestamp_ms=TS0)
+        p.abort_transaction()
+        p.begin_transaction()
+        committed = [p.send("t", b"committed-%d" % i, timestamp_ms=TS0) for i in range(30)]
+        p.commit_transaction()
+        p.close()
+        for fut, i in zip(committed, range(30), strict=True):
+            meta = fut.get()
+            model[(0, meta.offset)] = (b"", b"committed-%d" % i, TS0)
+        after = _produce(log, "t", 400, start=1000)
+        model.update(after)
+        _tier_and_drop_local(log, "t")
+        assert log.topic("t").partition(0).local_log_start_offset > max(off for _, off in after) - 400
+        got = {
+            (r.partition, r.offset): (r.key or b"", r.value, r.timestamp)
+            for r in _read(log, "t", isolation_level="read_committed")
+        }
+        assert got == {k: (v[0] or b"", v[1], v[2]) for k, v in model.items()}
+        uncommitted = _read(log, "t")
+        assert sum(r.value.startswith(b"aborted-") for r in uncommitted) == 40
+
+
+def test_a_flipped_bit_in_a_remote_log_object_is_a_corrupt_record_error(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = remote
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=1)
+        _produce(log, "t", 300)
+        _tier_and_drop_local(log, "t")
+        store = ObjectStore(url, **options)
+        seg = log.tier()[0].manifest.segments[1]
+        data = bytearray(store.get(seg.key))
+        data[len(data) // 2] ^= 0x10  # inside a record: only the batch CRC can tell
+        store.put(seg.key, bytes(data))
+        tp = TopicPartition("t", 0)
+        c = log.consumer(value_deserializer=None, key_deserializer=None)
+        c.assign([tp])
+        c.seek(tp, 0)
+        seen: list[int] = []
+        with pytest.raises(CorruptRecordError):
+            for r in c.iterate(timeout_ms=0):
+                seen.append(r.offset)
+        assert seen == list(range(len(seen))) and len(seen) < seg.next_offset  # never a wrong record
+        c.close()
+
+
+def test_a_stopped_store_is_a_remote_storage_error_after_bounded_retries(tmp_path: Path) -> None:
+    server, options = _moto()
+    try:
+        with _open(tmp_path, (f"s3://{BUCKET}/stopped", options)) as log:
+            _topic(log, partitions=1)
+            model = _produce(log, "t", 300)
+            local_start = _tier_and_drop_local(log, "t")[0][1]
+            server.stop()
+            server = None
+            tp = TopicPartition("t", 0)
+            c = log.consumer(value_deserializer=None, key_deserializer=None)
+            c.assign([tp])
+            c.seek(tp, 0)
+            with pytest.raises(RemoteStorageError) as info:
+                c.poll(timeout_ms=0)
+            assert info.value.retriable
+            c.seek(tp, local_start)  # the local segments are still served
+            got = _as_model(list(c.iterate(timeout_ms=0)))
+            assert got == {k: v for k, v in model.items() if k[1] >= local_start}
+            c.close()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def test_the_cache_stays_within_its_bound_and_sequential_reads_prefetch(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    bound = 3000
+    with _open(tmp_path, remote, remote_cache_bytes=bound) as log:
+        _topic(log, partitions=1, segment_bytes=4096)
+        model = _produce(log, "t", 1000)
+        _tier_and_drop_local(log, "t")
+        source = log.topic("t").partition(0).remote
+        assert isinstance(source, RemotePartition)
+        cache = source.cache
+        cache.block_bytes = 1024  # small blocks, so that the bound is tested with many of them
+        c = log.consumer(value_deserializer=None, key_deserializer=None, max_partition_fetch_bytes=1024)
+        c.assign([TopicPartition("t", 0)])
+        c.seek_to_beginning()
+        sizes = []
+        got = []
+        for r in c.iterate(timeout_ms=0):
+            got.append(r)
+            sizes.append(cache.size)
+        c.close()
+        assert _as_model(got) == model
+        remote_bytes = sum(s.size for s in source.segments())
+        assert remote_bytes > 5 * bound
+        assert max(sizes) <= bound and cache.size <= bound
+        assert cache.prefetched > 0 and cache.requests > 0
+
+
+def test_read_only_open_of_the_object_store_serves_consumers_and_refuses_writes(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = remote
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=2)
+        _topic(log, "other", partitions=1)
+        model = _produce(log, "t", 700)
+        _produce(log, "other", 50)
+        for name in ("t", "other"):
+            for p in range(log.topic(name).num_partitions):
+                log.topic(name).partition(p).roll()
+        log.tier()
+    with pytest.raises(ReadOnlyLogError):
+        pylog.open(url, remote_storage_options=options)
+    with pylog.open(url, read_only=True, remote_storage_options=options, clock=ManualClock(TS0)) as ro:
+        assert ro.topics() == ["other", "t"]
+        assert ro.topic("t").num_partitions == 2
+        assert _as_model(_read(ro, "t")) == model
+        tps = ro.topic("t").partitions()
+        c = ro.consumer(value_deserializer=None, key_deserializer=None)
+        ends = {tp: max(off for (p, off) in model if p == tp.partition) + 1 for tp in tps}
+        assert c.end_offsets(tps) == ends
+        assert c.beginning_offsets(tps) == dict.fromkeys(tps, 0)
+        hit = c.offsets_for_times({tps[0]: TS0 + 350})[tps[0]]
+        want = min((ts, off) for (p, off), (_, _, ts) in model.items() if p == 0 and ts >= TS0 + 350)
+        assert hit is not None and (hit.timestamp, hit.offset) == want
+        c.close()
+        with pytest.raises(ReadOnlyLogError):
+            ro.producer()
+        with pytest.raises(ReadOnlyLogError):
+            ro.create_topic("new")
+        with pytest.raises(ReadOnlyLogError):
+            ro.consumer("t", group_id="g")
+        with pytest.raises(ReadOnlyLogError):
+            ro.consumer(isolation_level="read_committed").assign(tps)
+
+
+def test_read_only_still_opens_a_local_directory(tmp_path: Path, remote: tuple[str, dict[str, Any]]) -> None:
+    url, options = remote
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=1)
+        model = _produce(log, "t", 200)
+        _tier_and_drop_local(log, "t")
+        model.update(_produce(log, "t", 100, start=200))
+    with pylog.open(
+        tmp_path / "log", read_only=True, remote_storage=url, remote_storage_options=options
+    ) as ro:
+        assert ro.topic("t").partition(0).local_log_start_offset > 0
+        assert _as_model(_read(ro, "t")) == model  # the tiered segments from the store, the rest local
+        with pytest.raises(ReadOnlyLogError):
+            ro.producer()
