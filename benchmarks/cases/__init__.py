@@ -99,7 +99,17 @@ def case(
 
 def _load_all() -> None:
     # Importing the modules registers their cases; the order here is the order of the report.
-    from benchmarks.cases import floors, groups, kafka, producer_cases, pylog_cases, scale, spark, stores  # noqa: F401
+    from benchmarks.cases import (  # noqa: F401
+        floors,
+        groups,
+        kafka,
+        producer_cases,
+        pylog_cases,
+        scale,
+        spark,
+        stores,
+        tiered_read,
+    )
 
 
 _load_all()
