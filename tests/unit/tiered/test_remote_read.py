@@ -344,3 +344,100 @@ def test_read_only_still_opens_a_local_directory(tmp_path: Path, remote: tuple[s
         assert _as_model(_read(ro, "t")) == model  # the tiered segments from the store, the rest local
         with pytest.raises(ReadOnlyLogError):
             ro.producer()
+
+
+def test_a_read_only_replica_sees_new_uploads_once_its_manifest_is_read_again(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = remote
+    clock = ManualClock(TS0)
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=1)
+        first = _produce(log, "t", 200)
+        _tier_and_drop_local(log, "t")
+        with pylog.open(url, read_only=True, remote_storage_options=options, clock=clock) as ro:
+            tp = TopicPartition("t", 0)
+            c = ro.consumer(value_deserializer=None, key_deserializer=None)
+            c.assign([tp])
+            c.seek_to_beginning(tp)
+            got = _as_model(list(c.iterate(timeout_ms=0)))
+            assert got == first
+            more = _produce(log, "t", 150, start=200)
+            _tier_and_drop_local(log, "t")
+            assert c.end_offsets([tp]) == {tp: 200}  # the manifest read a moment ago still holds
+            clock.advance(1000)  # the manifest is read again after a second of the clock
+            assert c.end_offsets([tp]) == {tp: 350}
+            got.update(_as_model(list(c.iterate(timeout_ms=0))))
+            assert got == first | more
+            c.close()
+
+
+def test_a_damaged_remote_index_is_not_used_and_reads_stay_correct(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = remote
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=1, segment_bytes=8192)
+        model = _produce(log, "t", 400)
+        _tier_and_drop_local(log, "t")
+        store = ObjectStore(url, **options)
+        seg = log.tier()[0].manifest.segments[0]
+        assert seg.index is not None and seg.index.size >= 16
+        raw = bytearray(store.get(seg.index.key))
+        raw[12:16] = (seg.size - 100).to_bytes(4, "little")  # the second entry points into the wrong place
+        store.put(seg.index.key, bytes(raw))
+        tp = TopicPartition("t", 0)
+        c = log.consumer(value_deserializer=None, key_deserializer=None)
+        c.assign([tp])
+        for start in (0, seg.next_offset // 2, seg.next_offset - 1):
+            c.seek(tp, start)
+            got = _as_model(list(c.iterate(timeout_ms=0)))
+            assert got == {k: v for k, v in model.items() if k[1] >= start}
+        c.close()
+
+
+def test_an_index_entry_that_points_elsewhere_falls_back_to_the_first_batch(tmp_path: Path) -> None:
+    """The partition layer alone, over a source whose index was not caught by a CRC (a wrong entry)."""
+    import numpy as np
+
+    from pylog.partition import remote as remote_read
+    from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY
+    from pylog.record import decode_batch
+
+    with pylog.open(tmp_path / "log", clock=ManualClock(TS0)) as log:
+        log.create_topic("t", 1, segment_bytes=1 << 20)
+        model = _produce(log, "t", 300)
+        plog = log.topic("t").partition(0)
+        plog.roll()
+        seg = plog.segments[0]
+        data = bytes(seg.view())
+        end = seg.next_offset
+
+    class Seg:
+        base_offset, next_offset, size, max_timestamp, key = 0, end, len(data), TS0 + 299, "t/0/seg.log"
+
+    class Source:
+        standalone = False
+        entries = np.array([(0, 0), (100, len(data) - 200)], dtype=OFFSET_ENTRY)  # the 2nd is wrong
+
+        def segments(self, *, refresh: bool = False) -> list[Seg]:
+            return [Seg()]
+
+        def read(self, segment: Seg, start: int, length: int) -> bytes:
+            return data[start : start + length]
+
+        def offset_index(self, segment: Seg) -> Any:
+            return self.entries
+
+        def time_index(self, segment: Seg) -> Any:
+            return np.empty(0, dtype=TIME_ENTRY)
+
+    for start in (0, 150, 299):
+        found = remote_read.read_raw(Source(), start, 1 << 20)
+        assert found is not None
+        batches, nxt = found
+        offsets = [int(o) for buf, at in batches for o in decode_batch(buf, at).offsets]
+        assert offsets[0] <= start and offsets[-1] == 299 and nxt == 300
+        assert offsets == list(range(offsets[0], 300))
+    assert remote_read.read_raw(Source(), 300, 1 << 20) is None
+    assert remote_read.offset_for_time(Source(), TS0 + 123) == (123, model[(0, 123)][2])
