@@ -40,7 +40,7 @@ import crc32c
 import numpy as np
 
 from pylog.clock import Clock
-from pylog.errors import ConfigError, RemoteStorageError
+from pylog.errors import ConfigError, OffsetOutOfRangeError, PylogError, RemoteStorageError
 from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY
 from pylog.tiered.manifest import PartitionManifest, RemoteFile, RemoteSegment, read_manifest
 from pylog.tiered.store import ObjectStore
@@ -276,7 +276,10 @@ class RemotePartition:
 
     def read(self, segment: Any, start: int, length: int) -> memoryview | bytes:
         seg: RemoteSegment = segment
-        data = self.cache.read(seg.key, seg.size, start, length)
+        try:
+            data = self.cache.read(seg.key, seg.size, start, length)
+        except RemoteStorageError as exc:
+            raise self._gone(seg, exc) from exc
         end = start + len(data)
         with self._lock:
             last = self._last
@@ -292,13 +295,34 @@ class RemotePartition:
 
     def offset_index(self, segment: Any) -> np.ndarray[Any, Any]:
         seg: RemoteSegment = segment
-        return self._index(seg.index, OFFSET_ENTRY)
+        try:
+            return self._index(seg.index, OFFSET_ENTRY)
+        except RemoteStorageError as exc:
+            raise self._gone(seg, exc) from exc
 
     def time_index(self, segment: Any) -> np.ndarray[Any, Any]:
         seg: RemoteSegment = segment
-        return self._index(seg.timeindex, TIME_ENTRY)
+        try:
+            return self._index(seg.timeindex, TIME_ENTRY)
+        except RemoteStorageError as exc:
+            raise self._gone(seg, exc) from exc
 
     # -- internals --------------------------------------------------------------------------------------
+
+    def _gone(self, seg: RemoteSegment, exc: RemoteStorageError) -> PylogError:
+        """The error of a failed read of ``seg``: :class:`OffsetOutOfRangeError` when the newest manifest no
+        longer names it (remote retention deleted it after the manifest this reader held), else ``exc``."""
+        try:
+            segments = self.segments(refresh=True)
+        except RemoteStorageError:
+            return exc
+        if any(s.key == seg.key for s in segments):
+            return exc
+        start = segments[0].base_offset if segments else None
+        return OffsetOutOfRangeError(
+            f"offsets {seg.base_offset}..{seg.next_offset - 1} of {self.topic}-{self.partition} are no longer in "
+            f"the object store (deleted by retention); the remote log now starts at {start}"
+        )
 
     def _key_before(self, seg: RemoteSegment) -> str | None:
         segments = self._manifest.segments if self._manifest is not None else ()

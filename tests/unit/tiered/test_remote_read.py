@@ -441,3 +441,43 @@ def test_an_index_entry_that_points_elsewhere_falls_back_to_the_first_batch(tmp_
         assert offsets == list(range(offsets[0], 300))
     assert remote_read.read_raw(Source(), 300, 1 << 20) is None
     assert remote_read.offset_for_time(Source(), TS0 + 123) == (123, model[(0, 123)][2])
+
+
+def test_a_remote_segment_deleted_under_a_reader_is_out_of_range_and_earliest_moves_on(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    from pylog.errors import OffsetOutOfRangeError
+    from pylog.tiered.manifest import PartitionManifest, publish_manifest, read_manifest
+
+    url, options = remote
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=1)
+        model = _produce(log, "t", 300)
+        _tier_and_drop_local(log, "t")
+    tp = TopicPartition("t", 0)
+    with pylog.open(url, read_only=True, remote_storage_options=options, clock=ManualClock(TS0)) as ro:
+        c = ro.consumer(value_deserializer=None, key_deserializer=None, auto_offset_reset="earliest")
+        c.assign([tp])
+        assert c.beginning_offsets([tp]) == {tp: 0}  # the reader holds the manifest now
+        # remote retention, as another process does it: a new manifest without the first segment, then
+        # the segment's objects deleted
+        store = ObjectStore(url, **options)
+        m, highest = read_manifest(store, "t", 0)
+        assert m is not None
+        dropped = m.segments[0]
+        kept = PartitionManifest(m.topic, m.partition, m.partitions, m.config, m.segments[1:])
+        assert publish_manifest(store, kept, highest + 1) is not None
+        store.delete(dropped.key)
+        c.seek(tp, 0)
+        got = _as_model(list(c.iterate(timeout_ms=0)))
+        assert got == {
+            k: v for k, v in model.items() if dropped.next_offset <= k[1] < m.segments[-1].next_offset
+        }
+        assert c.beginning_offsets([tp]) == {tp: dropped.next_offset}
+        none = ro.consumer(value_deserializer=None, auto_offset_reset="none")
+        none.assign([tp])
+        none.seek(tp, 0)
+        with pytest.raises(OffsetOutOfRangeError):
+            none.poll(timeout_ms=0)
+        none.close()
+        c.close()
