@@ -20,6 +20,14 @@ Kafka's broker defaults except where an embedded log needs another one; each suc
 | ``delete_retention_ms`` | 1 day | compaction: how long tombstones survive |
 | ``min_compaction_lag_ms`` | 0 | compaction: records younger than this are not compacted |
 | ``remote_storage_enable`` | (off: False) | tiered storage: copy sealed segments to the log's ``remote_storage`` |
+| ``local_retention_ms`` | -2 (follow ``retention_ms``; -1: keep forever) | tiered: delete an uploaded local segment this old |
+| ``local_retention_bytes`` | -2 (follow ``retention_bytes``; -1: no limit) | tiered: keep at most this many local bytes |
+
+``local_retention_ms`` and ``local_retention_bytes`` are Kafka's ``local.retention.ms`` / ``local.retention.bytes``
+and are validated as Kafka validates them when ``remote.storage.enable`` is on: at most ``retention_ms`` /
+``retention_bytes`` (-1, unlimited, only when the whole log is unlimited too). Kafka ignores them on a topic
+without remote storage; pylog refuses to set them there (a :class:`~pylog.errors.ConfigError`), so a value that
+would do nothing is never silently kept.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ class TopicConfig:
     delete_retention_ms: int = _DAY_MS
     min_compaction_lag_ms: int = 0
     remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -83,6 +93,19 @@ class TopicConfig:
         if self.remote_storage_enable and self.compacted:
             # as in Kafka: a compacted segment is rewritten in place, which immutable remote copies cannot follow
             raise ConfigError("remote_storage_enable is not supported with cleanup_policy including compact")
+        _check_local_retention(
+            "local_retention_ms", self.local_retention_ms, "retention_ms", self.retention_ms
+        )
+        _check_local_retention(
+            "local_retention_bytes", self.local_retention_bytes, "retention_bytes", self.retention_bytes
+        )
+        if not self.remote_storage_enable:
+            for name in ("local_retention_ms", "local_retention_bytes"):
+                if getattr(self, name) != -2:
+                    raise ConfigError(
+                        f"{name} applies only to a topic with remote_storage_enable=True (tiered storage); "
+                        "leave it at -2"
+                    )
         ratio = self.min_cleanable_dirty_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0.0 <= ratio <= 1.0:
             raise ConfigError(f"min_cleanable_dirty_ratio must be a number in [0, 1], got {ratio!r}")
@@ -114,6 +137,16 @@ class TopicConfig:
         return "delete" in self.cleanup_policy
 
     @property
+    def effective_local_retention_ms(self) -> int:
+        """``local_retention_ms`` with -2 resolved to ``retention_ms`` (-1: unlimited)."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """``local_retention_bytes`` with -2 resolved to ``retention_bytes`` (-1: unlimited)."""
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+
+    @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
@@ -121,6 +154,18 @@ class TopicConfig:
 def _check_range(name: str, value: int, low: int, high: int, *, zero_ok: bool = True) -> None:
     if not low <= value <= high or (value == 0 and not zero_ok):
         raise ConfigError(f"{name} must be in [{low}, {high}]{'' if zero_ok else ' and not 0'}, got {value}")
+
+
+def _check_local_retention(name: str, value: int, whole_name: str, whole: int) -> None:
+    """Kafka's rule: -2 follows ``whole``; else at most ``whole``, and -1 (unlimited) only if ``whole`` is."""
+    _check_range(name, value, -2, _I64_MAX)
+    if value == -2 or whole == -1:
+        return
+    if value == -1 or value > whole:
+        raise ConfigError(
+            f"{name}={value} must be at most {whole_name}={whole} (local data is a part of the whole log); "
+            f"-2 follows {whole_name}"
+        )
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:

@@ -107,6 +107,8 @@ _MARKER = ".clean-shutdown"
 _HEADER = struct.Struct("<qqqq")  # the session header in .lock: opens, session, clean, checked mtime
 # Entries of a log root that pylog creates (partition directories aside); temp files are atomic_write's.
 _OWN_FILES = frozenset({_MANIFEST, ".lock", ".open.lock", _MARKER, _MANIFEST + ".tmp", _MARKER + ".tmp"})
+# tiered storage: the remote_storage URL the log was last opened with (owner: pylog/tiered/location.py)
+_OWN_FILES |= {"remote_storage", "remote_storage.tmp"}
 _OWN_DIRS = frozenset({"__groups", "__transactions"})
 _OPEN_LOGS: weakref.WeakSet[LogDirectory] = weakref.WeakSet()
 

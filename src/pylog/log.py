@@ -22,7 +22,9 @@ from pylog.groups.admin import GroupDescription
 from pylog.idempotent import IdempotentProducer
 from pylog.producer import Producer
 from pylog.structs import OffsetAndMetadata, TopicPartition
+from pylog.tiered.background import DEFAULT_INTERVAL_MS, PartitionTierStatus, RemoteLogManager, check_interval
 from pylog.tiered.fetch import DEFAULT_CACHE_BYTES, RemoteCache, RemotePartition
+from pylog.tiered.location import read_remote_storage, write_remote_storage
 from pylog.tiered.manifest import read_manifest, remote_partitions
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import TierResult, tier_partition
@@ -40,7 +42,13 @@ class Log(LogDirectory):
     ``remote_storage_options`` its client options (see :mod:`pylog.tiered.store`); :meth:`tier` uses them,
     and reads of tiered topics below the local log start go there, through a cache of at most
     ``remote_cache_bytes`` (:mod:`pylog.tiered.fetch`). A ``path`` that is itself an object-store URL opens
-    the log read-only from the object store, with no local directory (``read_only=True`` is required)."""
+    the log read-only from the object store, with no local directory (``read_only=True`` is required).
+
+    A writable log with a ``remote_storage`` runs one background thread that tiers its enabled topics every
+    ``remote_log_manager_task_interval_ms`` (Kafka's ``remote.log.manager.task.interval.ms``, 30 s; -1: no
+    thread, :meth:`tier` and :meth:`apply_retention` on demand), see :mod:`pylog.tiered.background`. The URL
+    is recorded in the log directory (:mod:`pylog.tiered.location`), so a later open without it uses it
+    again; the options are not recorded."""
 
     def __init__(
         self,
@@ -49,9 +57,14 @@ class Log(LogDirectory):
         remote_storage: str | None = None,
         remote_storage_options: dict[str, Any] | None = None,
         remote_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        remote_log_manager_task_interval_ms: int = DEFAULT_INTERVAL_MS,
         **kwargs: Any,
     ) -> None:
+        check_interval(remote_log_manager_task_interval_ms)
+        self._manager: RemoteLogManager | None = None
         url = path if isinstance(path, str) and "://" in path else None
+        if url is None and remote_storage is None:
+            remote_storage = _recorded_remote_storage(path)
         if url is not None:
             if not kwargs.get("read_only"):
                 raise ReadOnlyLogError(
@@ -75,8 +88,12 @@ class Log(LogDirectory):
             remote_manifest=manifest,
             **kwargs,
         )
+        if remote_storage is not None and url is None and not self.read_only:
+            self._start_manager(remote_storage, remote_log_manager_task_interval_ms)
 
     def close(self) -> None:
+        if self._manager is not None:
+            self._manager.close()  # before the partitions close under it (bounded wait)
         try:
             super().close()
         finally:
@@ -84,6 +101,12 @@ class Log(LogDirectory):
                 self._remote_cache.close()
 
     # -- reading tiered storage ---------------------------------------------------------------------------
+
+    def _start_manager(self, url: str, interval_ms: int) -> None:
+        if read_remote_storage(self.path) != url:
+            write_remote_storage(self.path, url)
+        self._manager = RemoteLogManager(self, self._store, self.clock, interval_ms=interval_ms)
+        self._manager.start()
 
     def _store(self) -> ObjectStore:
         if self._remote is None:
@@ -131,10 +154,13 @@ class Log(LogDirectory):
     def tier(self) -> list[TierResult]:
         """Copy the sealed segments of every topic with ``remote_storage_enable`` to ``remote_storage`` now,
         then publish each partition's remote manifest; one :class:`~pylog.tiered.uploader.TierResult` per
-        partition (``uploaded`` is empty when there was nothing new). Never deletes anything."""
+        partition (``uploaded`` is empty when there was nothing new). Never deletes anything: retention
+        (:meth:`apply_retention`, or the background pass) deletes the local copies it confirmed."""
         self.check_open()
         if self.remote_storage is None:
             raise IllegalStateError("tier() needs a remote_storage URL: pylog.open(path, remote_storage=...)")
+        if self._manager is not None:
+            return self._manager.tier()
         results = []
         for name in self.topics():
             topic = self.topic(name)
@@ -146,6 +172,34 @@ class Log(LogDirectory):
                         plog.remote.saw(result.manifest)  # its readers see the new segments at once
                     results.append(result)
         return results
+
+    def tier_status(self) -> dict[TopicPartition, PartitionTierStatus]:
+        """Per tiered partition: the remote offsets known, segments uploaded and deleted, and failures
+        (``last_error``, ``failures`` in a row) of the background uploader and :meth:`tier`."""
+        self.check_open()
+        return self._manager.status() if self._manager is not None else {}
+
+    @property
+    def remote_log_manager(self) -> RemoteLogManager | None:
+        """The tiering passes of this log (None without ``remote_storage`` or when read-only): its
+        ``run_once()`` runs a pass now; tests drive it with a manual clock."""
+        return self._manager
+
+    def apply_retention(self) -> dict[str, int]:
+        """Run retention on every partition now; local segments deleted per topic. A topic with
+        ``remote_storage_enable`` deletes only local segments its remote manifest names (and whose
+        ``local_retention_ms`` / ``local_retention_bytes`` passed), then drops remote segments past
+        ``retention_ms`` / ``retention_bytes`` (needs ``remote_storage``; without it nothing of the topic is
+        deleted)."""
+        self.check_writable("apply retention")
+        out = {}
+        for name in self.topics():
+            topic = self.topic(name)
+            if topic.config.remote_storage_enable and self._manager is not None:
+                out[name] = self._manager.apply_retention(name)
+            else:
+                out[name] = topic.apply_retention()
+        return out
 
     # -- consumer groups --------------------------------------------------------------------------------
 
@@ -188,6 +242,7 @@ def open_log(
     remote_storage: str | None = None,
     remote_storage_options: dict[str, Any] | None = None,
     remote_cache_bytes: int = DEFAULT_CACHE_BYTES,
+    remote_log_manager_task_interval_ms: int = DEFAULT_INTERVAL_MS,
     **defaults: Any,
 ) -> Log:
     """Open (creating if needed) the log directory at ``path``. ``defaults`` are topic config defaults.
@@ -195,7 +250,9 @@ def open_log(
     for reads of tiered segments (through a cache of at most ``remote_cache_bytes``). ``path`` may be an
     object-store URL itself, with ``read_only=True``: the log is then read from the object store alone (the
     topics and partitions its remote manifests name), with no local directory; consumers without a group
-    read it (``assign``, ``seek``, ``poll``).
+    read it (``assign``, ``seek``, ``poll``). A writable log with ``remote_storage`` tiers its enabled topics
+    from a background thread every ``remote_log_manager_task_interval_ms`` (default 30000; -1: none), and
+    records the URL in the directory: a later open without ``remote_storage`` uses it (not the options).
 
     ``read_only=True`` (or a directory this process cannot write) opens it without writing anything: reads
     see each partition as its files hold it when first used; writes raise
@@ -207,8 +264,15 @@ def open_log(
         remote_storage=remote_storage,
         remote_storage_options=remote_storage_options,
         remote_cache_bytes=remote_cache_bytes,
+        remote_log_manager_task_interval_ms=remote_log_manager_task_interval_ms,
         **defaults,
     )
+
+
+def _recorded_remote_storage(path: str | os.PathLike[str]) -> str | None:
+    """The ``remote_storage`` URL recorded in an existing log directory, or None."""
+    root = os.path.abspath(os.fspath(path))
+    return read_remote_storage(root) if os.path.isdir(root) else None
 
 
 def _remote_topics(store: ObjectStore) -> dict[str, Any]:

@@ -20,14 +20,16 @@ Errors: every failure of the store is a :class:`~pylog.errors.RemoteStorageError
 imported when the first store is opened, so ``import pylog`` does not need it.
 
 Thread-safety: thread-safe (obstore stores are). Crash contract: a put is atomic (the object is either absent
-or whole: S3 PUT semantics; obstore's local store writes a temporary file and renames it); a local store does
-not fsync, so after a power loss of the machine holding a ``file://`` store an object may be lost or empty,
-which the CRC checks of the manifest and restore detect.
+or whole: S3 PUT semantics; obstore's local store writes a temporary file and renames it). obstore's local
+store does not fsync, so for ``file://`` this class does: after each put the object's file, then every directory
+from its parent up to the store's root, are fsynced before the put returns (a put that returned survives a power
+loss of the machine holding the directory); a delete fsyncs the object's directory.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -70,6 +72,8 @@ class ObjectStore:
             raise RemoteStorageError(f"remote_storage must be a URL such as s3://bucket/prefix, got {url!r}")
         self.url = url
         self._store = _open(url, options)
+        # file://: the local directory of the store, whose writes this class fsyncs (obstore does not)
+        self._root = _local_root(url)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
@@ -85,6 +89,7 @@ class ObjectStore:
             if if_absent and _already_exists(exc):
                 return False
             raise _error("put", key, exc) from exc
+        self._sync(key)
         return True
 
     def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
@@ -113,6 +118,7 @@ class ObjectStore:
                 raise
             except Exception as exc:
                 raise _error("put", key, exc) from exc
+        self._sync(key)
         return crc[1], crc[0]
 
     def get(self, key: str) -> bytes:
@@ -197,6 +203,44 @@ class ObjectStore:
             return
         except Exception as exc:
             raise _error("delete", key, exc) from exc
+        if self._root is not None:
+            self._fsync_dirs(os.path.dirname(os.path.join(self._root, key)), up_to_root=False)
+
+    def _sync(self, key: str) -> None:
+        """``file://``: make the object ``key`` just written durable (its file, and the directories from its
+        parent up to the root, some of which the put may have created)."""
+        if self._root is None:
+            return
+        path = os.path.join(self._root, key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise RemoteStorageError(f"cannot fsync {path}: {exc}", key=key) from exc
+        self._fsync_dirs(os.path.dirname(path), up_to_root=True)
+
+    def _fsync_dirs(self, directory: str, *, up_to_root: bool) -> None:
+        if self._root is None:
+            return
+        root = os.path.dirname(self._root.rstrip("/")) or "/"  # the root's own entry is in its parent
+        while True:
+            try:
+                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except FileNotFoundError:
+                pass  # a delete's directory that is gone, or one removed meanwhile
+            except OSError as exc:
+                raise RemoteStorageError(f"cannot fsync {directory}: {exc}", key=directory) from exc
+            parent = os.path.dirname(directory)
+            if not up_to_root or directory == root or parent == directory or not parent.startswith(root):
+                return
+            directory = parent
 
 
 def open_store(url: str, **options: Any) -> ObjectStore:
@@ -217,6 +261,14 @@ def _open(url: str, options: dict[str, Any]) -> _ObstoreStore:
         return from_url(url, **options)
     except Exception as exc:
         raise RemoteStorageError(f"cannot open the object store {url}: {exc}") from exc
+
+
+def _local_root(url: str) -> str | None:
+    """The directory of a ``file://`` URL (None for other schemes)."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme != "file":
+        return None
+    return urllib.parse.unquote(parsed.path).rstrip("/") or "/"
 
 
 def _already_exists(exc: Exception) -> bool:

@@ -1,0 +1,332 @@
+"""The remote log manager: tiering passes of one log, on demand and from one background thread.
+
+A pass (:meth:`RemoteLogManager.run_once`), for every partition of every topic with ``remote_storage_enable``:
+
+1. upload its sealed segments and publish a manifest (:func:`~pylog.tiered.uploader.tier_partition`); the
+   offsets the published manifest covers are remembered (in memory: after a restart they are read from the
+   newest manifest again when first needed; until they are known nothing tiered is deleted locally);
+2. local retention with those offsets (:meth:`PartitionLog.apply_retention
+   <pylog.partition.log.PartitionLog.apply_retention>`): an uploaded segment past ``local_retention_ms`` /
+   ``local_retention_bytes`` is deleted locally; a segment not uploaded stays;
+3. whole-log retention of its remote segments (:func:`~pylog.tiered.retention.apply_remote_retention`).
+
+A failure of one partition (the store down, a 503 after the retries, a diverged local log) is recorded in
+:meth:`~RemoteLogManager.status` (``last_error``, ``failures``), logged as a warning on the ``pylog.tiered``
+logger, and the pass goes on with the next partition; the next pass retries it. Nothing of a failed partition
+is deleted locally in that pass.
+
+The background thread (:meth:`~RemoteLogManager.start`) runs a pass every ``interval_ms``
+(Kafka's ``remote.log.manager.task.interval.ms``, default 30 s as in Kafka), judged on the injected clock's
+monotonic time: it waits on an event for at most the time left (and at most one second of real time, so a
+manual clock that was moved is noticed), and :meth:`~RemoteLogManager.wake` makes it look at once. An
+exception never ends the thread; it never touches a producer's path (appends do not wait for it).
+
+Thread-safety: thread-safe; passes (background and :meth:`~RemoteLogManager.tier` on demand) are serialized
+by one lock. Crash contract: a pass only uploads, publishes new manifest versions and deletes what the
+manifests allow (see :mod:`pylog.tiered.uploader` and :mod:`pylog.tiered.retention`); a kill at any point
+leaves local segments that were not confirmed remote, and at most unnamed remote objects that a later pass
+sweeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from pylog.clock import Clock
+from pylog.directory import LogDirectory
+from pylog.errors import ConfigError
+from pylog.partition.log import PartitionLog
+from pylog.structs import TopicPartition
+from pylog.tiered.fetch import RemotePartition
+from pylog.tiered.manifest import PartitionManifest, read_manifest
+from pylog.tiered.retention import RemoteRetentionResult, apply_remote_retention
+from pylog.tiered.store import ObjectStore
+from pylog.tiered.uploader import TierResult, tier_partition
+
+__all__ = ["DEFAULT_INTERVAL_MS", "PartitionTierStatus", "RemoteLogManager", "check_interval"]
+
+DEFAULT_INTERVAL_MS = 30_000  # Kafka's remote.log.manager.task.interval.ms default
+_MAX_WAIT_S = 1.0  # the thread looks at the clock at least this often (a manual clock may have moved)
+log = logging.getLogger("pylog.tiered")
+
+
+def check_interval(interval_ms: object) -> int:
+    """``remote_log_manager_task_interval_ms``: an int > 0, or -1 (no background thread: tier() on demand)."""
+    if (
+        isinstance(interval_ms, bool)
+        or not isinstance(interval_ms, int)
+        or not (interval_ms > 0 or interval_ms == -1)
+    ):
+        raise ConfigError(
+            f"remote_log_manager_task_interval_ms must be an int > 0 (milliseconds) or -1 (no background "
+            f"uploader), got {interval_ms!r}"
+        )
+    return interval_ms
+
+
+@dataclass(frozen=True)
+class PartitionTierStatus:
+    """What the manager knows of one tiered partition.
+
+    ``remote_start`` / ``remote_end``: the offsets the newest manifest it saw covers (None: unknown or empty);
+    ``uploaded``: segments this manager uploaded; ``deleted_local`` / ``deleted_remote``: segments deleted by
+    local and by whole-log retention; ``failures``: failed passes in a row (0 after a success);
+    ``total_failures``: all failed passes; ``last_error``: the message of the last failure (None once a pass
+    succeeded after it); ``last_success_ms`` / ``last_error_ms``: clock times of the last success and failure."""
+
+    topic: str
+    partition: int
+    remote_start: int | None = None
+    remote_end: int | None = None
+    uploaded: int = 0
+    deleted_local: int = 0
+    deleted_remote: int = 0
+    failures: int = 0
+    total_failures: int = 0
+    last_error: str | None = None
+    last_error_ms: int | None = None
+    last_success_ms: int | None = None
+
+
+class RemoteLogManager:
+    """Tiering of one log directory to one object store (see the module docstring). ``store`` opens the
+    store when first needed; ``interval_ms`` is the background period (-1: no thread)."""
+
+    def __init__(
+        self,
+        directory: LogDirectory,
+        store: Callable[[], ObjectStore],
+        clock: Clock,
+        *,
+        interval_ms: int = DEFAULT_INTERVAL_MS,
+    ) -> None:
+        self.directory = directory
+        self.interval_ms = check_interval(interval_ms)
+        self._store = store
+        self._clock = clock
+        self._pass_lock = threading.Lock()  # one pass at a time
+        self._lock = threading.Lock()  # the status below
+        self._status: dict[TopicPartition, PartitionTierStatus] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+
+    # -- knowledge of the remote end ------------------------------------------------------------------------
+
+    def status(self) -> dict[TopicPartition, PartitionTierStatus]:
+        """A copy of the status of every tiered partition a pass (or a range lookup) has seen."""
+        with self._lock:
+            return dict(self._status)
+
+    def remote_range(self, topic: str, partition: int, *, strict: bool = False) -> tuple[int, int] | None:
+        """``(start, end)`` of the partition's newest manifest: remembered, or read from the store when not
+        known yet (after a restart); None when no manifest names a segment, or when the store cannot be read
+        (recorded as a failure; with ``strict`` raised instead)."""
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            known = self._status.get(tp)
+        if known is not None and known.remote_end is not None and known.remote_start is not None:
+            return known.remote_start, known.remote_end
+        try:
+            manifest, _ = read_manifest(self._store(), topic, partition)
+        except Exception as exc:  # unknown stays unknown: nothing tiered is deleted locally
+            if strict:
+                raise
+            self._failed(tp, exc)
+            return None
+        self._saw(tp, manifest)
+        return _range(manifest)
+
+    def _update(self, tp: TopicPartition, **changes: object) -> PartitionTierStatus:
+        with self._lock:
+            current = self._status.get(tp) or PartitionTierStatus(tp.topic, tp.partition)
+            new = replace(current, **changes)  # type: ignore[arg-type]
+            self._status[tp] = new
+            return new
+
+    def _saw(self, tp: TopicPartition, manifest: PartitionManifest | None) -> None:
+        found = _range(manifest)
+        self._update(tp, remote_start=found[0] if found else None, remote_end=found[1] if found else None)
+
+    def _failed(self, tp: TopicPartition, exc: BaseException) -> None:
+        with self._lock:
+            current = self._status.get(tp) or PartitionTierStatus(tp.topic, tp.partition)
+            self._status[tp] = replace(
+                current,
+                failures=current.failures + 1,
+                total_failures=current.total_failures + 1,
+                last_error=f"{type(exc).__name__}: {exc}",
+                last_error_ms=self._clock.time_ms(),
+            )
+        log.warning("tiering %s-%d failed (retried next pass): %s", tp.topic, tp.partition, exc)
+
+    # -- passes -----------------------------------------------------------------------------------------
+
+    def _tiered(self) -> list[tuple[str, int, int]]:
+        """``(topic, partition, partition count)`` of every partition of every tiered topic."""
+        out: list[tuple[str, int, int]] = []
+        for name in self.directory.topics():
+            topic = self.directory.topic(name)
+            if topic.config.remote_storage_enable:
+                out.extend((name, p, topic.num_partitions) for p in range(topic.num_partitions))
+        return out
+
+    def tier(self) -> list[TierResult]:
+        """Upload every tiered partition now (no retention); raises the first failure (after recording it)."""
+        results = []
+        with self._pass_lock:
+            for name, p, count in self._tiered():
+                tp = TopicPartition(name, p)
+                try:
+                    plog = self.directory.topic(name).partition(p)
+                    result = tier_partition(self._store(), plog, count)
+                except Exception as exc:
+                    self._failed(tp, exc)
+                    raise
+                _show(plog, result.manifest)
+                self._succeeded(tp, result)
+                results.append(result)
+        return results
+
+    def _succeeded(self, tp: TopicPartition, result: TierResult) -> None:
+        found = _range(result.manifest)
+        with self._lock:
+            current = self._status.get(tp) or PartitionTierStatus(tp.topic, tp.partition)
+            self._status[tp] = replace(
+                current,
+                remote_start=found[0] if found else None,
+                remote_end=found[1] if found else None,
+                uploaded=current.uploaded + len(result.uploaded),
+                failures=0,
+                last_error=None,
+                last_success_ms=self._clock.time_ms(),
+            )
+
+    def run_once(self) -> dict[TopicPartition, PartitionTierStatus]:
+        """One pass (upload, local retention, whole-log retention) over every tiered partition; failures are
+        recorded, not raised. The status of every partition after it."""
+        with self._pass_lock:
+            for name, p, count in self._tiered():
+                if self._stop.is_set():
+                    break
+                tp = TopicPartition(name, p)
+                try:
+                    plog = self.directory.topic(name).partition(p)
+                    result = tier_partition(self._store(), plog, count)
+                    _show(plog, result.manifest)
+                    self._succeeded(tp, result)
+                    self._retention(tp, result.manifest)
+                except Exception as exc:
+                    self._failed(tp, exc)
+            self.passes += 1
+        return self.status()
+
+    def apply_retention(self, topic: str) -> int:
+        """Local and whole-log retention of one tiered topic with the remote offsets known now (read from
+        the store when not known); local segments deleted. A failure is recorded and raised."""
+        t = self.directory.topic(topic)
+        deleted = 0
+        with self._pass_lock:
+            for p in range(t.num_partitions):
+                tp = TopicPartition(topic, p)
+                try:
+                    deleted += self._retention(tp, None)
+                except Exception as exc:
+                    self._failed(tp, exc)
+                    raise
+        return deleted
+
+    def _retention(self, tp: TopicPartition, manifest: PartitionManifest | None) -> int:
+        """Local retention with the manifest's offsets (or the known ones), then the remote one."""
+        plog = self.directory.topic(tp.topic).partition(tp.partition)
+        if manifest is not None:
+            found = _range(manifest)
+        else:  # a failure to read the manifest is raised (the caller records it)
+            found = self.remote_range(tp.topic, tp.partition, strict=True)
+        deleted = plog.apply_retention(remote=found)
+        if found is None:  # no remote segment: nothing to drop, and no end to sweep below
+            return deleted
+        end = found[1]
+        local_bytes = sum(s.size for s in plog.segments if s.base_offset >= end)
+        result: RemoteRetentionResult = apply_remote_retention(
+            self._store(),
+            tp.topic,
+            tp.partition,
+            plog.config,
+            self._clock.time_ms(),
+            local_start=plog.local_log_start_offset,
+            local_bytes=local_bytes,
+        )
+        if result.manifest is None:
+            return deleted
+        _show(plog, result.manifest)
+        with self._lock:
+            current = self._status.get(tp) or PartitionTierStatus(tp.topic, tp.partition)
+            after = _range(result.manifest)
+            self._status[tp] = replace(
+                current,
+                remote_start=after[0] if after else None,
+                remote_end=after[1] if after else None,
+                deleted_local=current.deleted_local + deleted,
+                deleted_remote=current.deleted_remote + len(result.dropped),
+            )
+        return deleted
+
+    # -- the background thread --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background thread (once; nothing when ``interval_ms`` is -1)."""
+        if self.interval_ms < 0 or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="pylog-remote-log-manager", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Make the thread look at the clock now (a test that moved a manual clock calls it)."""
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Stop the thread: the pass running finishes its partition and stops; waits at most ``timeout``
+        seconds. True when the thread has ended (False: a store call still runs; it ends by itself, as a
+        daemon, leaving at most unnamed objects)."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def _loop(self) -> None:
+        due = self._clock.monotonic_ms() + self.interval_ms
+        while not self._stop.is_set():
+            left = due - self._clock.monotonic_ms()
+            if left > 0:
+                self._wake.wait(min(left / 1000.0, _MAX_WAIT_S))
+                self._wake.clear()
+                continue
+            try:
+                self.run_once()
+            except Exception as exc:  # a bug, or the log closed under it: never end the thread
+                log.warning("tiering pass failed: %r", exc)
+            due = self._clock.monotonic_ms() + self.interval_ms
+
+
+def _show(plog: PartitionLog, manifest: PartitionManifest) -> None:
+    """Hand a manifest this process just published to the partition's remote reader (it reads it at once)."""
+    if isinstance(plog.remote, RemotePartition):
+        plog.remote.saw(manifest)
+
+
+def _range(manifest: PartitionManifest | None) -> tuple[int, int] | None:
+    if manifest is None or manifest.log_start_offset is None or manifest.log_end_offset is None:
+        return None
+    return manifest.log_start_offset, manifest.log_end_offset
