@@ -10,10 +10,9 @@ read checks is done here, with the same code as a local read:
 
 - the position of an offset comes from the segment's offset index (a hint: the batch there must carry the
   entry's offset, else the walk starts at the segment's first byte), so only the needed byte range is fetched;
-- batch headers are walked with :func:`pylog.partition.reader.walk_headers` style bounds checks
-  (:func:`pylog.record.decode_header`), and every base offset must continue the one before it exactly (remote
-  topics are never compacted, so their segments are dense), and a segment must end at the offset its
-  manifest names;
+- every batch header is decoded and bounds-checked by :func:`pylog.record.decode_header` (as every header
+  walk of pylog does), every base offset must continue the one before it exactly (remote topics are never
+  compacted, so their segments are dense), and a segment must end at the offset its manifest names;
 - the batches are returned undecoded, as ``(buffer, position)`` pairs, exactly as a local read returns them:
   whoever decodes them (:func:`pylog.record.decode_batch`, :func:`pylog.record.decode_lists`) checks the
   CRC, so a flipped bit in a remote object is a :class:`~pylog.errors.CorruptRecordError`, never a wrong

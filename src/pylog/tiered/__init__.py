@@ -4,6 +4,8 @@
 - :mod:`pylog.tiered.manifest`: the remote manifest of a partition, immutable versions written create-if-absent.
 - :mod:`pylog.tiered.uploader`: copies sealed segments and their indexes, verifies them, publishes a manifest.
 - :mod:`pylog.tiered.restore`: rebuilds a writable log directory from the object store.
+- :mod:`pylog.tiered.fetch`: reads of remote segments (the source a tiered partition reads below its local
+  log start, or a log opened read-only from the object store reads entirely), a bounded block cache, prefetch.
 
 See ``docs/tiered-storage.md`` for what this phase does and does not do.
 """
