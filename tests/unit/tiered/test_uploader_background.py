@@ -1,0 +1,156 @@
+"""The background uploader of a Log: one thread, scheduled on the injected clock, tiers and applies retention,
+survives store failures (reported, retried), never blocks the writer, and stops on close."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import pylog
+from pylog.clock import ManualClock
+from pylog.errors import RemoteStorageError
+from pylog.structs import TopicPartition
+from pylog.tiered.manifest import read_manifest
+from pylog.tiered.store import ObjectStore
+
+HOUR = 3600 * 1000
+
+
+def _wait(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait (real time, bounded) for the background thread to reach a state; the schedule itself is the
+    manual clock's."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def _produce(log: pylog.Log, n: int, ts: int, start: int = 0) -> dict[int, bytes]:
+    p = log.producer(batch_size=300, value_serializer=None)
+    futs = [
+        (p.send("t", b"v%d" % i + bytes(40), partition=0, timestamp_ms=ts), i)
+        for i in range(start, start + n)
+    ]
+    p.flush()
+    p.close()
+    return {f.get().offset: b"v%d" % i + bytes(40) for f, i in futs}
+
+
+class FlakyStore(ObjectStore):
+    """Fails every put while ``down``; counts the calls."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.down = False
+        self.puts = 0
+
+    def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
+        self.puts += 1
+        if self.down:
+            raise RemoteStorageError(f"put {key}: 503 Slow Down (injected)", key=key)
+        return super().put_file(key, path, length, if_absent=if_absent)
+
+
+def test_the_thread_tiers_on_the_clock_schedule_and_reports_failures(tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    clock = ManualClock(1_700_000_000_000, auto_advance=False)
+    before = {t.name for t in threading.enumerate()}
+    log = pylog.open(
+        tmp_path / "log", clock=clock, remote_storage=url, remote_log_manager_task_interval_ms=60_000
+    )
+    manager = log.remote_log_manager
+    assert manager is not None and manager.running
+    threads = [t for t in threading.enumerate() if t.name == "pylog-remote-log-manager"]
+    assert len(threads) == 1 and "pylog-remote-log-manager" not in before  # one thread per Log
+    store = FlakyStore(url)
+    log._remote = store
+    log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True, local_retention_ms=HOUR)
+    log.create_topic("u", 1, segment_bytes=1024, remote_storage_enable=True)
+    model = _produce(log, 80, clock.time_ms())
+    plog = log.topic("t").partition(0)
+    plog.roll()
+
+    manager.wake()
+    time.sleep(0.05)  # woken before the interval passed: no pass
+    assert manager.passes == 0 and store.puts == 0
+
+    store.down = True
+    clock.advance(60_000)
+    manager.wake()
+    _wait(lambda: manager.passes >= 1, "a pass with the store down")
+    status = log.tier_status()[TopicPartition("t", 0)]
+    assert status.failures == 1 and status.last_error is not None and "503" in status.last_error
+    assert status.remote_end is None
+    assert plog.local_log_start_offset == 0  # nothing deleted
+    model.update(_produce(log, 5, clock.time_ms(), start=80))  # the writer goes on
+    assert manager.running
+
+    store.down = False
+    clock.advance(2 * HOUR)
+    manager.wake()
+    _wait(lambda: manager.passes >= 2, "the next pass")
+    status = log.tier_status()[TopicPartition("t", 0)]
+    assert status.failures == 0 and status.last_error is None and status.total_failures == 1
+    assert status.remote_end is not None and status.deleted_local > 0
+    assert plog.local_log_start_offset == status.remote_end
+    manifest, _ = read_manifest(store, "t", 0)
+    assert manifest is not None and manifest.log_end_offset == status.remote_end
+    # every record is still readable (remote below the local start)
+    c = log.consumer(value_deserializer=None)
+    c.assign([TopicPartition("t", 0)])
+    c.seek_to_beginning(TopicPartition("t", 0))
+    assert {r.offset: r.value for r in c.iterate(timeout_ms=0)} == model
+    c.close()
+
+    log.close()
+    assert not manager.running
+    assert not [t for t in threading.enumerate() if t.name == "pylog-remote-log-manager"]
+
+
+def test_close_stops_the_thread_within_its_bound_during_a_slow_upload(tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    clock = ManualClock(1_700_000_000_000, auto_advance=False)
+    entered, release = threading.Event(), threading.Event()
+
+    class SlowStore(ObjectStore):
+        def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
+            entered.set()
+            release.wait(30)
+            return super().put_file(key, path, length, if_absent=if_absent)
+
+    log = pylog.open(
+        tmp_path / "log", clock=clock, remote_storage=url, remote_log_manager_task_interval_ms=1000
+    )
+    log._remote = SlowStore(url)
+    log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True)
+    _produce(log, 40, clock.time_ms())
+    log.topic("t").partition(0).roll()
+    manager = log.remote_log_manager
+    assert manager is not None
+    clock.advance(1000)
+    manager.wake()
+    assert entered.wait(30)
+    assert manager.close(timeout=0.2) is False  # bounded: an upload is still running
+    release.set()
+    _wait(lambda: not manager.running, "the thread to end after its upload")
+    log.close()
+    manifest, _ = read_manifest(ObjectStore(url), "t", 0)
+    assert manifest is None or manifest.segments  # whatever was published names whole segments
+
+
+def test_read_only_and_unconfigured_logs_have_no_thread(tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    with pylog.open(tmp_path / "plain") as log:
+        assert log.remote_log_manager is None and log.tier_status() == {}
+    with pylog.open(tmp_path / "log", remote_storage=url, remote_log_manager_task_interval_ms=-1) as log:
+        assert log.remote_log_manager is not None and not log.remote_log_manager.running
+    with pylog.open(tmp_path / "log", read_only=True) as log:
+        assert log.remote_storage == url  # recorded
+        assert log.remote_log_manager is None
+    with pytest.raises(pylog.errors.ConfigError, match="remote_log_manager_task_interval_ms"):
+        pylog.open(tmp_path / "log", remote_log_manager_task_interval_ms=True)
