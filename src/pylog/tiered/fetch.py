@@ -57,7 +57,10 @@ _Block = tuple[str, int]  # (object key, block number)
 
 class RemoteCache:
     """Blocks of remote segment objects, at most ``max_bytes`` of them, least recently used out first; and
-    the background fetcher for prefetches (two threads, started on first use, stopped by :meth:`close`)."""
+    the background fetcher for prefetches (two threads, started on first use, stopped by :meth:`close`).
+
+    Thread-safety: thread-safe (one lock; fetches run outside it). Crash contract: memory only, writes
+    nothing."""
 
     def __init__(
         self,
@@ -218,7 +221,10 @@ class RemoteCache:
 class RemotePartition:
     """The remote segments of one partition (see the module docstring); implements
     :class:`pylog.partition.remote.RemoteSegments`. ``standalone``: the log has no local segments (opened
-    read-only from the object store)."""
+    read-only from the object store).
+
+    Thread-safety: thread-safe (one lock for the cached manifest and indexes; requests run outside it).
+    Crash contract: reads only."""
 
     def __init__(
         self,
