@@ -1,6 +1,7 @@
 """Tiered storage under faults (file:// backend): a crash at every object-store write of an upload, a crash
 between segment upload and manifest publish, corrupt, truncated or missing remote objects at restore, an
-upload the store corrupts, and two processes publishing manifest versions at once."""
+upload the store corrupts, two processes publishing manifest versions at once, and a background pass (upload,
+local retention, whole-log retention) SIGKILLed at spread points."""
 
 from __future__ import annotations
 
@@ -313,3 +314,128 @@ def test_sigkill_mid_upload_at_spread_points_never_publishes_a_partial_segment(t
         manifest, _ = read_manifest(ObjectStore(remote.as_uri()), "t", 0)
         assert manifest is not None and manifest.log_end_offset == end
         assert _restored_records(remote, tmp_path / "restored") == model
+
+
+KILLED_PASS = textwrap.dedent(
+    """
+    import os, signal, sys
+    import pylog
+    from pylog.clock import ManualClock
+    from pylog.tiered.store import ObjectStore
+
+    root, url, kill_at, now = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    calls = [0]
+
+    def wrap(name):
+        original = getattr(ObjectStore, name)
+
+        def call(self, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(self, *args, **kwargs)
+
+        setattr(ObjectStore, name, call)
+
+    for name in ("put", "put_file", "checksum", "get", "list", "delete"):
+        wrap(name)
+    clock = ManualClock(now, auto_advance=False)
+    with pylog.open(root, clock=clock, remote_storage=url, remote_log_manager_task_interval_ms=-1) as log:
+        status = log.remote_log_manager.run_once()
+        errors = [s.last_error for s in status.values() if s.last_error]
+        assert not errors, errors
+    print(calls[0])
+    """
+)
+
+
+def _local_and_remote(root: Path, remote: Path, target: Path) -> Model:
+    """The records of the local segments plus those of restore(remote)."""
+    got: Model = {}
+    if read_manifest(ObjectStore(remote.as_uri()), "t", 0)[0] is not None:
+        got |= _restored_records(remote, target)
+    with pylog.open(root, clock=ManualClock(), remote_log_manager_task_interval_ms=-1) as log:
+        plog = log.topic("t").partition(0)
+        offset = plog.local_log_start_offset
+        while offset < plog.log_end_offset:
+            for b in plog.read(offset, 1 << 20):
+                for o, k, v in zip(b.offsets, b.keys(), b.values(), strict=True):
+                    got[int(o)] = (bytes(k or b""), bytes(v or b""))
+                offset = b.header.next_offset
+    return got
+
+
+def test_sigkill_of_a_background_pass_never_loses_a_record_not_past_retention(tmp_path: Path) -> None:
+    """A pass (upload, local retention, whole-log retention) SIGKILLed at spread store calls (every call with
+    PYLOG_TORTURE=1): the local segments plus the remote log still hold every record not past retention_ms,
+    as one contiguous run to the log end; a later pass completes."""
+    hour, day = 3600 * 1000, 24 * 3600 * 1000
+    t0 = 1_700_000_000_000
+    base_root, base_remote = tmp_path / "log", tmp_path / "remote"
+    with pylog.open(
+        base_root,
+        clock=ManualClock(t0),
+        remote_storage=base_remote.as_uri(),
+        remote_log_manager_task_interval_ms=-1,
+    ) as log:
+        log.create_topic(
+            "t", 1, segment_bytes=2048, retention_ms=day, remote_storage_enable=True, local_retention_ms=hour
+        )
+        p = log.producer(batch_size=300, value_serializer=None)
+        futs = []
+        for i in range(240):  # the first 120 records are old, the next 120 twelve hours younger
+            ts = t0 if i < 120 else t0 + 12 * hour
+            futs.append((p.send("t", b"v%d" % i + bytes(i % 61), key=b"k%d" % i, timestamp_ms=ts), i))
+            if i == 119:
+                p.flush()
+                log.topic("t").partition(0).roll()
+                log.tier()  # a baseline: the old records are remote, and still local
+        p.flush()
+        p.close()
+        model = {f.get().offset: (b"k%d" % i, b"v%d" % i + bytes(i % 61)) for f, i in futs}
+        log.topic("t").partition(0).roll()
+    now = t0 + 25 * hour  # old records past retention_ms, young ones past local_retention_ms only
+    young = min(o for o, (k, _) in model.items() if int(k[1:]) >= 120)
+    end = max(model) + 1
+
+    def run(root: Path, remote: Path, kill_at: int) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", KILLED_PASS, str(root), remote.as_uri(), str(kill_at), str(now)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+    def check(root: Path, remote: Path, label: object) -> None:
+        got = _local_and_remote(root, remote, tmp_path / "restored")
+        start = min(got)
+        assert start <= young, label  # nothing younger than retention_ms was lost
+        assert got == {o: r for o, r in model.items() if o >= start}, label  # one run, to the end
+        assert max(got) + 1 == end, label
+
+    def copy(label: str) -> tuple[Path, Path]:
+        root, remote = tmp_path / f"log-{label}", tmp_path / f"remote-{label}"
+        shutil.copytree(base_root, root)
+        shutil.copytree(base_remote, remote)
+        return root, remote
+
+    root, remote = copy("clean")
+    done = run(root, remote, 0)
+    assert done.returncode == 0, done.stderr
+    points = int(done.stdout)
+    assert points > 10
+    check(root, remote, "clean")
+    with pylog.open(root, clock=ManualClock(), remote_log_manager_task_interval_ms=-1) as log:
+        assert log.topic("t").partition(0).local_log_start_offset == end  # all uploaded, all deleted locally
+    manifest, _ = read_manifest(ObjectStore(remote.as_uri()), "t", 0)
+    assert (
+        manifest is not None and manifest.log_start_offset is not None and manifest.log_start_offset <= young
+    )
+
+    spread = {points // 3, points * 2 // 3, points - 1}  # in the uploads, around the retention, in the sweep
+    for kill_at in range(1, points) if os.environ.get("PYLOG_TORTURE") == "1" else sorted(spread):
+        root, remote = copy(str(kill_at))
+        killed = run(root, remote, kill_at)
+        assert killed.returncode == -signal.SIGKILL, (kill_at, killed.stderr)
+        check(root, remote, kill_at)
+        again = run(root, remote, 0)
+        assert again.returncode == 0, (kill_at, again.stderr)
+        check(root, remote, (kill_at, "rerun"))
+        shutil.rmtree(root)
+        shutil.rmtree(remote)

@@ -21,9 +21,10 @@ imported when the first store is opened, so ``import pylog`` does not need it.
 
 Thread-safety: thread-safe (obstore stores are). Crash contract: a put is atomic (the object is either absent
 or whole: S3 PUT semantics; obstore's local store writes a temporary file and renames it). obstore's local
-store does not fsync, so for ``file://`` this class does: after each put the object's file, then every directory
-from its parent up to the store's root, are fsynced before the put returns (a put that returned survives a power
-loss of the machine holding the directory); a delete fsyncs the object's directory.
+store does not fsync, so for ``file://`` this class does: after each put the object's file, then its directory
+and every directory above it up to the store's root (and the root's parent) whose entry this store has not made
+durable before, are fsynced before the put returns (a put that returned survives a power loss of the machine
+holding the directory); a delete fsyncs the object's directory.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class ObjectStore:
         self._store = _open(url, options)
         # file://: the local directory of the store, whose writes this class fsyncs (obstore does not)
         self._root = _local_root(url)
+        self._durable_dirs: set[str] = (
+            set()
+        )  # file://: directories whose own entry was fsynced into their parent
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
@@ -226,6 +230,7 @@ class ObjectStore:
         if self._root is None:
             return
         root = os.path.dirname(self._root.rstrip("/")) or "/"  # the root's own entry is in its parent
+        synced: list[str] = []  # fsynced directories below the current one: their entries are in it
         while True:
             try:
                 fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -239,8 +244,12 @@ class ObjectStore:
                 raise RemoteStorageError(f"cannot fsync {directory}: {exc}", key=directory) from exc
             parent = os.path.dirname(directory)
             if not up_to_root or directory == root or parent == directory or not parent.startswith(root):
-                return
+                break
+            if directory in self._durable_dirs:
+                break  # its entry in its parent (and theirs, up to the root) were made durable before
+            synced.append(directory)
             directory = parent
+        self._durable_dirs.update(synced)  # each one's entry is now durable in its fsynced parent
 
 
 def open_store(url: str, **options: Any) -> ObjectStore:

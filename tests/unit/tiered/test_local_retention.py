@@ -456,3 +456,37 @@ def test_a_manifest_key_is_never_deleted(tmp_path: Path) -> None:
         log.topic("t").partition(0).roll()
         manager.run_once()
         assert _remote(url, {}, tmp_path / "r") == model
+
+
+def test_a_file_store_fsyncs_each_object_and_the_directories_it_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc/self/fd to name the fsynced descriptors")
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    root = tmp_path / "remote"
+    store = ObjectStore(root.as_uri())
+    monkeypatch.setattr(os, "fsync", fsync)
+    store.put("t/0/manifest/x.json", b"one")
+    created = [root / "t/0/manifest", root / "t/0", root / "t", root, tmp_path]
+    assert synced == [str(root / "t/0/manifest/x.json")] + [str(d) for d in created]
+    synced.clear()
+    store.put("t/0/manifest/y.json", b"two")  # the directories are durable already: only the new entry's one
+    assert synced == [str(root / "t/0/manifest/y.json"), str(root / "t/0/manifest")]
+    synced.clear()
+    (tmp_path / "data").write_bytes(b"x" * 100)
+    store.put_file("t/1/segments/a.log", str(tmp_path / "data"), 100)
+    # new directories up to the first one known durable, whose own entry is then fsynced ("t" names "1")
+    new_dirs = [root / "t/1/segments", root / "t/1", root / "t"]
+    assert synced == [str(root / "t/1/segments/a.log")] + [str(d) for d in new_dirs]
+    synced.clear()
+    store.delete("t/1/segments/a.log")
+    assert synced == [str(root / "t/1/segments")]
