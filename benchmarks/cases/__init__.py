@@ -109,6 +109,7 @@ def _load_all() -> None:
         spark,
         stores,
         tiered_read,
+        tiered_upload,
     )
 
 
