@@ -9,7 +9,10 @@
 4. look records up by offset and by timestamp;
 5. simulate a crash: a child process appends and is killed with SIGKILL; reopening recovers every acknowledged
    record and reports what recovery did;
-6. apply retention with an injected clock.
+6. apply retention with an injected clock;
+7. tier a topic to an object store (a ``file://`` directory next to the log directory, ``<dir>-remote``,
+   replaced at each run like the log directory): the background uploader's pass uploads the sealed segments,
+   deletes the local copies past ``local_retention_ms``, and a consumer still reads every record.
 
 Run ``python -m pylog.demo [--dir PATH] [--records N] [--workers N] [--no-spark]``.
 """
@@ -56,6 +59,50 @@ def _child(path: str) -> None:
 
 
 GROUP = "page-counters"
+
+
+def _tiering_step(path: str) -> bool:
+    """Tiered storage on ``file://``: upload, local retention after upload, read back from both tiers."""
+    from pylog.tiered.store import ObjectStore
+
+    t0 = _step("tiered storage: sealed segments go to an object store, local copies are deleted after upload")
+    remote = os.path.abspath(path.rstrip("/")) + "-remote"
+    if os.path.exists(remote):
+        shutil.rmtree(remote)
+    url = "file://" + remote
+    clock = pylog.ManualClock(1_700_000_000_000)
+    with pylog.open(path, clock=clock, remote_storage=url, remote_log_manager_task_interval_ms=1000) as log:
+        log.create_topic(
+            "events-tiered", 1, segment_bytes=16 << 10, remote_storage_enable=True, local_retention_ms=60_000
+        )
+        producer = log.producer()
+        plog = log.topic("events-tiered").partition(0)
+        for i in range(5000):
+            if i == 4000:
+                producer.flush()
+                plog.roll()
+                clock.advance(120_000)  # the first 4,000 records are now past local_retention_ms
+            producer.send("events-tiered", {"i": i})
+        producer.close()
+        plog.roll()
+        print(f"   local: {len(plog.segments) - 1} sealed segments, offsets 0..{plog.log_end_offset}")
+        manager = log.remote_log_manager
+        assert manager is not None
+        status = manager.run_once()[TopicPartition("events-tiered", 0)]  # what the thread does each interval
+        objects = ObjectStore(url).list("events-tiered/0/")
+        print(
+            f"   uploaded {status.uploaded} segments ({len(objects)} objects in {remote}); "
+            f"deleted {status.deleted_local} local copies past local_retention_ms; the local log now starts at "
+            f"{plog.local_log_start_offset} (the young records stay local, and remote too)"
+        )
+        c = log.consumer("events-tiered", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        values = [r.value["i"] for r in c.iterate()]
+        c.close()
+        print(
+            f"   read back {len(values):,} records from remote + local, in order: {values == list(range(5000))}"
+        )
+    _done(t0, "tiered")
+    return values == list(range(5000)) and status.deleted_local > 0
 
 
 def _worker(path: str, name: str) -> None:
@@ -348,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         producer.close()
     _done(t0, "retention applied")
+    if not _tiering_step(args.dir):
+        return 1
     print(f"\nAll steps passed. The log is in {os.path.abspath(args.dir)}")
     return 0
 
