@@ -34,6 +34,7 @@ import numpy as np
 import pylog
 from pylog.errors import ConfigError
 from pylog.structs import TopicPartition
+from pylog.tiered.store import ObjectStore
 
 PAGES = ["/", "/search", "/cart", "/checkout", "/help"]
 
@@ -63,8 +64,6 @@ GROUP = "page-counters"
 
 def _tiering_step(path: str) -> bool:
     """Tiered storage on ``file://``: upload, local retention after upload, read back from both tiers."""
-    from pylog.tiered.store import ObjectStore
-
     t0 = _step("tiered storage: sealed segments go to an object store, local copies are deleted after upload")
     remote = os.path.abspath(path.rstrip("/")) + "-remote"
     if os.path.exists(remote):
