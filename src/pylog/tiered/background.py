@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -282,7 +283,12 @@ class RemoteLogManager:
         """Start the background thread (once; nothing when ``interval_ms`` is -1)."""
         if self.interval_ms < 0 or self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._loop, name="pylog-remote-log-manager", daemon=True)
+        self._thread = threading.Thread(
+            target=_loop,
+            args=(weakref.ref(self), self._stop, self._wake, self._clock, self.interval_ms),
+            name="pylog-remote-log-manager",
+            daemon=True,
+        )
         self._thread.start()
 
     def wake(self) -> None:
@@ -305,19 +311,34 @@ class RemoteLogManager:
         thread.join(timeout)
         return not thread.is_alive()
 
-    def _loop(self) -> None:
-        due = self._clock.monotonic_ms() + self.interval_ms
-        while not self._stop.is_set():
-            left = due - self._clock.monotonic_ms()
-            if left > 0:
-                self._wake.wait(min(left / 1000.0, _MAX_WAIT_S))
-                self._wake.clear()
-                continue
-            try:
-                self.run_once()
-            except Exception as exc:  # a bug, or the log closed under it: never end the thread
-                log.warning("tiering pass failed: %r", exc)
-            due = self._clock.monotonic_ms() + self.interval_ms
+
+def _loop(
+    ref: weakref.ReferenceType[RemoteLogManager],
+    stop: threading.Event,
+    wake: threading.Event,
+    clock: Clock,
+    interval_ms: int,
+) -> None:
+    """The thread: a pass every ``interval_ms`` of ``clock``. It holds the manager (and so the log) only
+    during a pass: a log dropped without close() is still collected, and the thread then ends."""
+    due = clock.monotonic_ms() + interval_ms
+    while not stop.is_set():
+        left = due - clock.monotonic_ms()
+        if left > 0:
+            wake.wait(min(left / 1000.0, _MAX_WAIT_S))
+            wake.clear()
+            if ref() is None:
+                return
+            continue
+        manager = ref()
+        if manager is None:
+            return
+        try:
+            manager.run_once()
+        except Exception as exc:  # a bug, or the log closed under it: never end the thread
+            log.warning("tiering pass failed: %r", exc)
+        del manager
+        due = clock.monotonic_ms() + interval_ms
 
 
 def _show(plog: PartitionLog, manifest: PartitionManifest) -> None:

@@ -14,8 +14,11 @@ For one partition (:func:`tier_partition`):
    run that ends with the newest segment (the remote log start moves forward, as retention moved the local
    one). If another writer published the version first, read its manifest and merge again.
 
-Idempotent: a second run finds every sealed segment named and uploads nothing. Nothing is ever deleted,
-locally or remotely, in this phase; objects of an upload that crashed before its manifest stay unnamed.
+Idempotent: a second run finds every sealed segment named and uploads nothing. Nothing is deleted here,
+locally or remotely: retention does that (:mod:`pylog.tiered.background` runs it after each upload, with the
+offsets the published manifest covers, so a local segment goes only once a manifest names it;
+:mod:`pylog.tiered.retention` drops expired remote segments and sweeps the unnamed objects of an upload that
+crashed before its manifest).
 
 Thread-safety: one call per partition at a time is the intended use; concurrent calls (threads or processes)
 are safe, each publishing its own version, at worst uploading a segment twice (one copy stays unnamed).

@@ -154,3 +154,20 @@ def test_read_only_and_unconfigured_logs_have_no_thread(tmp_path: Path) -> None:
         assert log.remote_log_manager is None
     with pytest.raises(pylog.errors.ConfigError, match="remote_log_manager_task_interval_ms"):
         pylog.open(tmp_path / "log", remote_log_manager_task_interval_ms=True)
+
+
+def test_a_log_dropped_without_close_is_collected_and_its_thread_ends(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    log = pylog.open(tmp_path / "log", remote_storage=(tmp_path / "remote").as_uri())
+    manager = log.remote_log_manager
+    assert manager is not None and manager.running
+    thread = manager._thread
+    assert thread is not None
+    dropped = weakref.ref(log)
+    del log, manager
+    gc.collect()
+    assert dropped() is None  # the thread does not keep the log alive
+    thread.join(10)  # it looks at least once a second
+    assert not thread.is_alive()
