@@ -452,7 +452,7 @@ class LogDirectory:
         if unknown:
             shown = ", ".join(sorted(unknown)[:10]) + (", ..." if len(unknown) > 10 else "")
             warnings.warn(
-                f"{self.path} holds {len(unknown)} entries pylog did not create ({shown}); they are kept "
+                f"{self.path} holds {_entries(len(unknown))} pylog did not create ({shown}); they are kept "
                 "untouched: move them out of the log directory",
                 UnknownEntryWarning,
                 stacklevel=4,
@@ -790,10 +790,14 @@ def _prepare_directory(path: str) -> None:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
         raise NotALogDirectoryError(
             f"{path} is not a pylog log directory (it has no manifest) and is not empty: it holds "
-            f"{len(foreign)} other entries ({shown}). Open an empty or new directory, or an existing log; "
+            f"{_entries(len(foreign), 'other ')} ({shown}). Open an empty or new directory, or an existing log; "
             "if this is a log whose manifest was lost, `pylog repair` rebuilds it",
             path=path,
         )
+
+
+def _entries(n: int, kind: str = "") -> str:
+    return f"1 {kind}entry" if n == 1 else f"{n} {kind}entries"
 
 
 def _merge_failures(failures: list[Exception]) -> Exception:
