@@ -5,9 +5,10 @@ A pass (:meth:`RemoteLogManager.run_once`), for every partition of every topic w
 1. upload its sealed segments and publish a manifest (:func:`~pylog.tiered.uploader.tier_partition`); the
    offsets the published manifest covers are remembered (in memory: after a restart they are read from the
    newest manifest again when first needed; until they are known nothing tiered is deleted locally);
-2. local retention with those offsets (:meth:`PartitionLog.apply_retention
+2. local retention with the offsets the manifest confirms (:func:`confirmed_range`: the run of local sealed
+   segments it names exactly, same offsets and size) (:meth:`PartitionLog.apply_retention
    <pylog.partition.log.PartitionLog.apply_retention>`): an uploaded segment past ``local_retention_ms`` /
-   ``local_retention_bytes`` is deleted locally; a segment not uploaded stays;
+   ``local_retention_bytes`` is deleted locally; a segment not uploaded (or rewritten since) stays;
 3. whole-log retention of its remote segments (:func:`~pylog.tiered.retention.apply_remote_retention`).
 
 A failure of one partition (the store down, a 503 after the retries, a diverged local log) is recorded in
@@ -47,7 +48,13 @@ from pylog.tiered.retention import RemoteRetentionResult, apply_remote_retention
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import TierResult, tier_partition
 
-__all__ = ["DEFAULT_INTERVAL_MS", "PartitionTierStatus", "RemoteLogManager", "check_interval"]
+__all__ = [
+    "DEFAULT_INTERVAL_MS",
+    "PartitionTierStatus",
+    "RemoteLogManager",
+    "check_interval",
+    "confirmed_range",
+]
 
 DEFAULT_INTERVAL_MS = 30_000  # Kafka's remote.log.manager.task.interval.ms default
 _MAX_WAIT_S = 1.0  # the thread looks at the clock at least this often (a manual clock may have moved)
@@ -111,6 +118,7 @@ class RemoteLogManager:
         self._pass_lock = threading.Lock()  # one pass at a time
         self._lock = threading.Lock()  # the status below
         self._status: dict[TopicPartition, PartitionTierStatus] = {}
+        self._manifests: dict[TopicPartition, PartitionManifest | None] = {}  # the newest seen, per partition
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,15 +131,21 @@ class RemoteLogManager:
         with self._lock:
             return dict(self._status)
 
-    def remote_range(self, topic: str, partition: int, *, strict: bool = False) -> tuple[int, int] | None:
-        """``(start, end)`` of the partition's newest manifest: remembered, or read from the store when not
-        known yet (after a restart); None when no manifest names a segment, or when the store cannot be read
-        (recorded as a failure; with ``strict`` raised instead)."""
+    def remote_range(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """``(start, end)`` of the partition's newest manifest (see :meth:`remote_manifest`); None when it
+        names no segment or cannot be read."""
+        return _range(self.remote_manifest(topic, partition))
+
+    def remote_manifest(
+        self, topic: str, partition: int, *, strict: bool = False
+    ) -> PartitionManifest | None:
+        """The partition's newest manifest: remembered (every upload and retention pass of this manager
+        updates it), or read from the store when not known yet (after a restart). None when there is none, or
+        when the store cannot be read (recorded as a failure; with ``strict`` raised instead)."""
         tp = TopicPartition(topic, partition)
         with self._lock:
-            known = self._status.get(tp)
-        if known is not None and known.remote_end is not None and known.remote_start is not None:
-            return known.remote_start, known.remote_end
+            if self._manifests.get(tp) is not None:
+                return self._manifests[tp]
         try:
             manifest, _ = read_manifest(self._store(), topic, partition)
         except Exception as exc:  # unknown stays unknown: nothing tiered is deleted locally
@@ -140,7 +154,7 @@ class RemoteLogManager:
             self._failed(tp, exc)
             return None
         self._saw(tp, manifest)
-        return _range(manifest)
+        return manifest
 
     def _update(self, tp: TopicPartition, **changes: object) -> PartitionTierStatus:
         with self._lock:
@@ -151,6 +165,8 @@ class RemoteLogManager:
 
     def _saw(self, tp: TopicPartition, manifest: PartitionManifest | None) -> None:
         found = _range(manifest)
+        with self._lock:
+            self._manifests[tp] = manifest
         self._update(tp, remote_start=found[0] if found else None, remote_end=found[1] if found else None)
 
     def _failed(self, tp: TopicPartition, exc: BaseException) -> None:
@@ -196,6 +212,7 @@ class RemoteLogManager:
     def _succeeded(self, tp: TopicPartition, result: TierResult) -> None:
         found = _range(result.manifest)
         with self._lock:
+            self._manifests[tp] = result.manifest
             current = self._status.get(tp) or PartitionTierStatus(tp.topic, tp.partition)
             self._status[tp] = replace(
                 current,
@@ -242,16 +259,15 @@ class RemoteLogManager:
         return deleted
 
     def _retention(self, tp: TopicPartition, manifest: PartitionManifest | None) -> int:
-        """Local retention with the manifest's offsets (or the known ones), then the remote one."""
+        """Local retention with the offsets the manifest confirms (it, or the newest known), then the remote
+        retention."""
         plog = self.directory.topic(tp.topic).partition(tp.partition)
-        if manifest is not None:
-            found = _range(manifest)
-        else:  # a failure to read the manifest is raised (the caller records it)
-            found = self.remote_range(tp.topic, tp.partition, strict=True)
-        deleted = plog.apply_retention(remote=found)
-        if found is None:  # no remote segment: nothing to drop, and no end to sweep below
-            return deleted
-        end = found[1]
+        if manifest is None:  # a failure to read the manifest is raised (the caller records it)
+            manifest = self.remote_manifest(tp.topic, tp.partition, strict=True)
+        deleted = plog.apply_retention(remote=confirmed_range(plog, manifest))
+        if manifest is None or manifest.log_end_offset is None:
+            return deleted  # no remote segment: nothing to drop, and no end to sweep below
+        end = manifest.log_end_offset
         local_bytes = sum(s.size for s in plog.segments if s.base_offset >= end)
         result: RemoteRetentionResult = apply_remote_retention(
             self._store(),
@@ -266,6 +282,7 @@ class RemoteLogManager:
             return deleted
         _show(plog, result.manifest)
         with self._lock:
+            self._manifests[tp] = result.manifest
             current = self._status.get(tp) or PartitionTierStatus(tp.topic, tp.partition)
             after = _range(result.manifest)
             self._status[tp] = replace(
@@ -339,6 +356,27 @@ def _loop(
             log.warning("tiering pass failed: %r", exc)
         del manager
         due = clock.monotonic_ms() + interval_ms
+
+
+def confirmed_range(plog: PartitionLog, manifest: PartitionManifest | None) -> tuple[int, int] | None:
+    """``(start, end)`` for :meth:`PartitionLog.apply_retention <pylog.partition.log.PartitionLog.apply_retention>`:
+    ``start`` is the manifest's first offset, ``end`` the end of the run of local sealed segments from there
+    that the manifest names exactly (same base and next offsets, same size). A local segment the manifest
+    does not name as it is (the local log was truncated and rewritten after its upload) ends the run: it and
+    every later one stay. None when the manifest names no segment."""
+    if manifest is None or not manifest.segments:
+        return None
+    start = manifest.segments[0].base_offset
+    named = {s.base_offset: s for s in manifest.segments}
+    end = start
+    for seg in plog.segments[:-1]:
+        if seg.next_offset <= start:
+            continue  # below the remote log: the whole-log retention decides
+        remote = named.get(seg.base_offset)
+        if remote is None or (remote.next_offset, remote.size) != (seg.next_offset, seg.size):
+            break
+        end = seg.next_offset
+    return start, end
 
 
 def _show(plog: PartitionLog, manifest: PartitionManifest) -> None:

@@ -490,3 +490,30 @@ def test_a_file_store_fsyncs_each_object_and_the_directories_it_created(
     synced.clear()
     store.delete("t/1/segments/a.log")
     assert synced == [str(root / "t/1/segments")]
+
+
+def test_a_local_segment_rewritten_after_its_upload_is_not_deleted(tmp_path: Path) -> None:
+    """The manifest must name a local segment as it is (same offsets and size): after a truncation below the
+    remote end and new appends, the rewritten segments stay, though their offsets are within the remote
+    range."""
+    url = (tmp_path / "remote").as_uri()
+    clock = ManualClock(1_700_000_000_000, auto_advance=False)
+    with _open(tmp_path / "log", url, {}, clock) as log:
+        log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True, local_retention_ms=HOUR)
+        plog = log.topic("t").partition(0)
+        model = _produce(log, 100, clock.time_ms())
+        plog.roll()
+        manifest = log.tier()[0].manifest
+        assert manifest.log_end_offset == 100
+        cut = manifest.segments[-2].base_offset + 1  # inside an uploaded segment
+        plog.truncate_to(cut)
+        rewritten = _produce(log, 20, clock.time_ms(), start=1000)
+        plog.roll()
+        clock.advance(2 * HOUR)
+        log.apply_retention()
+        assert plog.local_log_start_offset == manifest.segments[-2].base_offset  # the exact copies went
+        # what is left locally: the old records before the truncation point, then the rewritten ones
+        first_new = min(rewritten)
+        assert first_new <= cut
+        kept = {o: r for o, r in model.items() if plog.local_log_start_offset <= o < first_new}
+        assert _local(log) == {**kept, **rewritten}
