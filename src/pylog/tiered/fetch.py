@@ -11,9 +11,13 @@ The cache holds fixed-size blocks (``block_bytes``, 1 MiB by default) of segment
 and block number, least recently used first out once ``max_bytes`` is reached: the bound holds at all times
 (a block larger than the bound is returned but not kept). A read fetches the blocks it misses with one ranged
 GET per run of consecutive missing blocks. When a read continues where the previous read of the partition
-ended (a consumer reading sequentially), the next ``prefetch_bytes`` after it are fetched in the background,
-into the next segment when the read reached the end of one, so the next read usually finds them cached. A
-background fetch that fails is forgotten: the read that needs the block fetches it again and reports the error.
+ended (a consumer reading sequentially), the rest of its prefetch window and the whole next one are fetched
+in the background (windows of ``prefetch_bytes``, 16 MiB by default and at most a quarter of the cache,
+aligned in the object; into the next segment at the end of one), each missing run as one ranged GET: a
+sequential reader asks for every window once, while it reads the one before, and finds it cached. Fewer,
+larger requests matter: an object store's cost is per request as much as per byte (on the loopback moto
+server of the benchmark, 1 MiB GETs reach about 15 MB/s and 16 MiB ones about 180 MB/s). A background fetch
+that fails is forgotten: the read that needs the block fetches it again and reports the error.
 
 Index objects (small) are fetched whole, once, and checked against the size and CRC-32C the manifest names:
 one that does not check is not used (reads then walk from the segment's first batch, which is correct, only
@@ -49,7 +53,7 @@ __all__ = ["DEFAULT_CACHE_BYTES", "RemoteCache", "RemotePartition"]
 
 DEFAULT_CACHE_BYTES = 64 << 20
 DEFAULT_BLOCK_BYTES = 1 << 20
-DEFAULT_PREFETCH_BYTES = 4 << 20
+DEFAULT_PREFETCH_BYTES = 16 << 20
 MANIFEST_TTL_MS = 1000
 
 _Block = tuple[str, int]  # (object key, block number)
@@ -133,28 +137,36 @@ class RemoteCache:
         bs = self.block_bytes
         for key, object_size, start, length in ranges:
             end = min(start + length, object_size)
-            for n in range(start // bs, (end - 1) // bs + 1) if end > start else ():
-                with self._lock:
-                    if (key, n) in self._blocks or (key, n) in self._inflight:
-                        continue
-                    fut: Future[bytes] = Future()
-                    self._inflight[(key, n)] = fut
+            wanted: list[int] = []
+            futures: dict[int, Future[bytes]] = {}
+            with self._lock:
+                for n in range(start // bs, (end - 1) // bs + 1) if end > start else ():
+                    if (key, n) not in self._blocks and (key, n) not in self._inflight:
+                        futures[n] = self._inflight[(key, n)] = Future()
+                        wanted.append(n)
+            for run in _runs(wanted):  # one GET per run of missing blocks: fewer, larger requests
+                fill = {n: futures[n] for n in run}
                 try:
-                    pool.submit(self._fill, key, object_size, n, fut)
+                    pool.submit(self._fill, key, object_size, fill)
                 except RuntimeError:  # shut down meanwhile
-                    self._settle(key, n, fut, None, RemoteStorageError("the log is closed", key=key))
-                    return
+                    self._fail(key, fill, RemoteStorageError("the log is closed", key=key))
 
     # -- internals --------------------------------------------------------------------------------------
 
-    def _fill(self, key: str, object_size: int, n: int, fut: Future[bytes]) -> None:
+    def _fill(self, key: str, object_size: int, futures: dict[int, Future[bytes]]) -> None:
+        numbers = sorted(futures)
         try:
-            data = self._fetch(key, object_size, n, n)
+            data = self._fetch(key, object_size, numbers[0], numbers[-1])
         except BaseException as exc:
-            self._settle(key, n, fut, None, exc)
+            self._fail(key, futures, exc)
             return
-        self.prefetched += 1
-        self._settle(key, n, fut, data[0], None)
+        self.prefetched += len(numbers)
+        for n, block in zip(numbers, data, strict=True):
+            self._settle(key, n, futures[n], block, None)
+
+    def _fail(self, key: str, futures: dict[int, Future[bytes]], exc: BaseException) -> None:
+        for n, fut in futures.items():
+            self._settle(key, n, fut, None, exc)
 
     def _settle(
         self, key: str, n: int, fut: Future[bytes], data: bytes | None, exc: BaseException | None
@@ -338,8 +350,12 @@ class RemotePartition:
         return None
 
     def _prefetch_after(self, seg: RemoteSegment, end: int) -> None:
-        """Queue the next ``prefetch_bytes`` after ``end`` of ``seg``, going on into the following segments."""
-        want = self.cache.prefetch_bytes
+        """Queue the bytes from ``end`` of ``seg`` to the end of the prefetch window after the one ``end`` is
+        in (windows of ``prefetch_bytes``, aligned), going on into the following segments. So a sequential
+        reader asks for each window once, as one GET, while it reads the window before it."""
+        # at most a quarter of the cache: what is fetched ahead must still be there when the reader comes
+        window = max(min(self.cache.prefetch_bytes, self.cache.max_bytes // 4), self.cache.block_bytes)
+        want = (end // window + 2) * window - end
         ranges: list[tuple[str, int, int, int]] = []
         segments = self._manifest.segments if self._manifest is not None else ()
         i = next((k for k, s in enumerate(segments) if s.key == seg.key), -1)
