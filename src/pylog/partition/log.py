@@ -628,7 +628,7 @@ class PartitionLog:
     ) -> list[tuple[memoryview | bytes, int]] | None:
         """Tiered storage: the batches from ``offset`` on when they are not on the local disk (None when they
         are). Reads of the object store run without the partition's locks held. An offset between the remote
-        log end and the local log start (segments deleted locally before their upload) reads on from the
+        log end and the local log start (segments deleted locally that were never uploaded) reads on from the
         local log start, as a read of a compacted log reads on from the next offset that is left."""
         standalone = remote.standalone
         local_start = 0 if standalone else self.local_log_start_offset
