@@ -517,3 +517,25 @@ def test_a_local_segment_rewritten_after_its_upload_is_not_deleted(tmp_path: Pat
         assert first_new <= cut
         kept = {o: r for o, r in model.items() if plog.local_log_start_offset <= o < first_new}
         assert _local(log) == {**kept, **rewritten}
+
+
+def test_the_recorded_url_file_is_checked(tmp_path: Path) -> None:
+    from pylog.errors import UnsupportedFormatError
+    from pylog.tiered.location import FILE_NAME, write_remote_storage
+
+    root = tmp_path / "log"
+    url = (tmp_path / "remote").as_uri()
+    pylog.open(root, remote_storage=url, remote_log_manager_task_interval_ms=-1).close()
+    path = root / FILE_NAME
+    assert read_remote_storage(str(root)) == url
+    raw = path.read_bytes()
+    assert raw.startswith(b"pylog-remote-storage 1 ") and url.encode() in raw
+    path.write_bytes(raw.replace(b'/remote"', b'/remotX"'))  # a flipped byte in the body: the CRC fails
+    with pytest.warns(RuntimeWarning, match="does not check"):
+        assert read_remote_storage(str(root)) is None
+    path.write_bytes(raw.replace(b"storage 1 ", b"storage 9 ", 1))
+    with pytest.raises(UnsupportedFormatError):
+        read_remote_storage(str(root))
+    write_remote_storage(str(root), "s3://other/prefix")
+    assert read_remote_storage(str(root)) == "s3://other/prefix"
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(FILE_NAME)) == [FILE_NAME]
