@@ -155,8 +155,9 @@ class Log(LogDirectory):
         """Copy the sealed segments of every topic with ``remote_storage_enable`` to ``remote_storage`` now,
         then publish each partition's remote manifest; one :class:`~pylog.tiered.uploader.TierResult` per
         partition (``uploaded`` is empty when there was nothing new). Never deletes anything: retention
-        (:meth:`apply_retention`, or the background pass) deletes the local copies it confirmed."""
-        self.check_open()
+        (:meth:`apply_retention`, or the background pass) deletes the local copies it confirmed. A read-only
+        log refuses (it publishes manifests): :class:`~pylog.errors.ReadOnlyLogError`."""
+        self.check_writable("tier segments to the object store (it publishes remote manifests)")
         if self.remote_storage is None:
             raise IllegalStateError("tier() needs a remote_storage URL: pylog.open(path, remote_storage=...)")
         if self._manager is not None:

@@ -325,6 +325,8 @@ def test_read_only_open_of_the_object_store_serves_consumers_and_refuses_writes(
         with pytest.raises(ReadOnlyLogError):
             ro.create_topic("new")
         with pytest.raises(ReadOnlyLogError):
+            ro.tier()
+        with pytest.raises(ReadOnlyLogError):
             ro.consumer("t", group_id="g")
         with pytest.raises(ReadOnlyLogError):
             ro.consumer(isolation_level="read_committed").assign(tps)
