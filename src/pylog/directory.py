@@ -62,6 +62,7 @@ import secrets
 import struct
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -114,7 +115,7 @@ _OPEN_LOGS: weakref.WeakSet[LogDirectory] = weakref.WeakSet()
 
 
 class Closeable(Protocol):
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = None) -> None: ...
 
 
 P = TypeVar("P", bound=Closeable)
@@ -272,19 +273,21 @@ class LogDirectory:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Close the producers this log created (each flushes first: records they accepted are written), then
         flush and close every partition. The last process to close writes the clean-shutdown marker.
 
         Raises :class:`~pylog.errors.DeliveryError` (after closing everything) if records a producer accepted
-        could not be written and nobody looked at their futures."""
+        could not be written and nobody looked at their futures, and
+        :class:`~pylog.errors.KafkaTimeoutError` if the producers' flushes took longer than ``timeout`` s in
+        all (their records still queued then fail with :class:`~pylog.errors.LogClosedError`)."""
         with self._lock:
             if self._closed:
                 return
             if self._fork_generation != FORK_GENERATION[0]:
                 self._closed = True
                 return
-            failures = self._close_producers()
+            failures = self._close_producers(timeout)
             self._closed = True
             if self.read_only:
                 for topic in self._topics.values():
@@ -309,11 +312,12 @@ class LogDirectory:
         if failures:
             raise _merge_failures(failures)
 
-    def _close_producers(self) -> list[Exception]:
+    def _close_producers(self, timeout: float | None = None) -> list[Exception]:
         failures: list[Exception] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
         for producer in list(self._producers):
             try:
-                producer.close()
+                producer.close(None if deadline is None else max(deadline - time.monotonic(), 0.0))
             except Exception as exc:  # raised once everything is closed
                 failures.append(exc)
         return failures
@@ -815,12 +819,18 @@ def _merge_failures(failures: list[Exception]) -> Exception:
     return merged
 
 
+#: how long an interpreter exit waits, in all, for the producers of open logs to write what they hold
+EXIT_FLUSH_TIMEOUT_S = 30.0
+
+
 def _close_at_exit() -> None:
     """At interpreter exit, close the logs still open: their producers flush first (as kafka-python's
-    producers do at exit), and the shutdown is clean. A failure is printed: there is no caller left."""
+    producers do at exit), within :data:`EXIT_FLUSH_TIMEOUT_S` in all, and the shutdown is clean. A failure
+    (records that could not be written, or not within the bound) is printed: there is no caller left."""
+    deadline = time.monotonic() + EXIT_FLUSH_TIMEOUT_S
     for log in list(_OPEN_LOGS):
         try:
-            log.close()
+            log.close(timeout=max(deadline - time.monotonic(), 0.0))
         except Exception as exc:
             print(f"pylog: closing {log.path} at exit failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 

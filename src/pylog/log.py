@@ -91,11 +91,11 @@ class Log(LogDirectory):
         if remote_storage is not None and url is None and not self.read_only:
             self._start_manager(remote_storage, remote_log_manager_task_interval_ms)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         if self._manager is not None:
             self._manager.close()  # before the partitions close under it (bounded wait)
         try:
-            super().close()
+            super().close(timeout)
         finally:
             if self._remote_cache is not None:
                 self._remote_cache.close()

@@ -496,10 +496,17 @@ class Producer:
         the queue past ``timeout`` seconds."""
         if self._fork != self.log.fork_generation or self.log.fork_generation != _fork_now():
             raise ForkedProcessError("this producer was created before fork(); create a new one in the child")
-        self._acc.drain_all()
-        with self._acc.drain_lock:  # send_batch(wait=False) columns another thread is writing (under it)
-            pass
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        # Under the drain lock (reentrant): waits for a write another thread has under way (send_batch
+        # columns are written under it), for at most ``timeout``.
+        if not self._acc.drain_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            raise KafkaTimeoutError(
+                f"flush did not complete within {timeout} s: another thread's write holds it"
+            )
+        try:
+            self._acc.drain_all()
+        finally:
+            self._acc.drain_lock.release()
         for p in list(self._acc.inflight):  # drained by other threads: their appends or fsyncs are under way
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             if not p.finished and not self._acc.wait_finished(p, left):
@@ -538,7 +545,13 @@ class Producer:
             return
         try:
             if not self.log.closed:
-                self.flush(timeout)
+                try:
+                    self.flush(timeout)
+                except KafkaTimeoutError:
+                    self._fail_unwritten(
+                        f"the producer was closed before they were written (within {timeout} s)"
+                    )
+                    raise
             else:
                 self._acc.fail_queued(
                     LogClosedError(f"the log at {self.log.path} was closed before the producer")
@@ -548,6 +561,15 @@ class Producer:
             self._closed = True
             self._fast.clear()  # send() takes its slow path, which refuses
             self._sender.stop()
+
+    def _fail_unwritten(self, why: str) -> None:
+        """Fail the records still queued (their futures raise :class:`~pylog.errors.KafkaTimeoutError`), unless
+        another thread's write holds the queue: those it writes yet."""
+        if self._acc.drain_lock.acquire(timeout=0.1):
+            try:
+                self._acc.fail_queued(KafkaTimeoutError(why))
+            finally:
+                self._acc.drain_lock.release()
 
     def __enter__(self) -> Producer:
         return self

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pylog.clock import SystemClock
+
 if TYPE_CHECKING:
     from pylog.accumulator import RecordAccumulator
     from pylog.clock import Clock
@@ -50,6 +52,7 @@ class Sender:
         self._linger_s = linger_ms / 1000.0
         self._clock = clock
         self._stopped = False
+        self._halt = threading.Event()  # set by stop()
         self._wakeup = threading.Event()
         self._thread = threading.Thread(target=self.run, name="pylog-producer-sender", daemon=True)
         acc.wake_sender = self.wake
@@ -68,6 +71,7 @@ class Sender:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread (what is queued stays queued) and join it unless called from it."""
         self._stopped = True
+        self._halt.set()
         self._wakeup.set()
         if self._thread is not threading.current_thread() and self._thread.is_alive():
             self._thread.join(timeout=timeout)
@@ -101,7 +105,10 @@ class Sender:
     def _drain_once(self) -> None:
         acc = self._acc
         if self._linger_s > 0:
-            self._clock.sleep(self._linger_s)
+            if isinstance(self._clock, SystemClock):
+                self._halt.wait(self._linger_s)  # stop() ends the wait: close() does not wait out linger_ms
+            else:
+                self._clock.sleep(self._linger_s)
         else:
             # A caller that waits on its future drains the queue itself at once; give it that chance instead
             # of contending for the drain lock (and the GIL) at the same moment.

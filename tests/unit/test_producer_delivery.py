@@ -61,6 +61,76 @@ def test_leaving_the_log_with_a_producer_open_writes_its_records(tmp_path: Any) 
         p.send("t", {"i": -1})
 
 
+def test_closing_a_producer_with_a_long_linger_stops_its_sender_thread(log: pylog.Log) -> None:
+    log.create_topic("t")
+    p = log.producer(linger_ms=600_000)  # the sender thread waits this long before each drain
+    futures = [p.send("t", {"i": i}) for i in range(10)]
+    sender = p._sender._thread
+    p.close()  # writes the records itself; the sender's wait must not hold close() or outlive it
+    sender.join(timeout=30)
+    assert not sender.is_alive()
+    assert [f.get(timeout=0).offset for f in futures] == list(range(10))
+
+
+def _hold_the_queue(p: Any) -> tuple[threading.Event, threading.Thread]:
+    """A thread that holds ``p``'s drain lock (as a write stuck on a hung disk would) until released."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with p._acc.drain_lock:
+            held.set()
+            release.wait()
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    assert held.wait(30)
+    return release, t
+
+
+def test_log_close_with_a_timeout_is_bounded_by_a_write_stuck_in_another_thread(tmp_path: Any) -> None:
+    log = pylog.open(str(tmp_path / "log"))
+    log.create_topic("t")
+    p = log.producer(linger_ms=600_000)
+    p.send("t", {"i": 0})
+    release, holder = _hold_the_queue(p)
+    try:
+        with pytest.raises(errors.KafkaTimeoutError):
+            log.close(timeout=0.2)  # without the bound this waits for the holder, which waits for us
+        assert log.closed
+    finally:
+        release.set()
+        holder.join(30)
+
+
+_STUCK_AT_EXIT = textwrap.dedent(
+    """
+    import sys, threading
+    import pylog, pylog.directory
+    pylog.directory.EXIT_FLUSH_TIMEOUT_S = 0.5
+    log = pylog.open(sys.argv[1])
+    log.create_topic("t")
+    p = log.producer(linger_ms=600_000)
+    p.send("t", {"i": 0})
+    held = threading.Event()
+    def hold():
+        with p._acc.drain_lock:
+            held.set()
+            threading.Event().wait()  # a write that never ends
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+    # the script ends with the producer's queue held
+    """
+)
+
+
+def test_interpreter_exit_waits_a_bounded_time_and_says_what_was_not_written(tmp_path: Any) -> None:
+    root = os.path.join(str(tmp_path), "log")
+    done = subprocess.run(
+        [sys.executable, "-c", _STUCK_AT_EXIT, root], capture_output=True, check=False, timeout=120
+    )
+    assert b"at exit failed: KafkaTimeoutError" in done.stderr, done.stderr
+
+
 # -- failures reach the user ------------------------------------------------------------------------------
 
 
