@@ -29,12 +29,11 @@ import numpy as np
 import numpy.typing as npt
 
 from pylog.errors import DeserializationError, OffsetOutOfRangeError
-from pylog.partition import files
 from pylog.partition.visibility import is_skipped
 from pylog.record import DecodedBatch
 from pylog.spark.filters import Bounds
 from pylog.spark.options import OffsetRange
-from pylog.spark.snapshot import PartitionView, decode_checked, walk
+from pylog.spark.snapshot import PartitionView, decode_checked, open_partition, walk
 
 __all__ = ["BYTES_PER_BATCH", "KAFKA_COLUMNS", "ROWS_PER_BATCH", "ReadSpec", "read_range", "read_ranges"]
 
@@ -106,7 +105,7 @@ def _groups(spec: ReadSpec, ranges: Sequence[OffsetRange]) -> Iterator[list[_Sli
 
 def _batches(spec: ReadSpec, rng: OffsetRange) -> Iterator[tuple[DecodedBatch, int, int]]:
     """Each decoded batch holding records of ``rng``, with the index range ``[lo, hi)`` of those records."""
-    view = PartitionView(files.partition_dir(spec.path, rng.topic, rng.partition), rng.topic, rng.partition)
+    view = open_partition(spec.path, rng.topic, rng.partition)
     start, end = _check_loss(view, rng, spec.fail_on_data_loss)
     ts = spec.bounds.timestamp
     for seg in view.segments_for(start, end):

@@ -26,12 +26,28 @@ from pylog.errors import UnknownPartitionError, UnknownTopicError
 from pylog.partition import files
 from pylog.partition.reader import PartitionReader, SegmentFile, decode_checked, walk_headers
 
-__all__ = ["LogView", "PartitionView", "SegmentView", "check_log_dir", "decode_checked", "walk"]
+__all__ = [
+    "LogView",
+    "PartitionView",
+    "SegmentView",
+    "check_log_dir",
+    "decode_checked",
+    "open_partition",
+    "walk",
+]
 
 #: The names the Spark modules use for the partition reader's types and its batch-header walk.
 PartitionView = PartitionReader
 SegmentView = SegmentFile
 walk = walk_headers
+
+
+def open_partition(path: str, topic: str, partition: int) -> PartitionView:
+    """The reader of one partition of the log at ``path`` (as :func:`check_log_dir` resolved it). Every Spark
+    read opens partitions here (planning through :meth:`LogView.partition`, executors directly), so a log
+    served from somewhere other than a local directory needs a change in this function and
+    :func:`check_log_dir` only."""
+    return PartitionView(files.partition_dir(path, topic, partition), topic, partition)
 
 
 def check_log_dir(path: str) -> str:
@@ -75,4 +91,4 @@ class LogView:
             raise UnknownPartitionError(
                 f"partition {partition} does not exist in topic {topic!r} (partitions 0..{count - 1})"
             )
-        return PartitionView(files.partition_dir(self.path, topic, partition), topic, partition)
+        return open_partition(self.path, topic, partition)
