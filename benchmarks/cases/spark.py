@@ -15,6 +15,12 @@ The ``spark_pylog_jvm_*`` cases run the same queries with pylog's JVM reader ins
 (:mod:`pylog.spark.jvm`): planned by the Python data source, read into Spark's column vectors by the executor
 JVM, with Spark's own column pruning (no ``columns`` option needed).
 
+``spark_python_source_floor_count_sum`` runs the ``count_sum`` query over a Python data source that reads
+nothing: it yields slices of one prebuilt Arrow batch of the Kafka row schema. Spark's side of a Python data
+source (the Arrow stream from the worker, then one row per record of every column: Spark gives a Python
+source no column pruning) is the same as for pylog's Python path, so this is the floor that path can reach;
+``spark_pylog_count_sum`` is compared with it.
+
 The ``*_typed_sum`` / ``*_msgpack_sum`` cases store other records: a user id, an amount and a page path,
 as typed Parquet columns and as msgpack maps in a pylog topic read with ``valueFormat=msgpack``; the query
 sums the three decoded columns.
@@ -225,12 +231,107 @@ def spark_json_count_sum(records: int, seed: int, workdir: Path) -> dict[str, An
     kind="pylog",
     fsync=_FSYNC,
     description='`spark.read.format("pylog")` of a 2-partition topic, Python data source only: the same query',
-    compare=(Compare("spark_parquet_count_sum", at_least=0.5), Compare("spark_json_count_sum")),
+    compare=(
+        Compare("spark_parquet_count_sum", at_least=0.5),
+        Compare("spark_json_count_sum"),
+        Compare("spark_python_source_floor_count_sum", at_least=0.8),
+    ),
     timeout_s=900,
 )
 def spark_pylog_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     path = _write_pylog(records, seed, workdir)
     return _measure(records, workdir, _pylog_load(path))
+
+
+def _floor_source(records: int) -> Any:
+    """A Python data source that reads nothing: each of its two partitions yields slices of one prebuilt
+    Arrow batch of the Kafka row schema (16-byte keys, 100-byte values, the column types pylog gives) until
+    it has given ``records / 2`` rows. What a query over it costs is the floor of any Python data source
+    (Spark's side: the Arrow stream from the worker, one UnsafeRow per row for all seven columns, as there is
+    no column pruning). Defined in a function, so Spark pickles the classes by value and its workers need
+    not import this module."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from pylog.spark.options import KAFKA_FIELDS
+
+    ddl = ", ".join(f"{name} {type_name}" for name, type_name in KAFKA_FIELDS)
+    rows = 65_536
+
+    class Half(InputPartition):
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+    def prebuilt(schema: Any) -> Any:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        keys, values = arrays(rows, 1)
+        ramp = np.arange(rows + 1, dtype=np.int32)
+
+        def binary(data: Any, width: int) -> Any:
+            buffers = [None, pa.py_buffer(ramp * width), pa.py_buffer(data.tobytes())]
+            return pa.Array.from_buffers(pa.binary(), rows, buffers, null_count=0)
+
+        columns = [
+            binary(keys, keys.shape[1]),
+            binary(values, values.shape[1]),
+            pa.array(["floor"] * rows, pa.string()),
+            pa.array(np.zeros(rows, dtype=np.int32)),
+            pa.array(np.arange(rows, dtype=np.int64)),
+            pa.array(np.arange(rows, dtype=np.int64) * 1000, pa.timestamp("us", tz="UTC")),
+            pa.array(np.zeros(rows, dtype=np.int32)),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=to_arrow_schema(schema, timezone="UTC"))
+
+    class Reader(DataSourceReader):
+        def __init__(self, schema: Any) -> None:
+            self.schema = schema
+
+        def partitions(self) -> list[Any]:
+            return [Half(records // _PARTS), Half(records - records // _PARTS)]
+
+        def read(self, partition: Any) -> Iterator[Any]:
+            rb = prebuilt(self.schema)
+            left = partition.n
+            while left > 0:
+                take = min(left, rows)
+                yield rb if take == rows else rb.slice(0, take)
+                left -= take
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pylog-bench-floor"
+
+        def schema(self) -> str:
+            return ddl
+
+        def reader(self, schema: Any) -> Any:
+            return Reader(schema)
+
+    return FloorSource
+
+
+@case(
+    "spark_python_source_floor_count_sum",
+    suite="spark",
+    group="spark",
+    kind="peer",
+    fsync=_FSYNC,
+    description="a Python data source that reads nothing (yields one prebuilt Arrow batch of the Kafka "
+    "schema): the same query; the floor of the Python data source path",
+    timeout_s=900,
+)
+def spark_python_source_floor_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    if importlib.util.find_spec("pyspark") is None:
+        return skipped("pyspark is not installed (pip install 'pylog[spark]')")
+    source = _floor_source(records)
+
+    def load(spark: Any) -> Any:
+        spark.dataSource.register(source)
+        return spark.read.format(source.name()).load()
+
+    return _measure(records, workdir, load)
 
 
 @case(

@@ -150,6 +150,46 @@ def test_one_output_batch_spans_ranges_of_several_topics(tmp_path: Any) -> None:
     ]
 
 
+def test_large_and_small_batches_read_as_pylogs_consumer_reads_them(tmp_path: Any) -> None:
+    """Decoded batches of OWN_BATCH_ROWS rows or more become output batches of their own, their key and value
+    columns views of the segment; smaller ones are gathered. Ranges that start and end inside large and small
+    batches, over two partitions, with null keys and values, read as pylog's consumer reads them."""
+    from pylog.spark.batches import OWN_BATCH_ROWS
+
+    path = str(tmp_path / "log")
+    big = OWN_BATCH_ROWS + 1000
+    with pylog.open(path) as log:
+        log.create_topic("t", partitions=2)
+        producer = log.producer(value_serializer=None, batch_size=1 << 22)
+        for p in range(2):
+            for n in (big, 5, big, 300, 7):
+                base = log.topic("t").partition(p).log_end_offset
+                keys = [None if i % 7 == 0 else b"k%d" % (base + i) for i in range(n)]
+                values = [
+                    None if i % 11 == 3 and i % 7 else b"v%d-%d" % (p, base + i) * (i % 3) for i in range(n)
+                ]
+                producer.send_batch("t", keys=keys, values=values, partition=p)
+                producer.flush()
+        producer.close()
+        end = log.topic("t").partition(0).log_end_offset
+        consumer = log.consumer(value_deserializer=None, auto_offset_reset="earliest", consumer_timeout_ms=0)
+        consumer.assign(list(log.topic("t").partitions()))
+        want = {(r.partition, r.offset): (r.key, r.value) for r in consumer}
+        consumer.close()
+    ranges = [OffsetRange("t", 1, 17, end - 3), OffsetRange("t", 0, big - 20, end)]
+    spec = ReadSpec(path, _schema_json(KAFKA), True, "binary", Bounds())
+    batches = list(read_ranges(spec, ranges))
+    assert len(batches) > 3 and any(rb.num_rows >= OWN_BATCH_ROWS for rb in batches)
+    got = [
+        ((p, o), (k, v))
+        for rb in batches
+        for p, o, k, v in zip(
+            *(rb.column(c).to_pylist() for c in ("partition", "offset", "key", "value")), strict=True
+        )
+    ]
+    assert got == [((r.partition, o), want[(r.partition, o)]) for r in ranges for o in range(r.start, r.end)]
+
+
 def test_push_returns_the_same_unhandled_objects() -> None:
     import datetime as dt
 

@@ -6,7 +6,9 @@ holds about ``ROWS_PER_BATCH`` rows or ``BYTES_PER_BATCH`` bytes. Only the colum
 are built. An output batch is built with numpy, with no Python loop per record:
 
 - ``key``/``value``: the slices' offset arrays, shifted and concatenated, become the int32 offsets of an Arrow
-  binary array; their bytes are joined once; nulls become a validity bitmap (``np.packbits``);
+  binary array; their bytes are joined once, or, for an output batch of one slice (a decoded batch of at least
+  ``OWN_BATCH_ROWS`` rows is one), not copied at all: the Arrow buffer is a view of the mapped segment;
+  nulls become a validity bitmap (``np.packbits``);
 - ``offset``, ``timestamp`` (ms * 1000, ``timestamp[us, tz=UTC]``), ``timestampType``, ``partition``:
   concatenated numpy arrays; ``topic``: each slice's name repeated through an offsets array;
 - ``headers`` (``includeHeaders=true``): the msgpack header blobs are unpacked by one C ``Unpacker`` per output
@@ -33,11 +35,24 @@ from pylog.partition.visibility import is_skipped
 from pylog.record import DecodedBatch
 from pylog.spark.filters import Bounds
 from pylog.spark.options import OffsetRange
+from pylog.spark.remote import RemoteRead, read_batches
 from pylog.spark.snapshot import PartitionView, decode_checked, open_partition, walk
 
-__all__ = ["BYTES_PER_BATCH", "KAFKA_COLUMNS", "ROWS_PER_BATCH", "ReadSpec", "read_range", "read_ranges"]
+__all__ = [
+    "BYTES_PER_BATCH",
+    "KAFKA_COLUMNS",
+    "OWN_BATCH_ROWS",
+    "ROWS_PER_BATCH",
+    "ReadSpec",
+    "read_range",
+    "read_ranges",
+]
 
 ROWS_PER_BATCH = 65536
+#: A decoded batch with at least this many rows to read becomes an output batch of its own, its key and value
+#: columns views of the mapped segment (or of the decompressed batch): copying the bytes of large batches into
+#: fresh memory cost a Spark task more than Spark's handling of smaller Arrow batches (profiled in the worker).
+OWN_BATCH_ROWS = 4096
 BYTES_PER_BATCH = 64 << 20
 _log = logging.getLogger("pylog.spark")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
@@ -52,6 +67,8 @@ class ReadSpec:
     fail_on_data_loss: bool
     value_format: str
     bounds: Bounds
+    #: a log in an object store (``path`` is its URL): the store and the segments pinned at planning
+    remote: RemoteRead | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +106,15 @@ def _groups(spec: ReadSpec, ranges: Sequence[OffsetRange]) -> Iterator[list[_Sli
     rows = size = 0
     for rng in ranges:
         for b, lo, hi in _batches(spec, rng):
+            if (
+                hi - lo >= OWN_BATCH_ROWS
+            ):  # a large slice goes out alone: its key and value bytes are not copied
+                if group:
+                    yield group
+                    group, rows, size = [], 0, 0
+                for first in range(lo, hi, ROWS_PER_BATCH):
+                    yield [_Slice(rng, b, first, min(first + ROWS_PER_BATCH, hi))]
+                continue
             while lo < hi:
                 take = min(hi - lo, ROWS_PER_BATCH - rows)
                 group.append(_Slice(rng, b, lo, lo + take))
@@ -105,6 +131,9 @@ def _groups(spec: ReadSpec, ranges: Sequence[OffsetRange]) -> Iterator[list[_Sli
 
 def _batches(spec: ReadSpec, rng: OffsetRange) -> Iterator[tuple[DecodedBatch, int, int]]:
     """Each decoded batch holding records of ``rng``, with the index range ``[lo, hi)`` of those records."""
+    if spec.remote is not None:  # a log in an object store (pylog.spark.remote)
+        yield from read_batches(spec.remote, rng, spec.fail_on_data_loss, spec.bounds.timestamp)
+        return
     view = open_partition(spec.path, rng.topic, rng.partition)
     start, end = _check_loss(view, rng, spec.fail_on_data_loss)
     ts = spec.bounds.timestamp
@@ -280,7 +309,7 @@ class _Builder:
         offs = np.concatenate(pieces).astype(np.int32)
         valid = _cat(valids)
         n = len(valid)
-        data_buf = pa.py_buffer(b"".join(chunks))
+        data_buf = pa.py_buffer(chunks[0] if len(chunks) == 1 else b"".join(chunks))  # one slice: no copy
         if valid.all():
             return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), data_buf], null_count=0)
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
