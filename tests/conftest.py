@@ -10,6 +10,8 @@
   processes that tests interrupt behave the same however the suite was launched.
 - ``--order=reverse`` or ``--order=random[:SEED]`` runs the collected tests in reverse or shuffled order, to
   show that no test depends on another having run first (``random`` prints the seed it chose).
+- ``moto_s3``: one S3-protocol server on loopback (moto's server mode) for the session, shared by the tests of
+  tiered storage that need a real S3 endpoint (Spark's Python workers included).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import random
 import shutil
 import signal
 import tempfile
+import urllib.request
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import hypothesis
@@ -105,3 +109,31 @@ def clock() -> pylog.ManualClock:
 def log(log_dir: str, clock: pylog.ManualClock) -> Iterator[pylog.Log]:
     with pylog.open(log_dir, clock=clock) as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[tuple[str, dict[str, object]]]:
+    """``(bucket, options)``: an empty bucket on a moto S3 server on 127.0.0.1 (an ephemeral port, started
+    in this process: Spark's Python workers reach it too), and the ``remote_storage_options`` for it (fast
+    retries). Skipped, with the reason, when moto's server mode is not installed."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as exc:
+        pytest.skip(f"moto's server mode is not installed (pip install 'moto[server]'): {exc}")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    bucket = "pylog-tests"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")).close()
+    fast = {"init_backoff": timedelta(milliseconds=1), "max_backoff": timedelta(milliseconds=5), "base": 2}
+    options: dict[str, object] = {
+        "endpoint": endpoint,
+        "region": "us-east-1",
+        "access_key_id": "testing",
+        "secret_access_key": "testing",
+        "client_options": {"allow_http": True},
+        "retry_config": {"max_retries": 2, "backoff": fast},
+    }
+    yield bucket, options
+    server.stop()

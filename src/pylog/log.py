@@ -25,7 +25,7 @@ from pylog.structs import OffsetAndMetadata, TopicPartition
 from pylog.tiered.background import DEFAULT_INTERVAL_MS, PartitionTierStatus, RemoteLogManager, check_interval
 from pylog.tiered.fetch import DEFAULT_CACHE_BYTES, RemoteCache, RemotePartition
 from pylog.tiered.location import read_remote_storage, write_remote_storage
-from pylog.tiered.manifest import read_manifest, remote_partitions
+from pylog.tiered.manifest import remote_topics
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import TierResult, tier_partition
 
@@ -81,7 +81,7 @@ class Log(LogDirectory):
         self._remote_cache: RemoteCache | None = None
         if remote_storage is not None:
             RemoteCache.check(remote_cache_bytes)
-        manifest = _remote_topics(self._store()) if url is not None else None
+        manifest = remote_topics(self._store()) if url is not None else None
         super().__init__(
             path,
             remote_segments=self._remote_segments if remote_storage is not None else None,
@@ -274,16 +274,3 @@ def _recorded_remote_storage(path: str | os.PathLike[str]) -> str | None:
     """The ``remote_storage`` URL recorded in an existing log directory, or None."""
     root = os.path.abspath(os.fspath(path))
     return read_remote_storage(root) if os.path.isdir(root) else None
-
-
-def _remote_topics(store: ObjectStore) -> dict[str, Any]:
-    """The topics of a log in an object store, as a log directory's manifest: from each topic's remote
-    manifests (the partition count and config of its first partition's newest manifest)."""
-    topics: dict[str, Any] = {}
-    for name, parts in remote_partitions(store).items():
-        manifest, _ = read_manifest(store, name, parts[0])
-        if manifest is None:
-            continue
-        count = max(manifest.partitions, parts[-1] + 1)
-        topics[name] = {"partitions": count, "config": manifest.config}
-    return {"topics": topics}

@@ -43,9 +43,11 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from pylog.errors import ConfigError, OffsetOutOfRangeError
+from pylog.spark.remote import CLIENT_KEYS, REMOTE_PREFIX, RETRY_KEYS, STORE_KEY_ALIASES, STORE_KEYS, is_url
 from pylog.spark.snapshot import LogView, PartitionView
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "check_write_options",
     "parse_duration_ms",
     "plan_splits",
+    "remote_storage_options",
     "split_ranges",
     "value_schema_names",
 ]
@@ -199,7 +202,13 @@ def check_read_options(raw: Mapping[str, Any], *, streaming: bool | None = None)
     true, the batch-only options (``endingOffsets``, ...) are refused; with ``streaming`` false, the
     streaming-only ones (``maxOffsetsPerTrigger``, ...); None checks names only (the query kind is not
     known yet)."""
-    opts = _check_names(raw, READ_OPTIONS, KAFKA_ONLY, 'spark.read.format("pylog")')
+    remote = {k: v for k, v in raw.items() if str(k).lower().startswith(REMOTE_PREFIX)}
+    known = {**READ_OPTIONS, **_REMOTE_HINTS}
+    opts = _check_names(
+        {k: v for k, v in raw.items() if k not in remote}, known, KAFKA_ONLY, 'spark.read.format("pylog")'
+    )
+    opts.update({str(k).lower(): str(v) for k, v in remote.items()})
+    remote_storage_options(opts)
     if streaming is not None:
         refused = BATCH_ONLY if streaming else STREAM_ONLY
         for name in refused:
@@ -327,8 +336,30 @@ class Options:
                 f"got {self.raw['kafka.isolation.level']!r}"
             )
         self.read_committed = level == "read_committed"
+        self.remote_storage_options = remote_storage_options(self.raw)
+        self._check_remote()
         self.columns = self._columns()
         self._check_value_schema()
+
+    def log_view(self) -> LogView:
+        """The log this query reads, as it is now: a log directory, or a log in an object store."""
+        return LogView(self.path, self.remote_storage_options)
+
+    def _check_remote(self) -> None:
+        """Store options need a URL path; read_committed cannot read one (transaction outcomes live in the
+        writing log's directory, and are not tiered)."""
+        url = is_url(self.path)
+        if self.remote_storage_options and not url:
+            raise ConfigError(
+                "the remoteStorage.* options are for a log in an object store: load it by its URL "
+                '(.load("s3://bucket/prefix")), not a log directory'
+            )
+        if url and self.read_committed:
+            raise ConfigError(
+                f"kafka.isolation.level=read_committed cannot read a log in an object store ({self.path}): "
+                "transaction outcomes live in the writing log's directory and are not tiered. Read it with "
+                "read_uncommitted, or read the log directory with read_committed"
+            )
 
     def check_query(self, *, streaming: bool) -> None:
         """Refuse the options a batch (``streaming=False``) or streaming query does not take."""
@@ -569,6 +600,66 @@ class Options:
             clamped,
         )
         return clamped
+
+
+#: Spellings the closest-name error of an unknown option may suggest.
+_REMOTE_HINTS = {
+    f"{REMOTE_PREFIX}{key}": f"remoteStorage.{key}"
+    for key in (
+        *("region", "endpoint", "access_key_id", "secret_access_key", "session_token"),
+        *(f"client_options.{k}" for k in CLIENT_KEYS),
+        *(f"retry_config.{k}" for k in RETRY_KEYS),
+    )
+}
+
+
+def remote_storage_options(raw: Mapping[str, str]) -> dict[str, Any]:
+    """The object store's options from the reader options ``remoteStorage.<key>`` (keys lower case): the
+    store's own keys (``remoteStorage.region``, ``.endpoint``, ``.access_key_id``, ...) as strings,
+    ``remoteStorage.client_options.<key>`` (``allow_http``, ``timeout``, ...) and
+    ``remoteStorage.retry_config.<key>`` (``max_retries``, ``retry_timeout``, ``backoff.init_backoff``,
+    ``backoff.max_backoff`` as durations such as 100ms or 5s, ``backoff.base``). An unknown key is a
+    :class:`~pylog.errors.ConfigError` naming the closest known one."""
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        if not name.startswith(REMOTE_PREFIX):
+            continue
+        key = name[len(REMOTE_PREFIX) :]
+        name = f"remoteStorage.{key}"  # the spelling the docs use, for messages
+        group, _, sub = key.partition(".")
+        if group == "client_options" and sub:
+            _known_key(name, sub, CLIENT_KEYS, "client_options.")
+            out.setdefault("client_options", {})[sub] = value
+        elif group == "retry_config" and sub:
+            _known_key(name, sub, list(RETRY_KEYS), "retry_config.")
+            where, _, leaf = sub.rpartition(".")
+            target = out.setdefault("retry_config", {})
+            if where:
+                target = target.setdefault(where, {})
+            target[leaf] = _retry_value(name, value, RETRY_KEYS[sub])
+        elif not key.startswith(STORE_KEY_ALIASES):
+            _known_key(name, key, STORE_KEYS, "")
+            out[key] = value
+        else:
+            out[key] = value
+    return out
+
+
+def _known_key(name: str, key: str, known: list[str], group: str) -> None:
+    if key in known:
+        return
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean 'remoteStorage.{group}{close[0]}'?" if close else f"keys are {', '.join(known)}"
+    raise ConfigError(f"unknown object store option {name!r}: {hint}")
+
+
+def _retry_value(name: str, value: str, kind: str) -> Any:
+    if kind == "duration":
+        return timedelta(milliseconds=parse_duration_ms(value, name))
+    try:
+        return int(value) if kind == "int" else float(value)
+    except ValueError:
+        raise ConfigError(f"option {name} must be a number, got {value!r}") from None
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int, max_records: int = 0) -> list[OffsetRange]:

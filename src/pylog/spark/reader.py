@@ -15,7 +15,7 @@ import json
 import math
 import pickle
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -27,7 +27,8 @@ from pylog.spark.batches import ReadSpec, read_ranges
 from pylog.spark.committed import committed_range, visibility
 from pylog.spark.filters import Bounds, push
 from pylog.spark.options import OffsetRange, Options, plan_splits
-from pylog.spark.snapshot import LogView, PartitionView
+from pylog.spark.remote import RemoteRead, is_url, pin
+from pylog.spark.snapshot import PartitionView, check_log_dir
 
 __all__ = ["PylogFilteringReader", "PylogReader", "PylogStreamReader", "RangePartition", "make_reader"]
 
@@ -76,8 +77,11 @@ def _restore(plan: str, state: bytes) -> RangePartition:
 def _partitions(
     options: Options, spec: ReadSpec, ranges: list[OffsetRange], views: Iterable[PartitionView]
 ) -> list[RangePartition]:
+    views = list(views)
     sizes = {(v.topic, v.partition): v.bytes_per_offset for v in views}
     groups = plan_splits(ranges, options.min_partitions, sizes, options.max_records_per_partition)
+    if spec.remote is not None:  # a log in an object store: each task gets the segments it reads, pinned
+        return [RangePartition(g, replace(spec, remote=pin(spec.remote, g, views))) for g in groups]
     return [RangePartition(g, spec) for g in groups]
 
 
@@ -88,9 +92,9 @@ def _read(partition: InputPartition) -> Iterator[Any]:
 
 
 def _spec(options: Options, schema_json: str, bounds: Bounds) -> ReadSpec:
-    return ReadSpec(
-        LogView(options.path).path, schema_json, options.fail_on_data_loss, options.value_format, bounds
-    )
+    remote = RemoteRead(options.path, options.remote_storage_options) if is_url(options.path) else None
+    path = options.path if remote is not None else check_log_dir(options.path)
+    return ReadSpec(path, schema_json, options.fail_on_data_loss, options.value_format, bounds, remote)
 
 
 class PylogReader(DataSourceReader):
@@ -104,7 +108,7 @@ class PylogReader(DataSourceReader):
 
     def partitions(self) -> list[RangePartition]:
         opts = self.options
-        log = LogView(opts.path)
+        log = opts.log_view()
         spec = _spec(opts, self.schema_json, self.bounds)
         opts.check_offset_options(log)
         rule = visibility(log.path) if opts.read_committed else None
@@ -167,7 +171,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger_ms: int | None = None
 
     def initialOffset(self) -> StreamOffset:
-        log = LogView(self.options.path)
+        log = self.options.log_view()
         self.options.check_offset_options(log)
         out: dict[tuple[str, int], int] = {}
         for topic, p in self.options.topic_partitions(log, streaming=True):
@@ -175,7 +179,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _offsets(out)
 
     def _ends(self) -> dict[tuple[str, int], int]:
-        log = LogView(self.options.path)
+        log = self.options.log_view()
         tps = self.options.topic_partitions(log, streaming=True)
         return {tp: log.partition(*tp).log_end_offset for tp in tps}
 
@@ -217,7 +221,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _begins(self, start: StreamOffset, tps: Any) -> dict[tuple[str, int], int]:
         """Where each partition starts: its offset in ``start``, or (a new partition) the log start."""
         known = _flat(start or {})
-        log = LogView(self.options.path)
+        log = self.options.log_view()
         out = {}
         for tp in tps:
             out[tp] = known[tp] if tp in known else log.partition(*tp).log_start_offset
@@ -227,7 +231,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, begins: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]
     ) -> dict[tuple[str, int], OffsetRange]:
         """The read_committed view of ``[begins, ends)`` per partition (see :mod:`pylog.spark.committed`)."""
-        log = LogView(self.options.path)
+        log = self.options.log_view()
         rule = visibility(log.path)
         return {
             (t, p): committed_range(log.partition(t, p), OffsetRange(t, p, begins[(t, p)], e), rule)
@@ -251,7 +255,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     )
         else:
             ranges = [OffsetRange(t, p, begins[(t, p)], e) for (t, p), e in sorted(ends.items())]
-        log = LogView(self.options.path)
+        log = self.options.log_view()
         views = [log.partition(r.topic, r.partition) for r in ranges if r.size > 0]
         return _partitions(self.options, spec, ranges, views)
 

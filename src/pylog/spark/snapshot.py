@@ -14,17 +14,24 @@ segment deleted by retention after it was taken is still readable if it was alre
 paths and numbers and opens files when asked for a segment's bytes, so an executor builds (or receives) one
 from the directory path alone.
 
+A log in an object store (an ``s3://``, ``file://``, ... URL instead of a directory: tiered storage) is
+viewed through :mod:`pylog.spark.remote`: :class:`LogView` then lists the topics from the remote manifests and
+returns :class:`~pylog.spark.remote.RemotePartitionView` views, each pinned to its partition's newest manifest.
+
 Thread-safety: a view is immutable once built; build one per thread or task.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from pylog.directory import decode_manifest as _decode_manifest
-from pylog.errors import UnknownPartitionError, UnknownTopicError
+from pylog.errors import ReadOnlyLogError, UnknownPartitionError, UnknownTopicError
 from pylog.partition import files
 from pylog.partition.reader import PartitionReader, SegmentFile, decode_checked, walk_headers
+from pylog.spark.remote import RemoteLog, is_url
 
 __all__ = [
     "LogView",
@@ -54,6 +61,11 @@ def check_log_dir(path: str) -> str:
     """The absolute path of an existing pylog directory; raises FileNotFoundError with a readable message."""
     if not path:
         raise FileNotFoundError("no log directory given: use .load(path) or .option('path', ...)")
+    if is_url(path):
+        raise ReadOnlyLogError(
+            f"{path} is an object-store URL: a log there is read-only (spark.read and readStream read it); "
+            "write to the log directory of the writing log"
+        )
     full = os.path.abspath(path)
     if not os.path.isdir(full):
         raise FileNotFoundError(f"pylog directory {full} does not exist (or is not visible on this machine)")
@@ -63,14 +75,21 @@ def check_log_dir(path: str) -> str:
 
 
 class LogView:
-    """Topics and partition counts of a log directory, from its manifest."""
+    """Topics and partition counts of a log directory, from its manifest; or of a log in an object store
+    (``path`` a URL, ``remote_options`` the store's options), from its remote manifests."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, remote_options: Mapping[str, Any] | None = None) -> None:
+        self.remote: RemoteLog | None = None
+        if is_url(path):
+            self.path = path
+            self.remote = RemoteLog(path, remote_options or {})
+            self.partition_counts: dict[str, int] = dict(self.remote.partition_counts)
+            return
         self.path = check_log_dir(path)
         manifest_path = os.path.join(self.path, "manifest")
         with open(manifest_path, "rb") as f:
             manifest = _decode_manifest(f.read(), manifest_path)
-        self.partition_counts: dict[str, int] = {
+        self.partition_counts = {
             name: int(meta["partitions"]) for name, meta in sorted(manifest["topics"].items())
         }
 
@@ -91,4 +110,6 @@ class LogView:
             raise UnknownPartitionError(
                 f"partition {partition} does not exist in topic {topic!r} (partitions 0..{count - 1})"
             )
+        if self.remote is not None:
+            return self.remote.partition(topic, partition)
         return open_partition(self.path, topic, partition)

@@ -24,7 +24,7 @@ from pylog.errors import ConfigError
 from pylog.spark.options import KAFKA_FIELDS, Options
 from pylog.spark.reader import PylogReader, PylogStreamReader, make_reader
 from pylog.spark.sink import PylogStreamWriter, make_stream_writer
-from pylog.spark.snapshot import LogView, check_log_dir
+from pylog.spark.snapshot import check_log_dir
 from pylog.spark.writer import PylogWriter, check_write_schema
 
 __all__ = ["KAFKA_SCHEMA", "PylogDataSource"]
@@ -42,7 +42,7 @@ class PylogDataSource(DataSource):
 
     def _options(self) -> Options:
         opts = Options(self.options)
-        LogView(opts.path)  # a missing directory or bad manifest fails here, at load()
+        opts.log_view()  # a missing directory, bad manifest or unreachable store fails here, at load()
         return opts
 
     def schema(self) -> str:

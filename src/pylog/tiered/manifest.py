@@ -76,6 +76,7 @@ __all__ = [
     "publish_manifest",
     "read_manifest",
     "remote_partitions",
+    "remote_topics",
     "segment_key",
 ]
 
@@ -244,3 +245,18 @@ def remote_partitions(store: ObjectStore) -> dict[str, list[int]]:
         if m:
             out.setdefault(m.group(1), set()).add(int(m.group(2)))
     return {topic: sorted(parts) for topic, parts in sorted(out.items())}
+
+
+def remote_topics(store: ObjectStore) -> dict[str, Any]:
+    """The topics of a log in an object store, in the shape of a log directory's manifest
+    (``{"topics": {name: {"partitions": n, "config": {...}}}}``): from each topic's remote manifests, the
+    partition count and config of its first partition's newest manifest (the count is raised to cover every
+    partition that has a manifest). A log opened read-only from the store and Spark's reader of a URL use it."""
+    topics: dict[str, Any] = {}
+    for name, parts in remote_partitions(store).items():
+        manifest, _ = read_manifest(store, name, parts[0])
+        if manifest is None:
+            continue
+        count = max(manifest.partitions, parts[-1] + 1)
+        topics[name] = {"partitions": count, "config": manifest.config}
+    return {"topics": topics}

@@ -17,7 +17,8 @@ import scala.runtime.AbstractFunction1;
  * <p>Only relations in read position are visited (a write command's target is not a child of the plan).
  * The swap happens when the runtime setting {@value #ENABLED} is true (the default) and the query asks
  * for Kafka columns (headers included) and, with {@code valueFormat=msgpack}, value columns of the scalar
- * types {@link MsgpackValues} decodes.
+ * types {@link MsgpackValues} decodes. A path that is an object-store URL ({@code s3://...}, {@code
+ * file://...}: a log in tiered storage) stays on the Python path, which reads the remote segments.
  */
 public final class NativeScanRule extends Rule<LogicalPlan> {
   /** Runtime setting: false keeps every read on the Python path. */
@@ -67,6 +68,9 @@ public final class NativeScanRule extends Rule<LogicalPlan> {
   static boolean accepts(PythonTable table, CaseInsensitiveStringMap options) {
     if (!"pylog".equals(table.name().toLowerCase(Locale.ROOT))) {
       return false;
+    }
+    if (options.getOrDefault("path", "").contains("://")) {
+      return false; // a log in an object store: the Python path reads it (this reader maps local files)
     }
     boolean msgpack = "msgpack".equalsIgnoreCase(options.getOrDefault("valueFormat", "binary"));
     for (StructField f : table.schema().fields()) {

@@ -1,0 +1,450 @@
+"""Spark reads of a log in an object store: ``spark.read.format("pylog").load("s3://bucket/prefix")``.
+
+A log tiered to an object store (:mod:`pylog.tiered`) is read there by every executor, with no log directory
+on any machine. The layout is the one :mod:`pylog.tiered.manifest` documents: per partition, immutable
+manifest versions naming immutable segment objects.
+
+Planning (the driver's planner worker):
+
+- :class:`RemoteLog` lists the topics and partition counts from the remote manifests
+  (:func:`pylog.tiered.manifest.remote_topics`, as ``pylog.open(url, read_only=True)`` does);
+- :meth:`RemoteLog.partition` reads the partition's newest manifest and returns a
+  :class:`RemotePartitionView`: its offsets (``log_start_offset``, ``log_end_offset``), its size per offset
+  and ``offset_for_time`` come from that one manifest, whose segments are **pinned**: :func:`pin` puts the
+  segments each Spark partition needs (keys, offsets, sizes, CRCs, index objects) into its
+  :class:`RemoteRead`, so every task, and a retried one, reads the same immutable objects whatever is
+  uploaded or dropped meanwhile.
+
+Tasks (:func:`read_batches`): a :class:`~pylog.tiered.fetch.RemoteCache` per executor Python worker (kept
+for the worker's life, keyed by URL and options; Spark reuses workers) and a source that returns the pinned
+segments only (:class:`PinnedSegments`); batches are found and checked by :func:`pylog.partition.remote.read_raw`
+(index hint, base offsets continuing, a segment ending where its manifest says) and decoded with their CRC
+checked, exactly as a consumer reads remote segments. A pinned segment that is gone when a task reads it (the
+writer's remote retention dropped it after planning, and the newest manifest no longer names it) is data loss:
+an :class:`~pylog.errors.OffsetOutOfRangeError` with ``failOnDataLoss=true``, a logged warning naming the
+offsets skipped with ``false``. A store that cannot be reached is a
+:class:`~pylog.errors.RemoteStorageError` after the store's bounded retries.
+
+Store options come from the reader options ``remoteStorage.<key>`` (see
+:func:`pylog.spark.options.remote_storage_options`); they travel to the tasks inside the pickled input
+partitions, never in the JSON plan of the JVM reader (which reads local files only: Spark's rule that
+installs it leaves URL paths on this Python path).
+
+Thread-safety: the views and :class:`RemoteRead` are immutable once built; a task's source is its own; the
+executor caches are thread-safe (:class:`~pylog.tiered.fetch.RemoteCache`). Crash contract: reads only,
+locally and remotely (a ``file://`` store is opened without creating its directory).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pylog.clock import SystemClock
+from pylog.errors import CorruptRecordError, IllegalStateError, OffsetOutOfRangeError
+from pylog.partition.reader import PartitionReader, SegmentFile
+from pylog.partition.remote import offset_for_time, read_raw, segment_at
+from pylog.record import DecodedBatch, decode_batch, decode_header
+from pylog.tiered.fetch import RemoteCache, RemotePartition
+from pylog.tiered.manifest import PartitionManifest, RemoteSegment, read_manifest, remote_topics
+from pylog.tiered.store import ObjectStore
+
+if TYPE_CHECKING:
+    from pylog.spark.filters import ColumnBounds
+    from pylog.spark.options import OffsetRange
+
+__all__ = [
+    "CLIENT_KEYS",
+    "RETRY_KEYS",
+    "STORE_KEYS",
+    "STORE_KEY_ALIASES",
+    "REMOTE_PREFIX",
+    "PinnedSegments",
+    "RemoteLog",
+    "RemotePartitionView",
+    "RemoteRead",
+    "is_url",
+    "open_store",
+    "pin",
+    "read_batches",
+]
+
+#: Reader options with this prefix (lower case) are the object store's options: ``remoteStorage.region``.
+REMOTE_PREFIX = "remotestorage."
+#: Keys under ``remoteStorage.client_options.`` (obstore's ClientConfig).
+CLIENT_KEYS = [
+    "allow_http",
+    "allow_invalid_certificates",
+    "connect_timeout",
+    "default_content_type",
+    "http1_only",
+    "http2_keep_alive_interval",
+    "http2_keep_alive_timeout",
+    "http2_keep_alive_while_idle",
+    "http2_only",
+    "pool_idle_timeout",
+    "pool_max_idle_per_host",
+    "proxy_url",
+    "proxy_ca_certificate",
+    "proxy_excludes",
+    "randomize_addresses",
+    "read_timeout",
+    "timeout",
+    "user_agent",
+]
+#: Keys under ``remoteStorage.retry_config.`` and how their values are read.
+RETRY_KEYS = {
+    "max_retries": "int",
+    "retry_timeout": "duration",
+    "backoff.init_backoff": "duration",
+    "backoff.max_backoff": "duration",
+    "backoff.base": "float",
+}
+#: The store keys of obstore (S3, GCS, Azure); its ``aws_``/``google_``/``azure_`` aliases pass too.
+STORE_KEYS = [
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "token",
+    "region",
+    "default_region",
+    "endpoint",
+    "bucket",
+    "virtual_hosted_style_request",
+    "skip_signature",
+    "request_payer",
+    "unsigned_payload",
+    "checksum_algorithm",
+    "conditional_put",
+    "copy_if_not_exists",
+    "disable_tagging",
+    "imdsv1_fallback",
+    "metadata_endpoint",
+    "role_arn",
+    "role_session_name",
+    "s3_express",
+    "server_side_encryption",
+    "sse_kms_key_id",
+    "sse_bucket_key_enabled",
+    "sse_customer_key_base64",
+    "sts_endpoint",
+    "web_identity_token_file",
+    "container_credentials_relative_uri",
+    "service_account",
+    "service_account_key",
+    "application_credentials",
+    "base_url",
+    "bearer_token",
+    "account_name",
+    "account_key",
+    "client_id",
+    "client_secret",
+    "tenant_id",
+    "authority_host",
+    "sas_key",
+    "sas_token",
+    "use_emulator",
+    "use_fabric_endpoint",
+    "msi_endpoint",
+    "object_id",
+    "msi_resource_id",
+    "federated_token_file",
+    "use_azure_cli",
+    "container_name",
+]
+STORE_KEY_ALIASES = ("aws_", "google_", "azure_")
+#: Bytes a task asks :func:`read_raw` for at a time (its fetches go through the cache's prefetch windows).
+READ_BYTES = 16 << 20
+_MAX_CACHES = 4  # stores (URL + options) a worker keeps a cache for
+_log = logging.getLogger("pylog.spark")
+
+
+def is_url(path: str) -> bool:
+    """Whether a ``load()`` path is an object-store URL (``s3://``, ``file://``, ...) rather than a directory."""
+    return "://" in path
+
+
+def open_store(url: str, options: Mapping[str, Any]) -> ObjectStore:
+    """The object store at ``url``, opened for reading: a ``file://`` directory must exist (it is never
+    created); other schemes are checked by their first request."""
+    opts = dict(options)
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":
+        root = urllib.parse.unquote(parsed.path)
+        if not os.path.isdir(root):
+            raise FileNotFoundError(
+                f"{url}: no such directory (or it is not visible on this machine): a log in a file:// object "
+                "store is the directory that remote_storage named"
+            )
+        opts["mkdir"] = False
+    return ObjectStore(url, **opts)
+
+
+@dataclass(frozen=True)
+class RemoteRead:
+    """What a task needs to read a log in an object store: the URL, the store's options, and the pinned
+    segments of the partitions it reads (``{(topic, partition): segments}``, ascending and contiguous)."""
+
+    url: str
+    options: dict[str, Any]
+    segments: dict[tuple[str, int], tuple[RemoteSegment, ...]] = field(default_factory=dict)
+
+
+class RemoteLog:
+    """Topics and partition counts of a log in an object store (the planning side of a URL read)."""
+
+    def __init__(self, url: str, options: Mapping[str, Any]) -> None:
+        self.url = url
+        self.options = dict(options)
+        self.store = open_store(url, self.options)
+        self.cache = RemoteCache(self.store, prefetch_bytes=0)  # offset_for_time: a few index-guided reads
+        topics = remote_topics(self.store)["topics"]
+        self.partition_counts: dict[str, int] = {
+            name: int(meta["partitions"]) for name, meta in sorted(topics.items())
+        }
+
+    def partition(self, topic: str, partition: int) -> RemotePartitionView:
+        """The partition as its newest valid manifest names it now (none yet: an empty partition at 0)."""
+        manifest, _ = read_manifest(self.store, topic, partition)
+        return RemotePartitionView(self, topic, partition, manifest.segments if manifest is not None else ())
+
+
+class RemotePartitionView(PartitionReader):
+    """One partition of a log in an object store, as one manifest version names it: the planning interface
+    of :class:`~pylog.partition.reader.PartitionReader` (offsets, ``bytes_per_offset``,
+    ``offset_for_time``) over remote segments. It has no local segment files (``segments`` is empty);
+    tasks read ``remote_segments`` through :func:`read_batches`.
+
+    Thread-safety: immutable once built. Crash contract: reads only."""
+
+    def __init__(
+        self, log: RemoteLog, topic: str, partition: int, segments: Sequence[RemoteSegment]
+    ) -> None:  # no super().__init__(): there is no partition directory
+        self.directory = f"{log.url.rstrip('/')}/{topic}/{partition}"
+        self.topic = topic
+        self.partition = partition
+        self.segments: list[SegmentFile] = []
+        self._bases: list[int] = []
+        self.remote_segments = tuple(segments)
+        self._log = log
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.remote_segments[0].base_offset if self.remote_segments else 0
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.remote_segments[-1].next_offset if self.remote_segments else 0
+
+    @property
+    def bytes_per_offset(self) -> float:
+        span = self.log_end_offset - self.log_start_offset
+        return sum(s.size for s in self.remote_segments) / span if span > 0 else 0.0
+
+    def offset_for_time(self, timestamp: int) -> int | None:
+        source = PinnedSegments(self._log.cache, self.topic, self.partition, self.remote_segments)
+        found = offset_for_time(source, timestamp)
+        return None if found is None else found[0]
+
+    def segments_for(self, start: int, end: int) -> list[SegmentFile]:
+        raise IllegalStateError(
+            f"{self.directory} lives in an object store: it has no local segment files (read it through "
+            "pylog.spark.remote.read_batches)"
+        )
+
+
+def pin(remote: RemoteRead | None, ranges: Sequence[OffsetRange], views: Iterable[Any]) -> RemoteRead | None:
+    """``remote`` with the segments of ``views`` (the :class:`RemotePartitionView`s the ranges were planned
+    on) that hold offsets of ``ranges``: what one Spark partition's task reads. None stays None (a log
+    directory)."""
+    if remote is None:
+        return None
+    by_tp = {(v.topic, v.partition): v.remote_segments for v in views if isinstance(v, RemotePartitionView)}
+    pinned: dict[tuple[str, int], tuple[RemoteSegment, ...]] = {}
+    for r in ranges:
+        segs = by_tp.get((r.topic, r.partition), ())
+        keep = [s for s in segs if s.base_offset < r.end and s.next_offset > r.start]
+        known = pinned.get((r.topic, r.partition), ())
+        pinned[(r.topic, r.partition)] = tuple(
+            sorted({s.key: s for s in (*known, *keep)}.values(), key=lambda s: s.base_offset)
+        )
+    return RemoteRead(remote.url, remote.options, pinned)
+
+
+class _SegmentGone(OffsetOutOfRangeError):
+    """A pinned segment the newest manifest no longer names (dropped by remote retention after planning)."""
+
+    def __init__(self, segment: RemoteSegment, message: str) -> None:
+        super().__init__(message)
+        self.segment = segment
+
+
+class PinnedSegments:
+    """A :class:`pylog.partition.remote.RemoteSegments` source that lists the segments pinned at planning and
+    never reads a manifest to list them; their bytes come through ``cache`` (with the prefetch of
+    :class:`~pylog.tiered.fetch.RemotePartition`). A segment found gone is left out of later listings
+    (``gone``), so a ``failOnDataLoss=false`` read goes on after it.
+
+    Thread-safety: one task's (not shared). Crash contract: reads only."""
+
+    def __init__(
+        self, cache: RemoteCache, topic: str, partition: int, segments: Sequence[RemoteSegment]
+    ) -> None:
+        self._segments = tuple(segments)
+        self._inner = RemotePartition(cache, topic, partition, SystemClock(), standalone=True)
+        if self._segments:  # the prefetch of the next window and segment follows the pinned order
+            self._inner.saw(PartitionManifest(topic, partition, 0, {}, self._segments))
+        self.gone: set[str] = set()
+
+    @property
+    def standalone(self) -> bool:
+        return True
+
+    def segments(self, *, refresh: bool = False) -> Sequence[RemoteSegment]:
+        return tuple(s for s in self._segments if s.key not in self.gone)
+
+    def read(self, segment: Any, start: int, length: int) -> memoryview | bytes:
+        try:
+            return self._inner.read(segment, start, length)
+        except OffsetOutOfRangeError as exc:  # the newest manifest no longer names it
+            raise _SegmentGone(segment, str(exc)) from exc
+
+    def offset_index(self, segment: Any) -> np.ndarray[Any, Any]:
+        try:
+            return self._inner.offset_index(segment)
+        except OffsetOutOfRangeError as exc:
+            raise _SegmentGone(segment, str(exc)) from exc
+
+    def time_index(self, segment: Any) -> np.ndarray[Any, Any]:
+        try:
+            return self._inner.time_index(segment)
+        except OffsetOutOfRangeError as exc:
+            raise _SegmentGone(segment, str(exc)) from exc
+
+
+_caches: dict[str, RemoteCache] = {}
+_caches_lock = threading.Lock()
+
+
+def _cache(remote: RemoteRead) -> RemoteCache:
+    """This worker's cache of the store ``remote`` names (one per URL and options, kept across tasks)."""
+    key = f"{remote.url}\0{sorted((k, repr(v)) for k, v in remote.options.items())!r}"
+    with _caches_lock:
+        cache = _caches.get(key)
+        if cache is None:
+            if len(_caches) >= _MAX_CACHES:
+                for old in _caches.values():
+                    old.close()
+                _caches.clear()
+            cache = _caches[key] = RemoteCache(open_store(remote.url, remote.options))
+        return cache
+
+
+def read_batches(
+    remote: RemoteRead, rng: OffsetRange, fail_on_data_loss: bool, timestamp: ColumnBounds
+) -> Iterator[tuple[DecodedBatch, int, int]]:
+    """Each decoded batch holding records of ``rng``, from its pinned segments, with the index range
+    ``[lo, hi)`` of those records (as :func:`pylog.spark.batches.read_ranges` wants them). Segments and batches
+    the ``timestamp`` bounds exclude are skipped by the manifest's largest timestamps and the batch headers."""
+    segs = remote.segments.get((rng.topic, rng.partition), ())
+    start, end = _check_pinned(segs, rng, fail_on_data_loss)
+    if start >= end:
+        return
+    source = PinnedSegments(_cache(remote), rng.topic, rng.partition, segs)
+    offset = start
+    while offset < end:
+        listed = source.segments()
+        i = segment_at(listed, offset)
+        if i < 0:  # in a segment found gone: on with the next one left
+            offset = next((s.base_offset for s in listed if s.base_offset > offset), end)
+            continue
+        seg = listed[i]
+        if (
+            timestamp.active
+            and seg.max_timestamp >= 0
+            and not timestamp.overlaps(-(1 << 62), seg.max_timestamp * 1000)
+        ):
+            offset = seg.next_offset
+            continue
+        try:
+            got = read_raw(source, offset, READ_BYTES)
+        except _SegmentGone as gone:
+            _lose(rng, gone, fail_on_data_loss)
+            source.gone.add(gone.segment.key)
+            continue
+        if got is None:
+            break
+        batches, nxt = got
+        for buf, at in batches:
+            h = decode_header(buf, at, len(buf))
+            if h.base_offset >= end:
+                return
+            if timestamp.active and not timestamp.overlaps(h.base_timestamp * 1000, h.max_timestamp * 1000):
+                continue
+            b = _decode(buf, at, listed, h.base_offset)
+            lo = 0 if h.base_offset >= offset else int(np.searchsorted(b.offsets, offset))
+            hi = len(b.offsets) if h.last_offset < end else int(np.searchsorted(b.offsets, end))
+            if lo < hi:
+                yield b, lo, hi
+        offset = max(nxt, offset + 1)
+
+
+def _decode(buf: memoryview | bytes, at: int, segments: Sequence[RemoteSegment], base: int) -> DecodedBatch:
+    """Decode (CRC-checked) the batch at ``at``; a failure names the remote object."""
+    try:
+        return decode_batch(buf, at)
+    except CorruptRecordError as exc:
+        i = segment_at(segments, base)
+        key = segments[i].key if i >= 0 else "?"
+        raise CorruptRecordError(
+            f"corrupt batch in remote segment {key} (batch base offset {base}): {exc}", path=key
+        ) from exc
+
+
+def _check_pinned(segs: Sequence[RemoteSegment], rng: OffsetRange, fail: bool) -> tuple[int, int]:
+    """The part of ``rng`` its pinned segments hold; the rest is data loss (the manifest pinned when the task
+    was planned no longer held it: remote retention between a stream's offsets and its plan)."""
+    start, end = rng.start, rng.end
+    first = segs[0].base_offset if segs else end
+    last = segs[-1].next_offset if segs else end
+    if start < first and start < end:
+        _gap(rng, start, min(first, end), "were dropped from the object store", fail)
+        start = min(first, end)
+    if last < end:
+        _gap(rng, max(last, start), end, "are not in the remote manifest", fail)
+        end = max(last, start)
+    return start, end
+
+
+def _lose(rng: OffsetRange, gone: _SegmentGone, fail: bool) -> None:
+    seg = gone.segment
+    _gap(
+        rng, seg.base_offset, seg.next_offset, f"(segment {seg.key}) were dropped from the object store", fail
+    )
+
+
+def _gap(rng: OffsetRange, first: int, stop: int, what: str, fail: bool) -> None:
+    if fail:
+        raise OffsetOutOfRangeError(
+            f"data loss reading {rng.topic}-{rng.partition} offsets [{rng.start}, {rng.end}): offsets "
+            f"{first}..{stop - 1} {what} after the query was planned (remote retention). Set "
+            "failOnDataLoss=false to skip records that are gone."
+        )
+    _log.warning(
+        "data loss reading %s-%d offsets [%d, %d): offsets %d..%d %s after the query was planned; "
+        "failOnDataLoss=false, so they are skipped",
+        rng.topic,
+        rng.partition,
+        rng.start,
+        rng.end,
+        first,
+        stop - 1,
+        what,
+    )

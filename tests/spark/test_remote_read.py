@@ -1,0 +1,323 @@
+"""Spark reading a log straight from its object store (``load("s3://bucket/prefix")``, ``load("file:///...")``).
+
+Each log is written, tiered with ``Log.tier()`` and then its whole local directory is deleted: Spark has only
+the object store. The model is what pylog's own consumer reads from the same store
+(``pylog.open(url, read_only=True)``), checked against what the producer acknowledged. Spark queries are few
+(one session, see tests/spark/conftest.py); the data-loss, streaming-offset and option cases run the reader's
+planning and task code in this process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_helpers import HAS_JAVAC
+
+import pylog
+from pylog.clock import ManualClock
+from pylog.errors import (
+    ConfigError,
+    OffsetOutOfRangeError,
+    ReadOnlyLogError,
+    RemoteStorageError,
+    UnknownTopicError,
+)
+from pylog.spark.options import Options
+from pylog.spark.reader import PylogReader, PylogStreamReader, RangePartition, _read
+from pylog.spark.snapshot import check_log_dir
+from pylog.tiered.manifest import publish_manifest, read_manifest
+from pylog.tiered.store import ObjectStore
+
+pytestmark = pytest.mark.spark
+
+TS0 = 1_700_000_000_000
+TOPIC = "events"
+Row = tuple[int, int, bytes | None, bytes | None, int]  # partition, offset, key, value, timestamp ms
+KAFKA_JSON = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": n, "type": t, "nullable": True, "metadata": {}}
+            for n, t in (
+                ("key", "binary"),
+                ("value", "binary"),
+                ("topic", "string"),
+                ("partition", "integer"),
+                ("offset", "long"),
+                ("timestamp", "timestamp"),
+                ("timestampType", "integer"),
+            )
+        ],
+    }
+)
+
+
+@pytest.fixture(params=["file", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """``(url, options)`` of an empty object store: a file:// directory, or a fresh prefix of the moto bucket."""
+    if request.param == "file":
+        return (tmp_path / "remote").as_uri(), {}
+    bucket, options = request.getfixturevalue("moto_s3")
+    return f"s3://{bucket}/{request.node.name}", dict(options)
+
+
+def _spark_options(options: dict[str, Any]) -> dict[str, str]:
+    """The store options as reader options ``remoteStorage.<key>`` (strings, durations in ms)."""
+    out = {}
+    for key, value in options.items():
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                if isinstance(v, dict):
+                    for leaf, w in v.items():
+                        out[f"remoteStorage.{key}.{sub}.{leaf}"] = _text(w)
+                else:
+                    out[f"remoteStorage.{key}.{sub}"] = _text(v)
+        else:
+            out[f"remoteStorage.{key}"] = _text(value)
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, timedelta):
+        return f"{int(value.total_seconds() * 1000)}ms"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _write(
+    tmp_path: Path, url: str, options: dict[str, Any], n: int, start: int = 0, *, keep: bool = False
+) -> dict[tuple[int, int], Row]:
+    """Produce ``n`` records to ``TOPIC`` (3 partitions, small segments), roll and tier every partition, then
+    delete the whole local log directory (unless ``keep``). Returns what the producer acknowledged."""
+    path = tmp_path / "log"
+    with pylog.open(
+        path,
+        clock=ManualClock(TS0 + 10_000_000),
+        remote_storage=url,
+        remote_storage_options=options,
+        remote_log_manager_task_interval_ms=-1,
+    ) as log:
+        if TOPIC not in log.topics():
+            log.create_topic(TOPIC, 3, segment_bytes=4096, remote_storage_enable=True)
+        p = log.producer(value_serializer=None, key_serializer=None, batch_size=600)
+        sent = []
+        for i in range(start, start + n):
+            key = None if i % 11 == 0 else b"k%d" % (i % 17)
+            value = None if i % 13 == 0 and key is not None else b"v%d-" % i + bytes(i % 37)
+            sent.append((p.send(TOPIC, value, key=key, timestamp_ms=TS0 + i), key, value, TS0 + i))
+        p.flush()
+        acked = {}
+        for fut, key, value, ts in sent:
+            meta = fut.get()
+            acked[(meta.partition, meta.offset)] = (meta.partition, meta.offset, key, value, ts)
+        p.close()
+        for part in range(3):
+            log.topic(TOPIC).partition(part).roll()
+        log.tier()
+    if not keep:
+        shutil.rmtree(path)
+    return acked
+
+
+def _consumer_rows(url: str, options: dict[str, Any]) -> list[Row]:
+    """The model: every record pylog's consumer reads from the log opened read-only from the store."""
+    with pylog.open(url, read_only=True, remote_storage_options=options) as replica:
+        c = replica.consumer(value_deserializer=None, key_deserializer=None)
+        tps = replica.topic(TOPIC).partitions()
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        got = [(r.partition, r.offset, r.key, r.value, r.timestamp) for r in c.iterate(timeout_ms=0)]
+        c.close()
+    return sorted(got)
+
+
+def _spark_rows(df: Any) -> list[Row]:
+    out = df.selectExpr("partition", "offset", "key", "value", "unix_millis(timestamp) AS ts").collect()
+    return sorted((r[0], r[1], _b(r[2]), _b(r[3]), r[4]) for r in out)
+
+
+def _b(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _rows_of(parts: list[RangePartition]) -> list[Row]:
+    """What the tasks of a planned read return (run here, as an executor would)."""
+    out: list[Row] = []
+    for part in parts:
+        for rb in _read(part):
+            cols = rb.to_pydict()
+            for p, o, k, v, ts in zip(
+                cols["partition"], cols["offset"], cols["key"], cols["value"], cols["timestamp"], strict=True
+            ):
+                out.append((p, o, k, v, int(ts.timestamp() * 1000)))
+    return sorted(out)
+
+
+def test_spark_reads_the_object_store_as_the_consumer_does(
+    spark: Any, tmp_path: Path, store: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = store
+    acked = _write(tmp_path, url, options, 3000)
+    model = _consumer_rows(url, options)
+    assert model == sorted(acked.values())  # every acknowledged record was tiered (all segments rolled)
+    opts = _spark_options(options)
+
+    df = spark.read.format("pylog").options(**opts).option("subscribe", TOPIC).option("minPartitions", 4)
+    df = df.load(url)
+    assert _spark_rows(df) == model
+    if HAS_JAVAC:  # the JVM reader maps local files: a URL stays on the Python path, which reads the store
+        assert "(JVM reader)" not in df._jdf.queryExecution().executedPlan().toString()
+
+    starting = {TOPIC: {"0": 5, "2": -2}}
+    ending = {TOPIC: {"0": 700, "2": -1}}
+    cutoff = TS0 + 1500
+    df = (
+        spark.read.format("pylog")
+        .options(**opts)
+        .option("assign", json.dumps({TOPIC: [0, 2]}))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .load(url)
+        .where(f"timestamp >= timestamp_millis({cutoff})")
+    )
+    want = [
+        r
+        for r in model
+        if ((r[0] == 0 and 5 <= r[1] < 700) or r[0] == 2) and r[4] >= cutoff  # partition 2: earliest..latest
+    ]
+    assert want and _spark_rows(df) == want
+
+
+def test_stream_reads_new_manifests_each_trigger(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    first = _write(tmp_path, url, {}, 900, keep=True)
+    reader = PylogStreamReader(
+        Options({"path": url, "subscribe": TOPIC, "startingOffsets": "earliest"}), KAFKA_JSON
+    )
+    start = reader.initialOffset()
+    assert start == {TOPIC: {"0": 0, "1": 0, "2": 0}}
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    ends = {}
+    for p in range(3):
+        ends[str(p)] = max((o + 1 for (q, o) in first if q == p), default=0)
+    assert end == {TOPIC: ends}  # the manifest ends: everything tiered
+    batch1 = _rows_of(reader.partitions(start, end))
+    assert batch1 == sorted(first.values())
+
+    second = _write(tmp_path, url, {}, 600, start=900)  # the writer tiers more, then its directory goes
+    end2 = reader.latestOffset(end, reader.getDefaultReadLimit())
+    assert end2 != end  # the next trigger sees the new manifest versions
+    batch2 = _rows_of(reader.partitions(end, end2))
+    assert sorted(batch1 + batch2) == _consumer_rows(url, {})
+
+    query = (
+        spark.readStream.format("pylog")
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 500)
+        .load(url)
+        .writeStream.format("memory")
+        .queryName("remote_stream")
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(120)
+        got = _spark_rows(spark.table("remote_stream"))
+    finally:
+        query.stop()
+    assert got == _consumer_rows(url, {})
+    assert len(got) == len(first) + len(second)
+
+
+def _drop_first_segment(url: str, partition: int) -> tuple[int, int]:
+    """Remote retention of the writer: a manifest without the partition's first segment, then its objects
+    deleted. Returns the dropped offsets ``[base, next)``."""
+    st = ObjectStore(url)
+    manifest, highest = read_manifest(st, TOPIC, partition)
+    assert manifest is not None and len(manifest.segments) > 1
+    dropped = manifest.segments[0]
+    published = publish_manifest(st, replace(manifest, segments=manifest.segments[1:]), highest + 1)
+    assert published is not None
+    for meta in (dropped, dropped.index, dropped.timeindex):
+        if meta is not None:
+            st.delete(meta.key)
+    return dropped.base_offset, dropped.next_offset
+
+
+def test_a_pinned_segment_gone_is_data_loss(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    url = (tmp_path / "remote").as_uri()
+    acked = _write(tmp_path, url, {}, 1500)
+    model = sorted(acked.values())
+    strict = PylogReader(Options({"path": url, "subscribe": TOPIC}), KAFKA_JSON).partitions()
+    lenient = PylogReader(Options({"path": url, "subscribe": TOPIC, "failOnDataLoss": "false"}), KAFKA_JSON)
+    lenient_parts = lenient.partitions()
+    assert _rows_of(strict) == model  # the pinned plan reads everything while it is there
+
+    lo, hi = _drop_first_segment(url, 1)  # after planning, before the tasks run
+    with pytest.raises(OffsetOutOfRangeError, match=rf"data loss reading {TOPIC}-1 .*failOnDataLoss=false"):
+        _rows_of(strict)
+    with caplog.at_level(logging.WARNING, logger="pylog.spark"):
+        got = _rows_of(lenient_parts)
+    assert got == [r for r in model if not (r[0] == 1 and lo <= r[1] < hi)]
+    assert f"offsets {lo}..{hi - 1}" in caplog.text
+
+    # a new plan starts where the newest manifest does: nothing lost, nothing to warn about
+    assert _rows_of(PylogReader(Options({"path": url, "subscribe": TOPIC}), KAFKA_JSON).partitions()) == got
+
+
+def test_an_object_missing_that_the_manifest_names_is_a_store_error(tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    _write(tmp_path, url, {}, 300)
+    st = ObjectStore(url)
+    manifest, _ = read_manifest(st, TOPIC, 0)
+    assert manifest is not None
+    parts = PylogReader(Options({"path": url, "assign": json.dumps({TOPIC: [0]})}), KAFKA_JSON).partitions()
+    os.remove(os.path.join(str(tmp_path / "remote"), manifest.segments[-1].key))
+    with pytest.raises(RemoteStorageError, match="no such object"):
+        _rows_of(parts)
+
+
+def test_option_errors(tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    _write(tmp_path, url, {}, 50)
+    base = {"path": "s3://bucket/prefix", "subscribe": TOPIC}
+    cases = {
+        "remoteStorage.regoin": "did you mean 'remoteStorage.region'",
+        "remoteStorag.region": "did you mean 'remoteStorage.region'",
+        "remoteStorage.client_options.allow_htp": "did you mean 'remoteStorage.client_options.allow_http'",
+        "remoteStorage.retry_config.max_retry": "did you mean 'remoteStorage.retry_config.max_retries'",
+    }
+    for name, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            Options({**base, name: "x"})
+    with pytest.raises(ConfigError, match=r"remoteStorage\.retry_config\.max_retries must be a number"):
+        Options({**base, "remoteStorage.retry_config.max_retries": "many"})
+    with pytest.raises(ConfigError, match=r"must be a duration such as"):
+        Options({**base, "remoteStorage.retry_config.retry_timeout": "soon"})
+    opts = Options(
+        {**base, "remoteStorage.aws_region": "eu-west-1", "remoteStorage.retry_config.retry_timeout": "2s"}
+    )
+    assert opts.remote_storage_options == {
+        "aws_region": "eu-west-1",
+        "retry_config": {"retry_timeout": timedelta(seconds=2)},
+    }
+    with pytest.raises(ConfigError, match=r"remoteStorage\.\* options are for a log in an object store"):
+        Options({"path": str(tmp_path), "subscribe": TOPIC, "remoteStorage.region": "eu-west-1"})
+    with pytest.raises(ConfigError, match="read_committed cannot read a log in an object store"):
+        Options({"path": url, "subscribe": TOPIC, "kafka.isolation.level": "read_committed"})
+
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        Options({"path": missing.as_uri(), "subscribe": TOPIC}).log_view()
+    assert not missing.exists()  # a reader creates nothing
+    with pytest.raises(UnknownTopicError, match=f"topics: {TOPIC}"):
+        PylogReader(Options({"path": url, "subscribe": "nope"}), KAFKA_JSON).partitions()
+    with pytest.raises(ReadOnlyLogError, match="object-store URL"):
+        check_log_dir(url)  # the writers' check: a log in a store is read-only
