@@ -24,6 +24,10 @@ instead; the streaming-only options (``maxOffsetsPerTrigger``, ``minOffsetsPerTr
 are refused on a batch read and the ending options on a stream. The JSON offsets and timestamps options may
 name only topics the query reads and partitions that exist (:meth:`Options.check_offset_options`).
 
+A log in an object store (``load("s3://bucket/prefix")``, see :mod:`pylog.spark.remote`) takes the store's
+options as ``remoteStorage.<key>`` options (:func:`remote_storage_options`); ``read_committed`` cannot read
+one, and ``remoteStorage.*`` options with a directory path are refused.
+
 Spark partitions (:func:`plan_splits`): one per offset range, as Spark's Kafka source, except that
 
 - ``maxRecordsPerPartition`` splits each range into ``ceil(size / maxRecordsPerPartition)`` parts, and

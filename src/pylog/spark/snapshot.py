@@ -51,9 +51,8 @@ walk = walk_headers
 
 def open_partition(path: str, topic: str, partition: int) -> PartitionView:
     """The reader of one partition of the log at ``path`` (as :func:`check_log_dir` resolved it). Every Spark
-    read opens partitions here (planning through :meth:`LogView.partition`, executors directly), so a log
-    served from somewhere other than a local directory needs a change in this function and
-    :func:`check_log_dir` only."""
+    read of a log directory opens partitions here (planning through :meth:`LogView.partition`, executors
+    directly); a log in an object store is read through :mod:`pylog.spark.remote` instead."""
     return PartitionView(files.partition_dir(path, topic, partition), topic, partition)
 
 
