@@ -290,10 +290,11 @@ def test_produce_from_a_file_and_its_errors(cli: Pylog, tmp_path: Any) -> None:
 
 def test_consume_follow_prints_records_as_they_arrive_until_interrupted(cli: Pylog) -> None:
     cli.ok("topics", "create", "live")
-    follower = _popen_interruptible(
+    follower = subprocess.Popen(
         cli.argv("consume", "live", "--follow", "--from-beginning", "--print-offset"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        text=True,
         env=cli.env,
     )
     lines: queue.Queue[str] = queue.Queue()
@@ -807,20 +808,6 @@ def _wait_for_records(path: str, proc: subprocess.Popen[str], last: bytes | None
         time.sleep(0.02)
 
 
-def _popen_interruptible(argv: list[str], **kwargs: Any) -> subprocess.Popen[str]:
-    """``Popen`` whose child takes SIGINT. A child inherits an ignored SIGINT (pytest run as a background job
-    of a non-interactive shell, or under nohup), and ``pylog produce`` then rightly keeps it ignored: restore
-    the default in the child so the test does not depend on how it was started."""
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is not signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
-        return subprocess.Popen(argv, text=True, **kwargs)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # not inherited: exec resets it to SIG_DFL
-    try:
-        return subprocess.Popen(argv, text=True, **kwargs)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def _produced(n: int) -> str:
     """How ``pylog produce`` counts ``n`` acknowledged records in its error line."""
     return "1 record was produced" if n == 1 else f"{n} records were produced"
@@ -831,12 +818,10 @@ def test_ctrl_c_while_producing_a_big_file_keeps_every_acknowledged_record(cli: 
     path = os.path.join(str(tmp_path), "big.txt")
     with open(path, "w") as f:
         f.writelines(f"{i}\n" for i in range(1_000_000))
-    proc = _popen_interruptible(
-        cli.argv("produce", "big", "--file", path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    proc = subprocess.Popen(
+        cli.argv("produce", "big", "--file", path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=cli.env,
-    )
+    )  # fmt: skip
     # Data in the segment: the handlers are installed and at least one record was written. How many is up to
     # the scheduler (the sender thread writes whatever is queued, as few as one record on a loaded machine):
     # any count from 1 up is right, as long as the error line, the summary and the log agree on it.
@@ -863,9 +848,9 @@ def test_ctrl_c_while_producing_a_big_file_keeps_every_acknowledged_record(cli: 
 
 def test_ctrl_c_while_waiting_for_input_reports_what_was_produced(cli: Pylog) -> None:
     cli.ok("topics", "create", "t")
-    proc = _popen_interruptible(
+    proc = subprocess.Popen(
         cli.argv("produce", "t"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=cli.env,
+        text=True, env=cli.env,
     )  # fmt: skip
     assert proc.stdin is not None
     proc.stdin.write("one\ntwo\nthree\n")
