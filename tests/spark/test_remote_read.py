@@ -321,3 +321,17 @@ def test_option_errors(tmp_path: Path) -> None:
         PylogReader(Options({"path": url, "subscribe": "nope"}), KAFKA_JSON).partitions()
     with pytest.raises(ReadOnlyLogError, match="object-store URL"):
         check_log_dir(url)  # the writers' check: a log in a store is read-only
+
+
+def test_timestamp_options_resolve_through_the_remote_time_indexes(tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    model = sorted(_write(tmp_path, url, {}, 2000).values())
+    lo, hi = TS0 + 333, TS0 + 1500  # timestamps grow with the offsets of every partition
+    reader = PylogReader(
+        Options({"path": url, "subscribe": TOPIC, "startingTimestamp": str(lo), "endingTimestamp": str(hi)}),
+        KAFKA_JSON,
+    )
+    assert _rows_of(reader.partitions()) == [r for r in model if lo <= r[4] < hi]
+    late = Options({"path": url, "subscribe": TOPIC, "startingTimestamp": str(TS0 + 10**6)})
+    with pytest.raises(OffsetOutOfRangeError, match="no record at or after timestamp"):
+        PylogReader(late, KAFKA_JSON).partitions()
