@@ -22,7 +22,7 @@ def _tmux(*args: str) -> str:
     return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
 
 
-def _wait_for(session: str, text: str, timeout: float = 20) -> str:
+def _wait_for(session: str, text: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     screen = ""
     while time.monotonic() < deadline:
