@@ -106,9 +106,8 @@ def _groups(spec: ReadSpec, ranges: Sequence[OffsetRange]) -> Iterator[list[_Sli
     rows = size = 0
     for rng in ranges:
         for b, lo, hi in _batches(spec, rng):
-            if (
-                hi - lo >= OWN_BATCH_ROWS
-            ):  # a large slice goes out alone: its key and value bytes are not copied
+            # a large slice goes out alone: its key and value bytes are not copied
+            if hi - lo >= OWN_BATCH_ROWS:
                 if group:
                     yield group
                     group, rows, size = [], 0, 0
