@@ -25,6 +25,12 @@ The ``*_typed_sum`` / ``*_msgpack_sum`` cases store other records: a user id, an
 as typed Parquet columns and as msgpack maps in a pylog topic read with ``valueFormat=msgpack``; the query
 sums the three decoded columns.
 
+``spark_pylog_remote_count_sum`` runs the ``count_sum`` query over the same records tiered to a ``file://``
+object store (16 MiB segments, the log directory deleted), read by its URL on the Python path
+(:mod:`pylog.spark.remote`); parquet is its baseline (Spark here has no S3 file system to read parquet from an
+S3 store). Each Python worker keeps a 64 MiB block cache of the store across queries: with partitions smaller
+than that, the repetitions after the warm-up read from it.
+
 ``spark_pylog_plan_1000_partitions`` reads a topic of 1,000 small partitions: the time to plan the read
 (``load`` and ``rdd.getNumPartitions()``) and to count it.
 """
@@ -701,3 +707,44 @@ def spark_stream_parquet_sink(records: int, seed: int, workdir: Path) -> dict[st
 )
 def spark_stream_pylog_sink(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     return _measure_stream(records, seed, workdir, "pylog")
+
+
+def _write_tiered_pylog(records: int, seed: int, workdir: Path) -> str:
+    """The records of ``_write_pylog``, tiered to a ``file://`` object store under ``workdir`` (16 MiB
+    segments, every one sealed and uploaded), then the log directory deleted: only the store is left."""
+    import shutil
+
+    import pylog
+
+    keys, values = arrays(records, seed)
+    url = (workdir / "store" / "log").as_uri()
+    path = workdir / "tiered-log"
+    with pylog.open(path, remote_storage=url, remote_log_manager_task_interval_ms=-1) as log:
+        log.create_topic("bench", partitions=_PARTS, segment_bytes=16 << 20, remote_storage_enable=True)
+        producer = log.producer(acks=1, value_serializer=None)
+        for p, (lo, hi) in enumerate(_halves(records)):
+            producer.send_batch("bench", keys=keys[lo:hi], values=values[lo:hi], partition=p)
+        producer.close()
+        for p in range(_PARTS):
+            log.topic("bench").partition(p).roll()
+        log.tier()
+    shutil.rmtree(path)
+    return url
+
+
+@case(
+    "spark_pylog_remote_count_sum",
+    suite="spark",
+    group="spark",
+    kind="pylog",
+    fsync=_FSYNC,
+    description=(
+        '`format("pylog").load("file://...")`: the topic read from a `file://` object store it was tiered to '
+        "(no log directory left; Python path, 16 MiB segments): count + sum(offset) + sum(length(value))"
+    ),
+    compare=(Compare("spark_parquet_count_sum", at_least=0.5), Compare("spark_pylog_count_sum")),
+    timeout_s=900,
+)
+def spark_pylog_remote_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    url = _write_tiered_pylog(records, seed, workdir)
+    return _measure(records, workdir, _pylog_load(url))
