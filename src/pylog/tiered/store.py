@@ -99,7 +99,8 @@ class ObjectStore:
     def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
         """Stream the first ``length`` bytes of the local file ``path`` to ``key``; ``(size, crc32c)`` of the
         bytes read. With ``if_absent`` (the default: uploads go to fresh keys) an existing ``key`` is an
-        error. A file shorter than ``length`` raises :class:`RemoteStorageError` before anything is written."""
+        error, unless it holds exactly these bytes (a retry of this put after its first attempt's answer was
+        lost: the object was written whole, and is kept as written). A file shorter than ``length`` raises :class:`RemoteStorageError` before anything is written."""
         import obstore
 
         crc = [0, 0]  # [crc, size] of what was handed to the store
@@ -121,7 +122,12 @@ class ObjectStore:
             except RemoteStorageError:
                 raise
             except Exception as exc:
-                raise _error("put", key, exc) from exc
+                if not (if_absent and _already_exists(exc) and crc[1] == length):
+                    raise _error("put", key, exc) from exc
+                # a retried create whose first attempt was written but whose answer was lost (a dropped
+                # connection) finds the key taken: the upload succeeded if the object is exactly these bytes
+                if self.checksum(key) != (crc[1], crc[0]):
+                    raise _error("put", key, exc) from exc
         self._sync(key)
         return crc[1], crc[0]
 
