@@ -79,7 +79,9 @@ def tier_partition(store: ObjectStore, plog: PartitionLog, partitions: int) -> T
         segments = _merge(base, uploaded)
         unchanged = current is not None and current.segments == segments
         if unchanged and current is not None and (current.config, current.partitions) == (config, partitions):
-            return TierResult(plog.topic, plog.partition, (), current)
+            # nothing left to publish; after a lost race this upload's own segments may be what the winner
+            # names (a retried manifest put whose first attempt was written but whose answer was lost)
+            return TierResult(plog.topic, plog.partition, _named(uploaded, segments), current)
         draft = PartitionManifest(plog.topic, plog.partition, partitions, config, segments)
         published = publish_manifest(store, draft, highest + 1)
         if published is not None:
