@@ -44,4 +44,4 @@ torture: $(STAMP)
 	PYLOG_TORTURE=1 $(VENV)/bin/pytest -q -s tests/fault/test_sigkill_loop.py tests/fault/test_exactly_once.py tests/fault/test_chaos.py tests/fault/test_crash_points.py tests/fault/test_compaction_crash.py tests/fault/test_bit_flips.py
 
 clean:
-	rm -rf $(VENV) pylog-data .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) pylog-data pylog-data-remote .pytest_cache .mypy_cache .ruff_cache .hypothesis
