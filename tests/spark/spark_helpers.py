@@ -1,8 +1,16 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +113,96 @@ def rows(df: Any) -> list[Record]:
 
 def strip_headers(records: list[Record]) -> list[Record]:
     return [(*r[:7], []) for r in records]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port}")
+
+
+def spark_env() -> dict[str, str]:
+    """The environment of the cluster's daemons and drivers: loopback only, workers run this Python."""
+    import pyspark
+
+    return {
+        **os.environ,
+        "SPARK_HOME": os.path.dirname(pyspark.__file__),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+@contextlib.contextmanager
+def standalone_cluster(
+    root: Path,
+    *,
+    workers: int = 2,
+    cores: int = 1,
+    memory: str = "1g",
+    worker_prefix: Sequence[str] = (),
+) -> Iterator[str]:
+    """A Spark standalone cluster on loopback started from the pyspark package: a master and ``workers``
+    worker daemons, each a JVM of its own (``root`` holds their logs and work directories). Yields the
+    master's URL; stops every daemon by its process group at the end. ``worker_prefix`` is put before each
+    worker's command (a wrapper that execs it, such as ``unshare``): executors are the worker's children."""
+    env = spark_env()
+    spark_class = os.path.join(env["SPARK_HOME"], "bin", "spark-class")
+    port = free_port()
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    files = contextlib.ExitStack()
+
+    def start(name: str, cmd: list[str]) -> None:
+        out = files.enter_context(open(logs / f"{name}.log", "wb"))  # noqa: SIM115 (the ExitStack closes it)
+        procs.append(
+            subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        )
+
+    try:
+        start(
+            "master",
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())),
+            ],
+        )
+        wait_for_port(port)
+        url = f"spark://127.0.0.1:{port}"
+        for i in range(workers):
+            work = root / f"worker{i}"
+            work.mkdir(exist_ok=True)
+            worker = [
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                *("--host", "127.0.0.1", "--cores", str(cores), "--memory", memory),
+                *("--webui-port", str(free_port()), "--work-dir", str(work)),
+            ]
+            start(f"worker{i}", [*worker_prefix, *worker])
+        yield url
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        files.close()

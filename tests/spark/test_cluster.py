@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,107 +20,18 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from spark_helpers import needs_java, needs_javac
+from spark_helpers import needs_java, needs_javac, standalone_cluster
 
 import pylog
 
 pyspark = pytest.importorskip("pyspark")
 pytestmark = [pytest.mark.spark, needs_java, needs_javac]
 
-SPARK_HOME = os.path.dirname(pyspark.__file__)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on port {port}")
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {
-        **os.environ,
-        "SPARK_HOME": SPARK_HOME,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-    }
-    spark_class = os.path.join(SPARK_HOME, "bin", "spark-class")
-    port = _free_port()
-    logs = tmp_path_factory.mktemp("cluster-logs")
-    procs: list[subprocess.Popen[bytes]] = []
-    files = contextlib.ExitStack()
-    try:
-        master = [
-            spark_class,
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(_free_port()),
-        ]
-        procs.append(
-            subprocess.Popen(
-                master,
-                env=env,
-                stdout=files.enter_context(open(logs / "master.log", "wb")),  # noqa: SIM115 (the ExitStack closes it)
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-        _wait_for_port(port)
-        url = f"spark://127.0.0.1:{port}"
-        for i in range(2):
-            work = tmp_path_factory.mktemp(f"worker{i}")
-            worker = [
-                spark_class,
-                "org.apache.spark.deploy.worker.Worker",
-                url,
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--webui-port",
-                str(_free_port()),
-                "--work-dir",
-                str(work),
-            ]
-            procs.append(
-                subprocess.Popen(
-                    worker,
-                    env=env,
-                    stdout=files.enter_context(open(logs / f"worker{i}.log", "wb")),  # noqa: SIM115
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+    with standalone_cluster(tmp_path_factory.mktemp("cluster"), workers=2) as url:
         yield url
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        files.close()
 
 
 STREAM_DRIVER = textwrap.dedent(
