@@ -95,7 +95,7 @@ from pylog.partition.remote import RemoteSegments
 from pylog.partition.segment import MapCache
 from pylog.record import crc32c
 from pylog.topic import Topic, TopicEnv
-from pylog.transactions import TxnLog
+from pylog.transactions import TxnDecisions, TxnLog
 
 __all__ = ["FORK_GENERATION", "LogDirectory", "decode_manifest", "repair", "validate_topic_name"]
 
@@ -698,6 +698,12 @@ class LogDirectory:
             if self._txn_log is None:
                 self._txn_log = TxnLog(self.path)
             return self._txn_log
+
+    def txn_decisions(self) -> TxnDecisions:
+        """What ``read_committed`` readers ask for transaction outcomes: this directory's
+        :meth:`transactions` (which also aborts the transactions past their timeout). A log read from an
+        object store (:class:`pylog.Log` opened by URL) answers from the store's copy of the decisions."""
+        return self.transactions()
 
     # -- maintenance ------------------------------------------------------------------------------------
 

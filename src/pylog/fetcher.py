@@ -130,7 +130,7 @@ class Fetcher:
         #: per partition, the record the "raise" policy stopped at (raised by every poll until a seek)
         self.poison: dict[TopicPartition, DeserializationError] = {}
         self._committed = committed
-        self._txns: Any = log.transactions() if config.isolation_level == "read_committed" else None
+        self._txns: Any = log.txn_decisions() if config.isolation_level == "read_committed" else None
         self._next_expiry_check = 0.0
 
     # -- positions --------------------------------------------------------------------------------------

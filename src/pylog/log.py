@@ -23,11 +23,13 @@ from pylog.idempotent import IdempotentProducer
 from pylog.producer import Producer
 from pylog.structs import OffsetAndMetadata, TopicPartition
 from pylog.tiered.background import DEFAULT_INTERVAL_MS, PartitionTierStatus, RemoteLogManager, check_interval
+from pylog.tiered.decisions import RemoteDecisions
 from pylog.tiered.fetch import DEFAULT_CACHE_BYTES, RemoteCache, RemotePartition
 from pylog.tiered.location import read_remote_storage, write_remote_storage
 from pylog.tiered.manifest import remote_topics
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import TierResult, tier_partition
+from pylog.transactions import TxnDecisions
 
 __all__ = ["Log", "open_log", "repair", "validate_topic_name"]
 
@@ -79,6 +81,7 @@ class Log(LogDirectory):
         self.remote_cache_bytes = remote_cache_bytes
         self._remote: ObjectStore | None = None
         self._remote_cache: RemoteCache | None = None
+        self._remote_decisions: RemoteDecisions | None = None
         if remote_storage is not None:
             RemoteCache.check(remote_cache_bytes)
         manifest = remote_topics(self._store()) if url is not None else None
@@ -125,6 +128,18 @@ class Log(LogDirectory):
                 self._remote_cache = RemoteCache(self._store(), self.remote_cache_bytes)
             cache = self._remote_cache
         return RemotePartition(cache, topic, partition, self.clock, standalone=standalone)
+
+    def txn_decisions(self) -> TxnDecisions:
+        """What ``read_committed`` readers ask for transaction outcomes: for a log read from an object store,
+        the decisions tiered with it (:class:`~pylog.tiered.decisions.RemoteDecisions`, re-read at most once a
+        second of the log's clock, as the segment manifests are); else the directory's transaction log."""
+        if self.remote_storage is None or self.remote_storage != self.path:
+            return super().txn_decisions()
+        self.check_open()
+        with self._lock:
+            if self._remote_decisions is None:
+                self._remote_decisions = RemoteDecisions(self._store(), self.clock)
+            return self._remote_decisions
 
     # -- clients ----------------------------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from typing import Any
 import msgpack
 
 from pylog import fs, journal
-from pylog.errors import CorruptRecordError, ProducerFencedError
+from pylog.errors import CorruptRecordError, IllegalStateError, ProducerFencedError
 from pylog.record import crc32c
 
 __all__ = ["ABORTED", "COMMITTED", "MAX_EPOCH", "OPEN", "TXN_DIR", "TxnDecisions", "TxnLog"]
@@ -105,10 +105,39 @@ class TxnDecisions:
             raw = os.pread(fd, st.st_size - done, done)
         finally:
             os.close(fd)
-        records, used = journal.parse(raw, done, self._decisions_path)
+        used = self.apply(raw, done, self._decisions_path)
+        self._read = (st.st_ino, done + used)
+
+    def apply(self, raw: bytes, position: int, source: str, *, whole: bool = False) -> int:
+        """Apply ``raw``, the bytes of ``decisions.log`` from byte ``position`` on (following what was
+        applied before), wherever they were read from (the file, or the object store's copy:
+        :mod:`pylog.tiered.decisions`); the bytes used (a torn record at the end is left out, unless ``whole``:
+        then it is an error too). :class:`~pylog.errors.CorruptRecordError` naming ``source`` for a damaged
+        record, before anything of ``raw`` is applied."""
+        records, used = journal.parse(raw, position, source)
+        if whole and used != len(raw):
+            raise CorruptRecordError(
+                f"{source}: damaged or torn record at position {position + used}",
+                path=source,
+                position=position + used,
+            )
         for _, payload in records:
             self._note_payload(payload)
-        self._read = (st.st_ino, done + used)
+        return used
+
+    def reset(self) -> None:
+        """Forget every decision applied (a reader about to apply a decisions file from its start again)."""
+        self._decisions, self._epochs = {}, {}
+
+    def decided(self) -> tuple[dict[tuple[int, int, int], str], dict[int, int]]:
+        """Copies of what was applied: ``{(producer_id, epoch, txn): COMMITTED | ABORTED}`` and each producer
+        id's current epoch (``{producer_id: epoch}``)."""
+        with self._thread_lock:
+            return dict(self._decisions), dict(self._epochs)
+
+    def abort_expired(self, now_ms: int) -> int:
+        """A reader that cannot write aborts nothing: 0 (:meth:`TxnLog.abort_expired` records the aborts)."""
+        return 0
 
     def status(self, pid: int, epoch: int, txn: int) -> str:
         """``COMMITTED``, ``ABORTED`` or ``OPEN`` for the transaction a batch belongs to (the status function
@@ -171,6 +200,47 @@ class TxnLog(TxnDecisions):
     def _store(self, state: dict[str, Any]) -> None:
         body = json.dumps(state, sort_keys=True).encode()
         fs.atomic_write(self._producers_path, b"pylog-producers 1 %08x\n" % crc32c(body) + body)
+
+    def snapshot(self) -> tuple[dict[str, Any], bytes]:
+        """The producers state and the valid bytes of ``decisions.log`` (a torn last record left out) as of one
+        moment: read under the lock, so the state is the one after the last decision in the bytes. The file is
+        fsynced first, so the bytes returned survive a crash of this machine (what the object store's copy of
+        the decisions, :mod:`pylog.tiered.decisions`, is made of). Changes nothing."""
+        with self.lock():
+            state = self._load()
+            try:
+                fd = os.open(self._decisions_path, os.O_RDONLY)
+            except FileNotFoundError:
+                return state, b""
+            try:
+                os.fsync(fd)
+                raw = os.pread(fd, os.fstat(fd).st_size, 0)
+            finally:
+                os.close(fd)
+        _, used = journal.parse(raw, 0, self._decisions_path)
+        return state, raw[:used]
+
+    def install(
+        self, state: dict[str, Any], decisions: bytes, aborts: Sequence[tuple[int, int, int]] = ()
+    ) -> None:
+        """Set up this new transaction directory from a copy (``pylog restore``): ``decisions`` (whole
+        journal records) becomes ``decisions.log`` and ``state`` the producers file (both written
+        crash-safely), then an "A" record is appended for each ``(producer_id, epoch, txn)`` of ``aborts``.
+        :class:`~pylog.errors.IllegalStateError` if the directory has decisions or producers already;
+        :class:`~pylog.errors.CorruptRecordError` if ``decisions`` does not parse whole."""
+        with self.lock():
+            if os.path.exists(self._decisions_path) or os.path.exists(self._producers_path):
+                raise IllegalStateError(f"{self.directory} holds transactions already: nothing installed")
+            _, used = journal.parse(decisions, 0, self._decisions_path)
+            if used != len(decisions):
+                raise CorruptRecordError(
+                    f"the decisions to install end in a torn record at {used}", path=self._decisions_path
+                )
+            if decisions:
+                fs.atomic_write(self._decisions_path, decisions)
+            self._store(state)
+            for pid, epoch, txn in aborts:
+                self._append("A", pid, epoch, txn)
 
     def allocate_pid(self) -> int:
         """A producer id for an idempotent producer without a transactional id."""

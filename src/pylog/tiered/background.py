@@ -11,6 +11,10 @@ A pass (:meth:`RemoteLogManager.run_once`), for every partition of every topic w
    ``local_retention_bytes`` is deleted locally; a segment not uploaded (or rewritten since) stays;
 3. whole-log retention of its remote segments (:func:`~pylog.tiered.retention.apply_remote_retention`).
 
+Then, when the log tiers any topic, the transaction decisions (:func:`~pylog.tiered.decisions.upload_decisions`):
+after the segments, so that the producers state uploaded with them covers the producer ids of the segments
+of the pass. A failure is recorded in :meth:`~RemoteLogManager.decisions_status` as one of a partition is.
+
 A failure of one partition (the store down, a 503 after the retries, a diverged local log) is recorded in
 :meth:`~RemoteLogManager.status` (``last_error``, ``failures``), logged as a warning on the ``pylog.tiered``
 logger, and the pass goes on with the next partition; the next pass retries it. Nothing of a failed partition
@@ -32,6 +36,7 @@ sweeps.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -42,14 +47,17 @@ from pylog.directory import LogDirectory
 from pylog.errors import ConfigError
 from pylog.partition.log import PartitionLog
 from pylog.structs import TopicPartition
+from pylog.tiered.decisions import DecisionsResult, upload_decisions
 from pylog.tiered.fetch import RemotePartition
 from pylog.tiered.manifest import PartitionManifest, read_manifest
 from pylog.tiered.retention import RemoteRetentionResult, apply_remote_retention
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import TierResult, tier_partition
+from pylog.transactions import TXN_DIR
 
 __all__ = [
     "DEFAULT_INTERVAL_MS",
+    "DecisionsTierStatus",
     "PartitionTierStatus",
     "RemoteLogManager",
     "check_interval",
@@ -99,6 +107,21 @@ class PartitionTierStatus:
     last_success_ms: int | None = None
 
 
+@dataclass(frozen=True)
+class DecisionsTierStatus:
+    """What the manager knows of the transaction decisions in the store (:mod:`pylog.tiered.decisions`):
+    ``remote_end``: bytes of ``decisions.log`` the newest manifest it published or read holds (None: none
+    yet); ``uploaded``: bytes it uploaded; the failure fields as :class:`PartitionTierStatus`'s."""
+
+    remote_end: int | None = None
+    uploaded: int = 0
+    failures: int = 0
+    total_failures: int = 0
+    last_error: str | None = None
+    last_error_ms: int | None = None
+    last_success_ms: int | None = None
+
+
 class RemoteLogManager:
     """Tiering of one log directory to one object store (see the module docstring). ``store`` opens the
     store when first needed; ``interval_ms`` is the background period (-1: no thread)."""
@@ -119,6 +142,7 @@ class RemoteLogManager:
         self._lock = threading.Lock()  # the status below
         self._status: dict[TopicPartition, PartitionTierStatus] = {}
         self._manifests: dict[TopicPartition, PartitionManifest | None] = {}  # the newest seen, per partition
+        self._decisions = DecisionsTierStatus()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -193,9 +217,11 @@ class RemoteLogManager:
         return out
 
     def tier(self) -> list[TierResult]:
-        """Upload every tiered partition now (no retention); raises the first failure (after recording it)."""
+        """Upload every tiered partition now (no retention), then the transaction decisions; raises the first
+        failure (after recording it)."""
         results = []
         with self._pass_lock:
+            tiered = bool(self._tiered())
             for name, p, count in self._tiered():
                 tp = TopicPartition(name, p)
                 try:
@@ -207,7 +233,50 @@ class RemoteLogManager:
                 _show(plog, result.manifest)
                 self._succeeded(tp, result)
                 results.append(result)
+            if tiered:
+                self.upload_decisions(strict=True)
         return results
+
+    # -- transaction decisions ------------------------------------------------------------------------------
+
+    def decisions_status(self) -> DecisionsTierStatus:
+        """What the passes did with the transaction decisions (see :class:`DecisionsTierStatus`)."""
+        with self._lock:
+            return self._decisions
+
+    def upload_decisions(self, *, strict: bool = False) -> DecisionsResult | None:
+        """Upload the transaction decisions now (:func:`~pylog.tiered.decisions.upload_decisions`); None when
+        this log has no transaction directory (no producer id was ever handed out: nothing to upload). A
+        failure is recorded and logged (and raised with ``strict``)."""
+        if not os.path.isdir(os.path.join(self.directory.path, TXN_DIR)):
+            return None
+        try:
+            result = upload_decisions(self._store(), self.directory.transactions())
+        except Exception as exc:
+            with self._lock:
+                current = self._decisions
+                self._decisions = replace(
+                    current,
+                    failures=current.failures + 1,
+                    total_failures=current.total_failures + 1,
+                    last_error=f"{type(exc).__name__}: {exc}",
+                    last_error_ms=self._clock.time_ms(),
+                )
+            log.warning("uploading the transaction decisions failed (retried next pass): %s", exc)
+            if strict:
+                raise
+            return None
+        with self._lock:
+            current = self._decisions
+            self._decisions = replace(
+                current,
+                remote_end=result.manifest.end if result.manifest is not None else current.remote_end,
+                uploaded=current.uploaded + result.uploaded,
+                failures=0,
+                last_error=None,
+                last_success_ms=self._clock.time_ms(),
+            )
+        return result
 
     def _succeeded(self, tp: TopicPartition, result: TierResult) -> None:
         found = _range(result.manifest)
@@ -228,7 +297,8 @@ class RemoteLogManager:
         """One pass (upload, local retention, whole-log retention) over every tiered partition; failures are
         recorded, not raised. The status of every partition after it."""
         with self._pass_lock:
-            for name, p, count in self._tiered():
+            tiered = self._tiered()
+            for name, p, count in tiered:
                 if self._stop.is_set():
                     break
                 tp = TopicPartition(name, p)
@@ -240,6 +310,8 @@ class RemoteLogManager:
                     self._retention(tp, result.manifest)
                 except Exception as exc:
                     self._failed(tp, exc)
+            if tiered and not self._stop.is_set():
+                self.upload_decisions()
             self.passes += 1
         return self.status()
 

@@ -11,7 +11,19 @@ Steps (:func:`restore`):
    segment an empty active segment is created, so the restored segments stay sealed.
 4. Open the staging directory as a log and validate everything (``Log.verify()``: every batch's CRC, bounds
    and offsets, every index); each partition must end exactly where its manifest says.
-5. Rename the staging directory to the target and fsync the parent.
+5. Restore the transaction decisions (:mod:`pylog.tiered.decisions`): the chunks the newest decisions
+   manifest names (each checked against its size and CRC-32C) become ``__transactions/decisions.log``, so a
+   read_committed reader of the restored log sees what one of the source log saw when they were uploaded; the
+   producers state uploaded with them becomes the ``producers`` file, made safe for new producers: its
+   ``next_pid`` is raised above every producer id in the decisions and in the restored batches, and each
+   transactional id's transaction counter above every transaction number its producer id has in them, so no
+   new producer or transaction of the restored log reuses an id of the source (a reused
+   ``(producer_id, epoch, txn)`` would inherit an old decision). A transaction of the restored batches with no
+   decision that no restored transactional id holds open (its decision was not uploaded yet, or its producer
+   started after the producers state was) can never be decided by the restored log: it is aborted, as its
+   timeout would have. One the producers state holds open stays open, and is aborted at its timeout or when its
+   transactional id's next producer starts, as in the source log.
+6. Rename the staging directory to the target and fsync the parent.
 
 Nothing is half-restored: on any error the staging directory (created by this call, so provably pylog's) is
 removed and the target is left as it was. A process killed mid-restore leaves only the hidden staging
@@ -22,9 +34,11 @@ Thread-safety: not meant to run twice on one target at once (the final rename fa
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +48,13 @@ from pylog.config import TopicConfig
 from pylog.directory import LogDirectory
 from pylog.errors import CorruptRecordError, NotALogDirectoryError
 from pylog.partition import files
+from pylog.partition.reader import walk_headers
+from pylog.record import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from pylog.structs import TopicPartition
+from pylog.tiered import decisions
 from pylog.tiered.manifest import PartitionManifest, RemoteSegment, read_manifest, remote_partitions
 from pylog.tiered.store import ObjectStore
+from pylog.transactions import OPEN, TxnDecisions, TxnLog
 
 __all__ = ["RestoredPartition", "restore"]
 
@@ -69,6 +87,7 @@ def restore(
         for manifest in manifests.values():
             _download_partition(store, staging, manifest)
         report = _validate(staging, manifests, clock)
+        _restore_decisions(store, staging, manifests)
         _check_target(target)
         if os.path.isdir(target):
             os.rmdir(target)  # empty, checked just above
@@ -162,3 +181,57 @@ def _validate(
                     start, end, len(manifest.segments) if manifest else 0
                 )
     return report
+
+
+def _restore_decisions(
+    store: ObjectStore, root: str, manifests: dict[TopicPartition, PartitionManifest]
+) -> None:
+    """Step 5 of the module docstring: the transaction directory of the restored log at ``root``."""
+    manifest, _ = decisions.read_manifest(store)
+    data = decisions.read_decisions(store, manifest) if manifest is not None else b""
+    state: dict[str, Any] = json.loads(json.dumps(manifest.producers)) if manifest is not None else {}
+    state.setdefault("next_pid", 0)
+    state.setdefault("ids", {})
+    known = TxnDecisions(root)  # nothing at root yet: it holds what apply() gives it
+    known.apply(data, 0, decisions.PREFIX, whole=True)
+    decided, epochs = known.decided()
+    triples = set(decided)
+    pids = set(epochs) | {pid for pid, _, _ in decided}
+    for tp, m in manifests.items():
+        for pid, epoch, txn, transactional in _producers_of(root, tp, m):
+            pids.add(pid)
+            if transactional:
+                triples.add((pid, epoch, txn))
+    top_txn: dict[int, int] = {}
+    for pid, _, txn in triples:
+        top_txn[pid] = max(top_txn.get(pid, 0), txn)
+    state["next_pid"] = max([int(state["next_pid"]), *(pid + 1 for pid in pids)])
+    held = set()
+    for entry in state["ids"].values():
+        entry["txn"] = max(int(entry["txn"]), top_txn.get(int(entry["pid"]), 0))
+        if entry["open"] is not None:
+            held.add((int(entry["pid"]), int(entry["epoch"]), int(entry["open"]["txn"])))
+    aborts = sorted(t for t in triples if t not in held and known.status(*t) == OPEN)
+    if not data and not aborts and not pids and not state["ids"]:
+        return  # the source never handed out a producer id: no transaction directory, as there
+    txns = TxnLog(root)
+    try:
+        txns.install(state, data, aborts)
+    finally:
+        txns.close()
+
+
+def _producers_of(
+    root: str, tp: TopicPartition, manifest: PartitionManifest
+) -> Iterator[tuple[int, int, int, bool]]:
+    """``(producer_id, epoch, base_sequence, transactional)`` of every batch with a producer id in the
+    restored segments of ``tp`` (verified before this is called)."""
+    directory = files.partition_dir(root, tp.topic, tp.partition)
+    for seg in manifest.segments:
+        path = files.segment_path(directory, seg.base_offset, files.LOG)
+        with open(path, "rb") as f:
+            buf = f.read()
+        for _, h in walk_headers(buf, 0, len(buf), path):
+            if h.producer_id >= 0:
+                marked = bool(h.attributes & ATTR_TRANSACTIONAL) and not h.attributes & ATTR_CONTROL
+                yield h.producer_id, h.producer_epoch, h.base_sequence, marked
