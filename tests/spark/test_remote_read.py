@@ -31,7 +31,8 @@ from pylog.errors import (
 )
 from pylog.spark.options import Options
 from pylog.spark.reader import PylogReader, PylogStreamReader, RangePartition, _read
-from pylog.spark.snapshot import check_log_dir
+from pylog.spark.snapshot import check_log_dir, open_partition
+from pylog.spark.source import read_options
 from pylog.tiered.manifest import publish_manifest, read_manifest
 from pylog.tiered.store import ObjectStore
 
@@ -335,3 +336,241 @@ def test_timestamp_options_resolve_through_the_remote_time_indexes(tmp_path: Pat
     late = Options({"path": url, "subscribe": TOPIC, "startingTimestamp": str(TS0 + 10**6)})
     with pytest.raises(OffsetOutOfRangeError, match="no record at or after timestamp"):
         PylogReader(late, KAFKA_JSON).partitions()
+
+
+# -- a log directory whose topic is tiered: its remote segments below the local log start are read too ----
+
+GROUPS = ((0, 1500), (1_000_000, 1000), (2_000_000, 500))  # (timestamp base, records) produced in turn
+LOCAL_RETENTION_MS = 600_000
+
+
+def _tiered_dir(tmp_path: Path, url: str, options: dict[str, Any]) -> tuple[Path, dict[tuple[int, int], Row]]:
+    """A log directory whose topic is tiered to ``url``: the first group of records is produced, rolled and
+    tiered, the second too, the third only produced (some of it sealed, none uploaded); then the local
+    retention (``LOCAL_RETENTION_MS`` by the log's clock) deletes the first group's local copies. Each
+    partition then has segments only in the store, in both places, and only on the local disk."""
+    path = tmp_path / "tiered-log"
+    acked: dict[tuple[int, int], Row] = {}
+    clock = ManualClock(TS0)
+    with pylog.open(
+        path,
+        clock=clock,
+        remote_storage=url,
+        remote_storage_options=options,
+        remote_log_manager_task_interval_ms=-1,
+    ) as log:
+        log.create_topic(
+            TOPIC, 3, segment_bytes=4096, remote_storage_enable=True, local_retention_ms=LOCAL_RETENTION_MS
+        )
+        p = log.producer(value_serializer=None, key_serializer=None, batch_size=600)
+        i = 0
+        for g, (ts_base, n) in enumerate(GROUPS):
+            sent = []
+            for _ in range(n):
+                key = None if i % 11 == 0 else b"k%d" % (i % 17)
+                value = None if i % 13 == 0 and key is not None else b"v%d-" % i + bytes(i % 37)
+                ts = TS0 + ts_base + i
+                sent.append((p.send(TOPIC, value, key=key, timestamp_ms=ts), key, value, ts))
+                i += 1
+            p.flush()
+            for fut, key, value, ts in sent:
+                meta = fut.get()
+                acked[(meta.partition, meta.offset)] = (meta.partition, meta.offset, key, value, ts)
+            if g < 2:
+                for part in range(3):
+                    log.topic(TOPIC).partition(part).roll()
+                log.tier()
+        p.close()
+        clock.advance(GROUPS[1][0] + LOCAL_RETENTION_MS // 2)  # the first group is past the local retention
+        log.apply_retention()
+        for part in range(3):
+            pl = log.topic(TOPIC).partition(part)
+            manifest, _ = read_manifest(ObjectStore(url, **options), TOPIC, part)
+            assert manifest is not None
+            remote_end = manifest.segments[-1].next_offset
+            assert 0 == pl.log_start_offset < pl.local_log_start_offset < remote_end < pl.log_end_offset
+    return path, acked
+
+
+def _dir_consumer_rows(path: Path, options: dict[str, Any], clock: ManualClock | None = None) -> list[Row]:
+    """The model: what pylog's consumer of the log directory (its recorded URL) reads from the beginning."""
+    with pylog.open(
+        path, read_only=True, remote_storage_options=options, clock=clock or ManualClock(TS0 + 3_000_000)
+    ) as log:
+        c = log.consumer(value_deserializer=None, key_deserializer=None)
+        tps = log.topic(TOPIC).partitions()
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        got = [(r.partition, r.offset, r.key, r.value, r.timestamp) for r in c.iterate(timeout_ms=0)]
+        c.close()
+    return sorted(got)
+
+
+def _local_starts(path: Path) -> dict[int, int]:
+    return {p: open_partition(str(path), TOPIC, p).log_start_offset for p in range(3)}
+
+
+def _plan(raw: dict[str, str]) -> list[RangePartition]:
+    return PylogReader(read_options(raw), KAFKA_JSON).partitions()
+
+
+def test_a_tiered_log_directory_is_read_with_its_remote_segments(
+    tmp_path: Path, store: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = store
+    path, acked = _tiered_dir(tmp_path, url, options)
+    model = _dir_consumer_rows(path, options)
+    assert model == sorted(acked.values())  # the consumer reads the store below the local log start
+    base = {"path": str(path), "subscribe": TOPIC, **_spark_options(options)}
+    for splits in ("1", "7"):  # every offset exactly once, also with ranges split across the boundary
+        parts = _plan({**base, "minPartitions": splits})
+        got = _rows_of(parts)
+        assert got == model
+        assert len({(r[0], r[1]) for r in got}) == len(got)
+
+    # ranges spanning the remote and the local segments, and ones inside either
+    local = _local_starts(path)
+    starting = {TOPIC: {"0": 3, "1": local[1] - 1, "2": local[2] + 5}}
+    ending = {TOPIC: {"0": local[0] + 40, "1": local[1] + 1, "2": -1}}
+    raw = {**base, "startingOffsets": json.dumps(starting), "endingOffsets": json.dumps(ending)}
+    want = [
+        r
+        for r in model
+        if (r[0] == 0 and 3 <= r[1] < local[0] + 40)
+        or (r[0] == 1 and local[1] - 1 <= r[1] < local[1] + 1)
+        or (r[0] == 2 and r[1] >= local[2] + 5)
+    ]
+    assert _rows_of(_plan(raw)) == want
+
+    # timestamps resolve through the remote time indexes first, then the local ones
+    lo, hi = TS0 + 700, TS0 + GROUPS[1][0] + 1600  # in the first group (remote only), in the second
+    raw = {**base, "startingTimestamp": str(lo), "endingTimestamp": str(hi)}
+    assert _rows_of(_plan(raw)) == [r for r in model if lo <= r[4] < hi]
+
+    # a stream from the earliest offset: the remote log start, then on into the local segments
+    reader = PylogStreamReader(read_options({**base, "startingOffsets": "earliest"}), KAFKA_JSON)
+    start = reader.initialOffset()
+    assert start == {TOPIC: {"0": 0, "1": 0, "2": 0}}
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert _rows_of(reader.partitions(start, end)) == model
+
+
+def test_tiered_directory_remote_segment_dropped_after_planning_is_data_loss(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = (tmp_path / "remote").as_uri()
+    path, acked = _tiered_dir(tmp_path, url, {})
+    model = _dir_consumer_rows(path, {})
+    assert model == sorted(acked.values())
+    base = {"path": str(path), "subscribe": TOPIC}
+    strict = _plan(base)
+    lenient = _plan({**base, "failOnDataLoss": "false"})
+    assert _rows_of(strict) == model
+
+    lo, hi = _drop_first_segment(url, 1)  # remote retention after planning: only the store held it
+    assert hi <= _local_starts(path)[1]
+    with pytest.raises(
+        OffsetOutOfRangeError, match=rf"data loss reading {TOPIC}-1 .*dropped from the object store"
+    ):
+        _rows_of(strict)
+    with caplog.at_level(logging.WARNING, logger="pylog.spark"):
+        got = _rows_of(lenient)
+    assert got == [r for r in model if not (r[0] == 1 and lo <= r[1] < hi)]
+    assert f"offsets {lo}..{hi - 1}" in caplog.text
+    assert _rows_of(_plan(base)) == got  # a new plan starts at the new remote log start
+
+
+def test_tiered_directory_segments_deleted_locally_after_planning_are_read_from_the_store(
+    tmp_path: Path,
+) -> None:
+    """The local retention deletes segments after the query was planned: those the pinned manifest names,
+    and those uploaded after planning (found in the newest manifest); every offset is still read once."""
+    url = (tmp_path / "remote").as_uri()
+    path, acked = _tiered_dir(tmp_path, url, {})
+    model = _dir_consumer_rows(path, {})
+    assert model == sorted(acked.values())
+    planned = _local_starts(path)
+    parts = _plan({"path": str(path), "subscribe": TOPIC, "minPartitions": "5"})
+    with pylog.open(path, clock=ManualClock(TS0 + GROUPS[2][0] + 2 * LOCAL_RETENTION_MS)) as log:
+        for part in range(3):
+            log.topic(TOPIC).partition(part).roll()
+        log.tier()  # the third group is uploaded now, after planning
+        log.apply_retention()  # and every uploaded local copy is past the local retention
+        ends = {p: log.topic(TOPIC).partition(p).log_end_offset for p in range(3)}
+    assert _local_starts(path) == ends  # nothing left locally but the empty active segments
+    assert all(planned[p] < ends[p] for p in range(3))
+    assert _rows_of(parts) == model
+
+
+def test_tiered_directory_read_committed_refuses_remote_offsets(tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    path, _ = _tiered_dir(tmp_path, url, {})
+    model = _dir_consumer_rows(path, {})
+    base = {"path": str(path), "subscribe": TOPIC, "kafka.isolation.level": "read_committed"}
+    with pytest.raises(
+        ConfigError, match=rf"{TOPIC}-\d: kafka.isolation.level=read_committed reads the local"
+    ):
+        _plan(base)
+    local = _local_starts(path)
+    starting = {TOPIC: {str(p): o for p, o in local.items()}}
+    got = _rows_of(_plan({**base, "startingOffsets": json.dumps(starting)}))
+    assert got == [r for r in model if r[1] >= local[r[0]]]  # no transactions: every local record
+
+
+def test_tiered_directory_plans_keep_the_jvm_reader_from_skipping_remote_offsets(tmp_path: Path) -> None:
+    """The JSON plan pylog's JVM reader reads: a partition reaching below the local log start names no
+    directory (the JVM reader fails, saying why); every tiered one has failOnDataLoss set."""
+    from pylog.spark.reader import JVM_TIERED
+
+    url = (tmp_path / "remote").as_uri()
+    path, _ = _tiered_dir(tmp_path, url, {})
+    local = _local_starts(path)
+    base = {"path": str(path), "subscribe": TOPIC, "failOnDataLoss": "false"}
+    for raw, below in (
+        (base, True),
+        ({**base, "startingOffsets": json.dumps({TOPIC: {str(p): o for p, o in local.items()}})}, False),
+    ):
+        for part in _plan(raw):
+            plan = json.loads(part.__reduce__()[1][0])
+            assert plan["tiered"] == url and plan["failOnDataLoss"] is True
+            assert plan["path"] == (f"{path} {JVM_TIERED}" if below else str(path))
+
+
+def test_spark_reads_a_tiered_log_directory(
+    spark: Any, tmp_path: Path, store: tuple[str, dict[str, Any]]
+) -> None:
+    from pylog.spark.jvm import ENABLED
+
+    url, options = store
+    path, acked = _tiered_dir(tmp_path, url, options)
+    model = _dir_consumer_rows(path, options)
+    assert model == sorted(acked.values())
+    opts = _spark_options(options)
+    spark.conf.set(ENABLED, "false")
+    try:
+        df = spark.read.format("pylog").options(**opts).option("subscribe", TOPIC).option("minPartitions", 4)
+        assert _spark_rows(df.load(str(path))) == model
+        query = (
+            spark.readStream.format("pylog")
+            .options(**opts)
+            .option("subscribe", TOPIC)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", 700)
+            .load(str(path))
+            .writeStream.format("memory")
+            .queryName(f"tiered_dir_{store[0][:2]}")
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(120)
+            assert _spark_rows(spark.table(f"tiered_dir_{store[0][:2]}")) == model
+        finally:
+            query.stop()
+    finally:
+        spark.conf.unset(ENABLED)
+    if HAS_JAVAC:  # the JVM reader maps local files: the query fails, saying why, and skips nothing
+        df = spark.read.format("pylog").options(**opts).option("subscribe", TOPIC).load(str(path))
+        assert "(JVM reader)" in df._jdf.queryExecution().executedPlan().toString()
+        with pytest.raises(Exception, match="pylog's JVM reader does not read"):
+            df.count()

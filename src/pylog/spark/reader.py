@@ -6,6 +6,11 @@ planner workers and runs ``read()`` on a copy in executor workers, which open th
 Batch: offsets are fixed in :meth:`PylogReader.partitions` (one Spark partition per topic partition, more
 with ``minPartitions``, small ones packed together: :func:`~pylog.spark.options.plan_splits`). Streaming: offsets are ``{"topic": {"partition": next_offset}}`` dicts with keys in
 sorted string order, so they survive JSON round trips and compare equal as JSON strings.
+
+A log directory whose topics are tiered (:class:`~pylog.spark.remote.TieredPartitionView`): offsets resolve
+over the remote and local segments, the remote segments are pinned at planning as for a URL read
+(:func:`~pylog.spark.remote.pin`), and each task reads the offsets below the partition's local log start, as
+it is when the task runs, from the store, the rest from the local segments (:func:`_read_tiered`).
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from pylog.clock import Clock, SystemClock
 from pylog.errors import ConfigError
+from pylog.partition.visibility import Visibility
 from pylog.spark.batches import ReadSpec, read_ranges
 from pylog.spark.committed import committed_range, visibility
 from pylog.spark.filters import Bounds, push
 from pylog.spark.options import OffsetRange, Options, plan_splits
-from pylog.spark.remote import RemoteRead, is_url, pin
-from pylog.spark.snapshot import PartitionView, check_log_dir
+from pylog.spark.remote import RemoteRead, TieredPartitionView, is_url, pin, pin_newer
+from pylog.spark.snapshot import LogView, PartitionView, check_log_dir, open_partition
 
 __all__ = ["PylogFilteringReader", "PylogReader", "PylogStreamReader", "RangePartition", "make_reader"]
 
@@ -45,7 +51,14 @@ class RangePartition(InputPartition):
     "values": [int]|null}}`` (``skipped``: ``[[first, next], ...]``, the offsets of aborted and control batches
     a read_committed read leaves out, see :mod:`pylog.spark.committed`, empty otherwise; ``timestamp``: the
     pushed timestamp bounds in microseconds, present only when a filter set them; the JVM reader skips segments
-    and batches outside them); ``state`` is the pickled partition itself."""
+    and batches outside them); ``state`` is the pickled partition itself.
+
+    pylog's JVM reader maps local segment files only. A partition of a tiered log directory whose ranges
+    start below their local log start at planning cannot be read there: its plan names a ``path`` that is no
+    directory and says so, so the JVM reader fails the task with that text instead of reading it as data
+    loss (which ``failOnDataLoss=false`` would skip); its other tiered partitions carry
+    ``failOnDataLoss: true`` (offsets the local retention deletes after planning are in the object store:
+    never skipped). ``tiered`` names the store."""
 
     ranges: tuple[OffsetRange, ...]
     spec: ReadSpec
@@ -58,6 +71,12 @@ class RangePartition(InputPartition):
                 [r.topic, r.partition, r.start, r.end, [list(s) for s in r.skipped]] for r in self.ranges
             ],
         }
+        remote = self.spec.remote
+        if remote is not None and remote.local_starts:  # a tiered log directory
+            plan["tiered"] = remote.url
+            plan["failOnDataLoss"] = True
+            if any(r.start < remote.local_starts.get((r.topic, r.partition), r.start) for r in self.ranges):
+                plan["path"] = f"{self.spec.path} {JVM_TIERED}"
         ts = self.spec.bounds.timestamp
         if ts.active:
             plan["timestamp"] = {
@@ -66,6 +85,13 @@ class RangePartition(InputPartition):
                 "values": None if ts.values is None else sorted(ts.values),
             }
         return _restore, (json.dumps(plan), pickle.dumps((self.ranges, self.spec)))
+
+
+#: What pylog's JVM reader reports (in a path it cannot find) for a planned read of remote segments.
+JVM_TIERED = (
+    "[offsets below the local log start are in the object store, which pylog's JVM reader does not read: "
+    "spark.conf.set('spark.pylog.native.enabled', 'false') reads them on the Python path]"
+)
 
 
 def _restore(plan: str, state: bytes) -> RangePartition:
@@ -88,12 +114,63 @@ def _partitions(
 def _read(partition: InputPartition) -> Iterator[Any]:
     if not isinstance(partition, RangePartition):  # Spark's stand-in when there is nothing to read
         return iter(())
-    return read_ranges(partition.spec, partition.ranges)
+    spec = partition.spec
+    if spec.remote is not None and spec.remote.local_starts:
+        return _read_tiered(spec, spec.remote, partition.ranges)
+    return read_ranges(spec, partition.ranges)
 
 
-def _spec(options: Options, schema_json: str, bounds: Bounds) -> ReadSpec:
-    remote = RemoteRead(options.path, options.remote_storage_options) if is_url(options.path) else None
-    path = options.path if remote is not None else check_log_dir(options.path)
+def _read_tiered(spec: ReadSpec, remote: RemoteRead, ranges: tuple[OffsetRange, ...]) -> Iterator[Any]:
+    """A task of a tiered log directory: of each range, the offsets below the partition's local log start
+    (as it is now) from the remote segments pinned at planning, the rest from the local segments; offsets
+    between the pinned remote end and the local log start at planning were in neither place (a consumer
+    reads on past them), and offsets the local retention deleted since planning come from the newest
+    manifest (:func:`~pylog.spark.remote.pin_newer`)."""
+    below: list[OffsetRange] = []
+    local: list[OffsetRange] = []
+    for r in ranges:
+        tp = (r.topic, r.partition)
+        planned = remote.local_starts.get(tp)
+        if planned is None or r.size <= 0:
+            local.append(r)
+            continue
+        cut = min(max(r.start, open_partition(spec.path, r.topic, r.partition).log_start_offset), r.end)
+        if cut < r.end:
+            local.append(r.part(cut, r.end))
+        segments = remote.segments.get(tp, ())
+        pinned_end = segments[-1].next_offset if segments else r.start
+        if r.start < min(cut, pinned_end):
+            below.append(r.part(r.start, min(cut, pinned_end)))
+        gone = max(r.start, pinned_end, planned)  # local at planning, deleted locally since
+        if gone < cut:
+            remote = pin_newer(remote, r.topic, r.partition, gone, cut)
+            below.append(r.part(gone, cut))
+    if below:
+        yield from read_ranges(replace(spec, remote=remote), below)
+    if local:
+        yield from read_ranges(replace(spec, remote=None), local)
+
+
+def _committed_range(view: PartitionView, rng: OffsetRange, rule: Visibility) -> OffsetRange:
+    """:func:`~pylog.spark.committed.committed_range`, refusing offsets only a tiered partition's object store
+    holds: the decisions apply to batch headers read at planning, and those are not read remotely."""
+    if isinstance(view, TieredPartitionView) and rng.start < min(view.local_log_start_offset, rng.end):
+        raise ConfigError(
+            f"{rng.topic}-{rng.partition}: kafka.isolation.level=read_committed reads the local segments of a "
+            f"tiered log only, and offsets {rng.start}..{view.local_log_start_offset - 1} are only in its "
+            f"object store: start at offset {view.local_log_start_offset} or later (startingOffsets), or read "
+            "with read_uncommitted"
+        )
+    return committed_range(view, rng, rule)
+
+
+def _spec(options: Options, schema_json: str, bounds: Bounds, log: LogView) -> ReadSpec:
+    remote = None
+    if is_url(options.path):
+        remote = RemoteRead(options.path, options.remote_storage_options)
+    elif log.tiered_url is not None:  # a log directory with tiered topics: their remote segments too
+        remote = RemoteRead(log.tiered_url, options.remote_storage_options)
+    path = options.path if is_url(options.path) else check_log_dir(options.path)
     return ReadSpec(path, schema_json, options.fail_on_data_loss, options.value_format, bounds, remote)
 
 
@@ -109,7 +186,7 @@ class PylogReader(DataSourceReader):
     def partitions(self) -> list[RangePartition]:
         opts = self.options
         log = opts.log_view()
-        spec = _spec(opts, self.schema_json, self.bounds)
+        spec = _spec(opts, self.schema_json, self.bounds, log)
         opts.check_offset_options(log)
         rule = visibility(log.path) if opts.read_committed else None
         ranges, views = [], []
@@ -120,7 +197,7 @@ class PylogReader(DataSourceReader):
             r = opts.offset_range(view)
             start, end = self.bounds.narrow(r.start, r.end)
             rng = OffsetRange(topic, p, start, end)
-            ranges.append(committed_range(view, rng, rule) if rule is not None else rng)
+            ranges.append(_committed_range(view, rng, rule) if rule is not None else rng)
             views.append(view)
         return _partitions(opts, spec, ranges, views)
 
@@ -234,12 +311,13 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log = self.options.log_view()
         rule = visibility(log.path)
         return {
-            (t, p): committed_range(log.partition(t, p), OffsetRange(t, p, begins[(t, p)], e), rule)
+            (t, p): _committed_range(log.partition(t, p), OffsetRange(t, p, begins[(t, p)], e), rule)
             for (t, p), e in ends.items()
         }
 
     def partitions(self, start: StreamOffset, end: StreamOffset) -> list[RangePartition]:
-        spec = _spec(self.options, self.schema_json, Bounds())
+        log = self.options.log_view()
+        spec = _spec(self.options, self.schema_json, Bounds(), log)
         ends = _flat(end)
         begins = self._begins(start, ends)
         if self.options.read_committed:
@@ -255,7 +333,6 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     )
         else:
             ranges = [OffsetRange(t, p, begins[(t, p)], e) for (t, p), e in sorted(ends.items())]
-        log = self.options.log_view()
         views = [log.partition(r.topic, r.partition) for r in ranges if r.size > 0]
         return _partitions(self.options, spec, ranges, views)
 

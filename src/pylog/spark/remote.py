@@ -42,7 +42,7 @@ import os
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,9 +70,11 @@ __all__ = [
     "RemoteLog",
     "RemotePartitionView",
     "RemoteRead",
+    "TieredPartitionView",
     "is_url",
     "open_store",
     "pin",
+    "pin_newer",
     "read_batches",
 ]
 
@@ -190,22 +192,29 @@ def open_store(url: str, options: Mapping[str, Any]) -> ObjectStore:
 @dataclass(frozen=True)
 class RemoteRead:
     """What a task needs to read a log in an object store: the URL, the store's options, and the pinned
-    segments of the partitions it reads (``{(topic, partition): segments}``, ascending and contiguous)."""
+    segments of the partitions it reads (``{(topic, partition): segments}``, ascending and contiguous).
+
+    A read of a log directory whose topics are tiered (:class:`TieredPartitionView`) has one too, with
+    ``local_starts``: each tiered partition's local log start when the query was planned. Offsets between
+    the pinned remote end and it were in neither place then (segments deleted locally that were never
+    uploaded), and a consumer reads on past them; offsets at or above it were local then."""
 
     url: str
     options: dict[str, Any]
     segments: dict[tuple[str, int], tuple[RemoteSegment, ...]] = field(default_factory=dict)
+    local_starts: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 class RemoteLog:
     """Topics and partition counts of a log in an object store (the planning side of a URL read)."""
 
-    def __init__(self, url: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, url: str, options: Mapping[str, Any], *, list_topics: bool = True) -> None:
         self.url = url
         self.options = dict(options)
         self.store = open_store(url, self.options)
         self.cache = RemoteCache(self.store, prefetch_bytes=0)  # offset_for_time: a few index-guided reads
-        topics = remote_topics(self.store)["topics"]
+        # the remote segments of a log directory's tiered topics need no listing: the directory has the topics
+        topics = remote_topics(self.store)["topics"] if list_topics else {}
         self.partition_counts: dict[str, int] = {
             name: int(meta["partitions"]) for name, meta in sorted(topics.items())
         }
@@ -260,22 +269,83 @@ class RemotePartitionView(PartitionReader):
         )
 
 
+class TieredPartitionView(PartitionReader):
+    """A partition of a log directory whose topic is tiered (``remote_storage_enable``, the log recording a
+    ``remote_storage`` URL): its local segments, and below them the remote segments one manifest version
+    names (``remote``, pinned as for a URL read), as pylog's consumer of that log reads them: the log starts
+    at the remote log start when there are remote segments, ends at the local log end, and
+    ``offset_for_time`` searches the remote segments first. ``segments`` and ``segments_for`` are the local
+    segments only; tasks read the offsets below the local log start through :func:`read_batches`.
+
+    Thread-safety: immutable once built. Crash contract: reads only."""
+
+    def __init__(self, local: PartitionReader, remote: RemotePartitionView) -> None:  # no super().__init__()
+        self.directory = local.directory
+        self.topic = local.topic
+        self.partition = local.partition
+        self.segments = local.segments
+        self._bases = [s.base_offset for s in self.segments]
+        self.local = local
+        self.remote_segments = remote.remote_segments
+        self._remote = remote
+
+    @property
+    def local_log_start_offset(self) -> int:
+        return self.local.log_start_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        local = self.local.log_start_offset
+        return min(self._remote.log_start_offset, local) if self.remote_segments else local
+
+    @property
+    def bytes_per_offset(self) -> float:
+        span = self.log_end_offset - self.log_start_offset
+        local = self.local.log_start_offset
+        below = sum(s.size for s in self.remote_segments if s.base_offset < local)
+        return (below + sum(s.size for s in self.segments)) / span if span > 0 else 0.0
+
+    def offset_for_time(self, timestamp: int) -> int | None:
+        found = self._remote.offset_for_time(timestamp) if self.remote_segments else None
+        return found if found is not None else self.local.offset_for_time(timestamp)
+
+
 def pin(remote: RemoteRead | None, ranges: Sequence[OffsetRange], views: Iterable[Any]) -> RemoteRead | None:
-    """``remote`` with the segments of ``views`` (the :class:`RemotePartitionView`s the ranges were planned
-    on) that hold offsets of ``ranges``: what one Spark partition's task reads. None stays None (a log
-    directory)."""
+    """``remote`` with the segments of ``views`` (the :class:`RemotePartitionView`s or
+    :class:`TieredPartitionView`s the ranges were planned on) that hold offsets of ``ranges``: what one Spark
+    partition's task reads (a tiered view's local log start too). None stays None (a log directory)."""
     if remote is None:
         return None
-    by_tp = {(v.topic, v.partition): v.remote_segments for v in views if isinstance(v, RemotePartitionView)}
+    views = [v for v in views if isinstance(v, RemotePartitionView | TieredPartitionView)]
+    by_tp = {(v.topic, v.partition): v.remote_segments for v in views}
+    local_starts = {
+        (v.topic, v.partition): v.local_log_start_offset for v in views if isinstance(v, TieredPartitionView)
+    }
     pinned: dict[tuple[str, int], tuple[RemoteSegment, ...]] = {}
     for r in ranges:
         segs = by_tp.get((r.topic, r.partition), ())
         keep = [s for s in segs if s.base_offset < r.end and s.next_offset > r.start]
-        known = pinned.get((r.topic, r.partition), ())
-        pinned[(r.topic, r.partition)] = tuple(
-            sorted({s.key: s for s in (*known, *keep)}.values(), key=lambda s: s.base_offset)
-        )
-    return RemoteRead(remote.url, remote.options, pinned)
+        pinned[(r.topic, r.partition)] = _merged(pinned.get((r.topic, r.partition), ()), keep)
+    starts = {tp: local_starts[tp] for tp in pinned if tp in local_starts}
+    return RemoteRead(remote.url, remote.options, pinned, starts)
+
+
+def _merged(*groups: Iterable[RemoteSegment]) -> tuple[RemoteSegment, ...]:
+    return tuple(sorted({s.key: s for g in groups for s in g}.values(), key=lambda s: s.base_offset))
+
+
+def pin_newer(remote: RemoteRead, topic: str, partition: int, start: int, end: int) -> RemoteRead:
+    """``remote`` with the segments of the partition's newest manifest that hold offsets in ``[start, end)``
+    added to its pinned ones. A tiered log directory's task reads offsets there from the store when they were
+    local at planning and the local retention deleted them since (after their upload: a local segment goes
+    only once a manifest names it). Offsets no manifest names stay unread: data loss."""
+    manifest, _ = read_manifest(_cache(remote).store, topic, partition)
+    newer = manifest.segments if manifest is not None else ()
+    tp = (topic, partition)
+    old = remote.segments.get(tp, ())
+    last = old[-1].next_offset if old else start
+    keep = [s for s in newer if s.base_offset < end and s.next_offset > start and s.base_offset >= last]
+    return replace(remote, segments={**remote.segments, tp: _merged(old, keep)})
 
 
 class _SegmentGone(OffsetOutOfRangeError):

@@ -18,6 +18,11 @@ A log in an object store (an ``s3://``, ``file://``, ... URL instead of a direct
 viewed through :mod:`pylog.spark.remote`: :class:`LogView` then lists the topics from the remote manifests and
 returns :class:`~pylog.spark.remote.RemotePartitionView` views, each pinned to its partition's newest manifest.
 
+A log directory that records a ``remote_storage`` URL (:mod:`pylog.tiered.location`) has its topics with
+``remote_storage_enable`` viewed as pylog's consumer of that log reads them: each partition's view
+(:class:`~pylog.spark.remote.TieredPartitionView`) holds its local segments and, below them, the remote
+segments of its newest manifest, so "earliest", offsets and timestamps resolve into the object store too.
+
 Thread-safety: a view is immutable once built; build one per thread or task.
 """
 
@@ -31,7 +36,8 @@ from pylog.directory import decode_manifest as _decode_manifest
 from pylog.errors import ReadOnlyLogError, UnknownPartitionError, UnknownTopicError
 from pylog.partition import files
 from pylog.partition.reader import PartitionReader, SegmentFile, decode_checked, walk_headers
-from pylog.spark.remote import RemoteLog, is_url
+from pylog.spark.remote import RemoteLog, TieredPartitionView, is_url
+from pylog.tiered.location import read_remote_storage
 
 __all__ = [
     "LogView",
@@ -75,22 +81,34 @@ def check_log_dir(path: str) -> str:
 
 class LogView:
     """Topics and partition counts of a log directory, from its manifest; or of a log in an object store
-    (``path`` a URL, ``remote_options`` the store's options), from its remote manifests."""
+    (``path`` a URL, ``remote_options`` the store's options), from its remote manifests.
+
+    A log directory recording a ``remote_storage`` URL (``tiered_url``) has the partitions of its topics
+    with ``remote_storage_enable`` (``tiered_topics``) viewed with their remote segments, read from that
+    store with ``remote_options``; set ``tiered_url`` to None for views of the local segments only."""
 
     def __init__(self, path: str, remote_options: Mapping[str, Any] | None = None) -> None:
         self.remote: RemoteLog | None = None
+        self.remote_options = dict(remote_options or {})
+        self.tiered_url: str | None = None
+        self.tiered_topics: frozenset[str] = frozenset()
+        self._tiered: RemoteLog | None = None
         if is_url(path):
             self.path = path
-            self.remote = RemoteLog(path, remote_options or {})
+            self.remote = RemoteLog(path, self.remote_options)
             self.partition_counts: dict[str, int] = dict(self.remote.partition_counts)
             return
         self.path = check_log_dir(path)
         manifest_path = os.path.join(self.path, "manifest")
         with open(manifest_path, "rb") as f:
             manifest = _decode_manifest(f.read(), manifest_path)
-        self.partition_counts = {
-            name: int(meta["partitions"]) for name, meta in sorted(manifest["topics"].items())
-        }
+        topics = manifest["topics"]
+        self.partition_counts = {name: int(meta["partitions"]) for name, meta in sorted(topics.items())}
+        self.tiered_topics = frozenset(
+            name for name, meta in topics.items() if meta["config"].get("remote_storage_enable")
+        )
+        if self.tiered_topics:
+            self.tiered_url = read_remote_storage(self.path)
 
     def topics(self) -> list[str]:
         return list(self.partition_counts)
@@ -111,4 +129,9 @@ class LogView:
             )
         if self.remote is not None:
             return self.remote.partition(topic, partition)
-        return open_partition(self.path, topic, partition)
+        local = open_partition(self.path, topic, partition)
+        if self.tiered_url is None or topic not in self.tiered_topics:
+            return local
+        if self._tiered is None or self._tiered.url != self.tiered_url:
+            self._tiered = RemoteLog(self.tiered_url, self.remote_options, list_topics=False)
+        return TieredPartitionView(local, self._tiered.partition(topic, partition))

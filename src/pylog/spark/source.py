@@ -16,20 +16,36 @@ their meaning. See ``docs/spark.md`` for every option.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql.datasource import DataSource
 
 from pylog.errors import ConfigError
-from pylog.spark.options import KAFKA_FIELDS, Options
+from pylog.spark.options import KAFKA_FIELDS, Options, remote_storage_options
 from pylog.spark.reader import PylogReader, PylogStreamReader, make_reader
+from pylog.spark.remote import REMOTE_PREFIX, is_url
 from pylog.spark.sink import PylogStreamWriter, make_stream_writer
 from pylog.spark.snapshot import check_log_dir
 from pylog.spark.writer import PylogWriter, check_write_schema
+from pylog.tiered.location import read_remote_storage
 
-__all__ = ["KAFKA_SCHEMA", "PylogDataSource"]
+__all__ = ["KAFKA_SCHEMA", "PylogDataSource", "read_options"]
 
 KAFKA_SCHEMA = ", ".join(f"{name} {type_name}" for name, type_name in KAFKA_FIELDS)
+
+
+def read_options(raw: Mapping[str, Any]) -> Options:
+    """The reader options of a query. ``remoteStorage.<key>`` options are the object store's: of a log in
+    the store (a URL path), or of the store a log directory records (``remote_storage``: its tiered topics'
+    remote segments are read there). With a directory that records none they are refused (ConfigError)."""
+    store = {k: v for k, v in raw.items() if str(k).lower().startswith(REMOTE_PREFIX)}
+    path = next((str(v) for k, v in raw.items() if str(k).lower() == "path"), "")
+    if not store or not path or is_url(path) or read_remote_storage(check_log_dir(path)) is None:
+        return Options(raw)
+    opts = Options({k: v for k, v in raw.items() if k not in store})
+    opts.remote_storage_options = remote_storage_options({str(k).lower(): str(v) for k, v in store.items()})
+    return opts
 
 
 class PylogDataSource(DataSource):
@@ -41,7 +57,7 @@ class PylogDataSource(DataSource):
         return "pylog"
 
     def _options(self) -> Options:
-        opts = Options(self.options)
+        opts = read_options(self.options)
         opts.log_view()  # a missing directory, bad manifest or unreachable store fails here, at load()
         return opts
 
