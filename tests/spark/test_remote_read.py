@@ -311,8 +311,9 @@ def test_option_errors(tmp_path: Path) -> None:
     }
     with pytest.raises(ConfigError, match=r"remoteStorage\.\* options are for a log in an object store"):
         Options({"path": str(tmp_path), "subscribe": TOPIC, "remoteStorage.region": "eu-west-1"})
-    with pytest.raises(ConfigError, match="read_committed cannot read a log in an object store"):
-        Options({"path": url, "subscribe": TOPIC, "kafka.isolation.level": "read_committed"})
+    assert Options(
+        {"path": url, "subscribe": TOPIC, "kafka.isolation.level": "read_committed"}
+    ).read_committed
 
     missing = tmp_path / "nowhere"
     with pytest.raises(FileNotFoundError, match="no such directory"):
@@ -574,3 +575,144 @@ def test_spark_reads_a_tiered_log_directory(
         assert "(JVM reader)" in df._jdf.queryExecution().executedPlan().toString()
         with pytest.raises(Exception, match="pylog's JVM reader does not read"):
             df.count()
+
+
+def _write_transactions(tmp_path: Path, url: str, options: dict[str, Any]) -> dict[str, list[Row]]:
+    """Plain records, a committed, an aborted and an open transaction over the 3 partitions of ``TOPIC``
+    (small segments: transactions span segments), all tiered, then the local directory deleted. The rows
+    written, by kind."""
+    path = tmp_path / "txn-log"
+    written: dict[str, list[Row]] = {"plain": [], "committed": [], "aborted": [], "open": []}
+    with pylog.open(
+        path,
+        clock=ManualClock(TS0 + 10_000_000),
+        remote_storage=url,
+        remote_storage_options=options,
+        remote_log_manager_task_interval_ms=-1,
+    ) as log:
+        log.create_topic(TOPIC, 3, segment_bytes=2048, remote_storage_enable=True)
+        plain = log.producer(value_serializer=None, key_serializer=None)
+
+        def send(producer: Any, kind: str, n: int) -> None:
+            futs = [
+                (producer.send(TOPIC, b"%s-%d" % (kind.encode(), i), key=b"k%d" % i, timestamp_ms=TS0 + i), i)
+                for i in range(n)
+            ]
+            producer.flush()
+            for fut, i in futs:
+                meta = fut.get()
+                written[kind].append(
+                    (meta.partition, meta.offset, b"k%d" % i, b"%s-%d" % (kind.encode(), i), TS0 + i)
+                )
+
+        send(plain, "plain", 60)
+        for kind in ("committed", "aborted", "open"):
+            tx = log.producer(transactional_id=kind, value_serializer=None, key_serializer=None)
+            tx.init_transactions()
+            tx.begin_transaction()
+            send(tx, kind, 90)
+            if kind == "committed":
+                tx.commit_transaction()
+            elif kind == "aborted":
+                tx.abort_transaction()
+            tx.close()
+            send(plain, "plain", 30)
+        plain.close()
+        for part in range(3):
+            log.topic(TOPIC).partition(part).roll()
+        log.tier()
+    shutil.rmtree(path)
+    return written
+
+
+def _committed_consumer_rows(url: str, options: dict[str, Any]) -> list[Row]:
+    """The model: what pylog's read_committed consumer of the log opened from the store reads."""
+    with pylog.open(url, read_only=True, remote_storage_options=options, clock=ManualClock(TS0)) as replica:
+        c = replica.consumer(value_deserializer=None, key_deserializer=None, isolation_level="read_committed")
+        tps = replica.topic(TOPIC).partitions()
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        got = [(r.partition, r.offset, r.key, r.value, r.timestamp) for r in c.iterate(timeout_ms=0)]
+        c.close()
+    return sorted(got)
+
+
+def _check_committed_model(model: list[Row], written: dict[str, list[Row]]) -> None:
+    """The consumer's rows, against what was written: no aborted or open record, every committed one, and
+    every plain record before its partition's open transaction."""
+    first_open = {
+        p: min(o for q, o, *_ in written["open"] if q == p) for p in {r[0] for r in written["open"]}
+    }
+    want = sorted(
+        r for kind in ("plain", "committed") for r in written[kind] if r[1] < first_open.get(r[0], 1 << 62)
+    )
+    assert model == want
+
+
+def test_read_committed_plans_of_a_url_use_the_tiered_decisions(tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    written = _write_transactions(tmp_path, url, {})
+    model = _committed_consumer_rows(url, {})
+    _check_committed_model(model, written)
+    raw = {"path": url, "subscribe": TOPIC, "kafka.isolation.level": "read_committed"}
+    parts = _plan(raw)
+    assert any(r.skipped for part in parts for r in part.ranges)  # the aborted batches are left out
+    assert _rows_of(parts) == model
+    assert _rows_of(_plan({**raw, "minPartitions": "7"})) == model
+    stream = PylogStreamReader(read_options({**raw, "startingOffsets": "earliest"}), KAFKA_JSON)
+    start = stream.initialOffset()
+    end = stream.latestOffset(start, stream.getDefaultReadLimit())
+    lso = {p: min(o for q, o, *_ in written["open"] if q == p) for p in range(3)}
+    assert json.loads(json.dumps(end)) == {TOPIC: {str(p): lso[p] for p in range(3)}}  # never past the LSO
+    assert _rows_of(stream.partitions(start, end)) == model
+
+
+def test_spark_reads_a_url_read_committed_as_the_consumer_does(
+    spark: Any, tmp_path: Path, store: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = store
+    written = _write_transactions(tmp_path, url, options)
+    model = _committed_consumer_rows(url, options)
+    _check_committed_model(model, written)
+    df = (
+        spark.read.format("pylog")
+        .options(**_spark_options(options))
+        .option("subscribe", TOPIC)
+        .option("kafka.isolation.level", "read_committed")
+        .load(url)
+    )
+    assert _spark_rows(df) == model
+
+
+@pytest.mark.parametrize("at_call", [1, 4, 5])
+def test_tiered_directory_local_retention_during_a_task_reads_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_call: int
+) -> None:
+    """The local retention deletes uploaded segments while a task runs: after it read the local log start
+    (call 1), after it listed a partition's local segments (4), after the segment reader listed them (5).
+    The offsets gone locally are read from the store, each once; with failOnDataLoss=false too."""
+    import pylog.spark.batches as batches_module
+    import pylog.spark.reader as reader_module
+
+    url = (tmp_path / "remote").as_uri()
+    path, acked = _tiered_dir(tmp_path, url, {})
+    model = _dir_consumer_rows(path, {})
+    assert model == sorted(acked.values())
+    parts = _plan({"path": str(path), "subscribe": TOPIC, "failOnDataLoss": "false"})
+    real = open_partition
+    calls: list[int] = []
+
+    def opening(*args: Any) -> Any:
+        view = real(*args)
+        calls.append(1)
+        if len(calls) == at_call:  # every uploaded local copy is past the local retention now
+            with pylog.open(path, clock=ManualClock(TS0 + GROUPS[2][0])) as log:
+                calls.append(sum(log.apply_retention().values()))
+        return view
+
+    monkeypatch.setattr(reader_module, "open_partition", opening)
+    monkeypatch.setattr(batches_module, "open_partition", opening)
+    before = _local_starts(path)
+    assert _rows_of(parts) == model
+    assert len(calls) > at_call and calls[at_call] > 0  # the retention ran, and deleted segments
+    assert all(_local_starts(path)[p] > before[p] for p in range(3))

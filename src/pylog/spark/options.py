@@ -25,8 +25,9 @@ are refused on a batch read and the ending options on a stream. The JSON offsets
 name only topics the query reads and partitions that exist (:meth:`Options.check_offset_options`).
 
 A log in an object store (``load("s3://bucket/prefix")``, see :mod:`pylog.spark.remote`) takes the store's
-options as ``remoteStorage.<key>`` options (:func:`remote_storage_options`); ``read_committed`` cannot read
-one, and ``remoteStorage.*`` options with a directory path are refused.
+options as ``remoteStorage.<key>`` options (:func:`remote_storage_options`), and ``read_committed`` reads it
+with the transaction decisions tiered with it (:mod:`pylog.spark.committed`); ``remoteStorage.*`` options
+with a directory path are refused.
 
 Spark partitions (:func:`plan_splits`): one per offset range, as Spark's Kafka source, except that
 
@@ -350,19 +351,12 @@ class Options:
         return LogView(self.path, self.remote_storage_options)
 
     def _check_remote(self) -> None:
-        """Store options need a URL path; read_committed cannot read one (transaction outcomes live in the
-        writing log's directory, and are not tiered)."""
-        url = is_url(self.path)
-        if self.remote_storage_options and not url:
+        """Store options need a URL path. (read_committed reads a URL with the transaction decisions tiered
+        with the log: :mod:`pylog.spark.committed`.)"""
+        if self.remote_storage_options and not is_url(self.path):
             raise ConfigError(
                 "the remoteStorage.* options are for a log in an object store: load it by its URL "
                 '(.load("s3://bucket/prefix")), not a log directory'
-            )
-        if url and self.read_committed:
-            raise ConfigError(
-                f"kafka.isolation.level=read_committed cannot read a log in an object store ({self.path}): "
-                "transaction outcomes live in the writing log's directory and are not tiered. Read it with "
-                "read_uncommitted, or read the log directory with read_committed"
             )
 
     def check_query(self, *, streaming: bool) -> None:

@@ -51,6 +51,7 @@ from pylog.clock import SystemClock
 from pylog.errors import CorruptRecordError, IllegalStateError, OffsetOutOfRangeError
 from pylog.partition.reader import PartitionReader, SegmentFile
 from pylog.partition.remote import offset_for_time, read_raw, segment_at
+from pylog.partition.visibility import is_skipped
 from pylog.record import DecodedBatch, decode_batch, decode_header
 from pylog.tiered.fetch import RemoteCache, RemotePartition
 from pylog.tiered.manifest import PartitionManifest, RemoteSegment, read_manifest, remote_topics
@@ -245,6 +246,16 @@ class RemotePartitionView(PartitionReader):
         self._log = log
 
     @property
+    def store(self) -> ObjectStore:
+        """The object store of the log (read_committed planning reads its tiered decisions there)."""
+        return self._log.store
+
+    @property
+    def cache(self) -> RemoteCache:
+        """The planner's block cache of the log's segment objects."""
+        return self._log.cache
+
+    @property
     def log_start_offset(self) -> int:
         return self.remote_segments[0].base_offset if self.remote_segments else 0
 
@@ -422,7 +433,8 @@ def read_batches(
 ) -> Iterator[tuple[DecodedBatch, int, int]]:
     """Each decoded batch holding records of ``rng``, from its pinned segments, with the index range
     ``[lo, hi)`` of those records (as :func:`pylog.spark.batches.read_ranges` wants them). Segments and batches
-    the ``timestamp`` bounds exclude are skipped by the manifest's largest timestamps and the batch headers."""
+    the ``timestamp`` bounds exclude are skipped by the manifest's largest timestamps and the batch headers, and
+    (read_committed) the batches in ``rng.skipped``, as the local reader skips them."""
     segs = remote.segments.get((rng.topic, rng.partition), ())
     start, end = _check_pinned(segs, rng, fail_on_data_loss)
     if start >= end:
@@ -458,6 +470,8 @@ def read_batches(
                 return
             if timestamp.active and not timestamp.overlaps(h.base_timestamp * 1000, h.max_timestamp * 1000):
                 continue
+            if rng.skipped and is_skipped(rng.skipped, max(h.base_offset, offset)):
+                continue  # read_committed: an aborted or control batch (pylog.spark.committed)
             b = _decode(buf, at, listed, h.base_offset)
             lo = 0 if h.base_offset >= offset else int(np.searchsorted(b.offsets, offset))
             hi = len(b.offsets) if h.last_offset < end else int(np.searchsorted(b.offsets, end))
