@@ -235,7 +235,8 @@ def upload_decisions(store: ObjectStore, txns: TxnLog) -> DecisionsResult:
                 "decisions, or the file was rewritten; nothing was uploaded"
             )
         if len(data) == end and producers == (current.producers if current is not None else _NO_PRODUCERS):
-            return DecisionsResult(0, current)
+            swept = sweep_orphans(store, current) if current is not None else []
+            return DecisionsResult(0, current, tuple(swept))  # a crashed upload's chunk goes even so
         chunks: tuple[DecisionsChunk, ...] = current.chunks if current is not None else ()
         uploaded = 0
         if len(data) > end:
