@@ -21,7 +21,8 @@ Steps (:func:`restore`):
    ``(producer_id, epoch, txn)`` would inherit an old decision). A transaction of the restored batches with no
    decision that no restored transactional id holds open (its decision was not uploaded yet, or its producer
    started after the producers state was) can never be decided by the restored log: it is aborted, as its
-   timeout would have. One the producers state holds open stays open, and is aborted at its timeout or when its
+   timeout would have. A store with no decisions manifest (tiered by a pylog that did not upload decisions)
+   leaves its transactions undecided, with a warning: aborting them would lose commits. One the producers state holds open stays open, and is aborted at its timeout or when its
    transactional id's next producer starts, as in the source log.
 6. Rename the staging directory to the target and fsync the parent.
 
@@ -35,6 +36,7 @@ Thread-safety: not meant to run twice on one target at once (the final rename fa
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -57,6 +59,8 @@ from pylog.tiered.store import ObjectStore
 from pylog.transactions import OPEN, TxnDecisions, TxnLog
 
 __all__ = ["RestoredPartition", "restore"]
+
+_log = logging.getLogger("pylog.tiered")
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,14 @@ def _restore_decisions(
         entry["txn"] = max(int(entry["txn"]), top_txn.get(int(entry["pid"]), 0))
         if entry["open"] is not None:
             held.add((int(entry["pid"]), int(entry["epoch"]), int(entry["open"]["txn"])))
-    aborts = sorted(t for t in triples if t not in held and known.status(*t) == OPEN)
+    undecided = sorted(t for t in triples if t not in held and known.status(*t) == OPEN)
+    aborts = undecided if manifest is not None else []
+    if manifest is None and undecided:
+        _log.warning(
+            "the object store holds transactional batches but no transaction decisions (tiered by a pylog "
+            "that did not upload them): the restored log has them undecided, so read_committed readers stop "
+            "at the first; tier the source log again with this pylog before restoring to keep their outcomes"
+        )
     if not data and not aborts and not pids and not state["ids"]:
         return  # the source never handed out a producer id: no transaction directory, as there
     txns = TxnLog(root)

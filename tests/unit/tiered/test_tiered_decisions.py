@@ -387,3 +387,28 @@ def test_a_log_without_transactions_uploads_no_decisions(tmp_path: Path) -> None
         c.assign([TopicPartition("t", 0)])
         assert [r.value for r in c.iterate(timeout_ms=0)] == [b"%d" % i for i in range(50)]
         c.close()
+
+
+def test_restore_of_a_store_without_decisions_leaves_transactions_undecided(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store tiered before decisions were uploaded: restore invents no outcome (read_committed stops at the
+    first transaction, read_uncommitted reads everything) and still hands out only fresh producer ids."""
+    url, model = _tiered_decisions(tmp_path)
+    store = ObjectStore(url)
+    for info in store.list(decisions.PREFIX):
+        store.delete(info.key)
+    restore(url, tmp_path / "restored", clock=ManualClock(TS0))
+    assert "no transaction decisions" in caplog.text
+    undecided = Model(model.records, dict.fromkeys(model.outcome, OPEN))
+    with pylog.open(tmp_path / "restored", clock=ManualClock(TS0)) as restored:
+        assert _rows(restored) == undecided.read_committed()
+        c = restored.consumer(value_deserializer=None, auto_offset_reset="earliest")
+        c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
+        everything = sorted((r.partition, r.offset, r.value) for r in c.iterate(timeout_ms=0))
+        c.close()
+        assert everything == sorted((p, o, v) for p, recs in model.records.items() for o, v, _ in recs)
+        source = TxnDecisions(str(tmp_path / "log"))
+        source.status(0, 0, 0)  # reads the source's decisions.log
+        _, epochs = source.decided()
+        assert len(epochs) == 5 and restored.transactions().allocate_pid() > max(epochs)
