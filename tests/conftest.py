@@ -11,7 +11,9 @@
 - ``--order=reverse`` or ``--order=random[:SEED]`` runs the collected tests in reverse or shuffled order, to
   show that no test depends on another having run first (``random`` prints the seed it chose).
 - ``moto_s3``: one S3-protocol server on loopback (moto's server mode) for the session, shared by the tests of
-  tiered storage that need a real S3 endpoint (Spark's Python workers included).
+  tiered storage that need a real S3 endpoint (Spark's Python workers included); ``s3_remote``: an empty
+  prefix of its bucket of each test's own, as ``(url, options)``; ``remote``: the same, or an empty
+  ``file://`` directory (a test that takes it runs once on each).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import shutil
 import signal
 import tempfile
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import hypothesis
 import pytest
@@ -137,3 +141,20 @@ def moto_s3() -> Iterator[tuple[str, dict[str, object]]]:
     }
     yield bucket, options
     server.stop()
+
+
+@pytest.fixture
+def s3_remote(moto_s3: tuple[str, dict[str, object]]) -> tuple[str, dict[str, Any]]:
+    """``(url, options)``: an empty prefix of ``moto_s3``'s bucket that no other test uses (a random name)."""
+    bucket, options = moto_s3
+    return f"s3://{bucket}/{uuid.uuid4().hex}", dict(options)
+
+
+@pytest.fixture(params=["file", "s3"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """``(url, options)`` of an empty object store: a ``file://`` directory, or a fresh prefix on moto
+    (``s3_remote``); a test that takes it runs on both."""
+    if request.param == "file":
+        return (tmp_path / "remote").as_uri(), {}
+    url, options = request.getfixturevalue("s3_remote")
+    return str(url), dict(options)

@@ -27,6 +27,7 @@ from pylog.tiered.decisions import RemoteDecisions
 from pylog.tiered.fetch import DEFAULT_CACHE_BYTES, RemoteCache, RemotePartition
 from pylog.tiered.location import read_remote_storage, write_remote_storage
 from pylog.tiered.manifest import remote_topics
+from pylog.tiered.retention import add_pending_deletion
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import TierResult, tier_partition
 from pylog.transactions import TxnDecisions
@@ -160,9 +161,21 @@ class Log(LogDirectory):
         return Consumer(self, *topics, **config)
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and all its data, and the offsets consumer groups committed for it."""
+        """Delete a topic and all its data, and the offsets consumer groups committed for it.
+
+        With a ``remote_storage``, its data in the object store too (:func:`~pylog.tiered.retention.delete_remote_topic`:
+        a tombstone manifest for each partition first, then the objects): the deletion is recorded in the log
+        directory before the local delete, run after it, and forgotten once done. When the store cannot be
+        reached the local delete still happens; the remote deletion is logged as a warning, shown in
+        :meth:`tier_status` (``last_error`` of the topic's partitions) and retried by every later tiering pass,
+        which also holds back a topic created again with the same name until it is done."""
+        manager = self._manager
+        if manager is not None and self.has_topic(name):
+            add_pending_deletion(self.path, name, self.topic(name).topic_id)
         super().delete_topic(name)
         admin.forget_topic_offsets(self.path, name, self.clock.time_ms())
+        if manager is not None:
+            manager.delete_remote_topic(name)
 
     # -- tiered storage ---------------------------------------------------------------------------------
 

@@ -11,6 +11,12 @@ A pass (:meth:`RemoteLogManager.run_once`), for every partition of every topic w
    ``local_retention_bytes`` is deleted locally; a segment not uploaded (or rewritten since) stays;
 3. whole-log retention of its remote segments (:func:`~pylog.tiered.retention.apply_remote_retention`).
 
+Before the partitions, the remote deletions of deleted topics that are not finished (``Log.delete_topic`` runs
+one at once; one that failed, the store down, is retried here: :func:`~pylog.tiered.retention.delete_remote_topic`).
+A topic created again with the same name is not tiered (nor its local copies deleted by the tiered retention)
+until the deletion of the old one finished, so it never merges into the old topic's manifests. A failure is
+recorded on the topic's partitions in :meth:`~RemoteLogManager.status` and logged.
+
 Then, when the log tiers any topic, the transaction decisions (:func:`~pylog.tiered.decisions.upload_decisions`):
 after the segments, so that the producers state uploaded with them covers the producer ids of the segments
 of the pass. A failure is recorded in :meth:`~RemoteLogManager.decisions_status` as one of a partition is.
@@ -50,7 +56,13 @@ from pylog.structs import TopicPartition
 from pylog.tiered.decisions import DecisionsResult, upload_decisions
 from pylog.tiered.fetch import RemotePartition
 from pylog.tiered.manifest import PartitionManifest, read_manifest
-from pylog.tiered.retention import RemoteRetentionResult, apply_remote_retention
+from pylog.tiered.retention import (
+    RemoteRetentionResult,
+    apply_remote_retention,
+    delete_remote_topic,
+    pending_deletions,
+    remove_pending_deletion,
+)
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import TierResult, tier_partition
 from pylog.transactions import TXN_DIR
@@ -193,17 +205,18 @@ class RemoteLogManager:
             self._manifests[tp] = manifest
         self._update(tp, remote_start=found[0] if found else None, remote_end=found[1] if found else None)
 
-    def _failed(self, tp: TopicPartition, exc: BaseException) -> None:
+    def _failed(self, tp: TopicPartition, exc: BaseException, *, what: str = "tiering") -> None:
+        prefix = "" if what == "tiering" else f"{what}: "
         with self._lock:
             current = self._status.get(tp) or PartitionTierStatus(tp.topic, tp.partition)
             self._status[tp] = replace(
                 current,
                 failures=current.failures + 1,
                 total_failures=current.total_failures + 1,
-                last_error=f"{type(exc).__name__}: {exc}",
+                last_error=f"{prefix}{type(exc).__name__}: {exc}",
                 last_error_ms=self._clock.time_ms(),
             )
-        log.warning("tiering %s-%d failed (retried next pass): %s", tp.topic, tp.partition, exc)
+        log.warning("%s %s-%d failed (retried next pass): %s", what, tp.topic, tp.partition, exc)
 
     # -- passes -----------------------------------------------------------------------------------------
 
@@ -221,6 +234,10 @@ class RemoteLogManager:
         failure (after recording it)."""
         results = []
         with self._pass_lock:
+            pending = self._finish_deletions()
+            blocked = sorted(name for name, _, _ in self._tiered() if name in pending)
+            if blocked:  # created again while the old topic's remote data is not deleted yet
+                raise pending[blocked[0]]
             tiered = bool(self._tiered())
             for name, p, count in self._tiered():
                 tp = TopicPartition(name, p)
@@ -236,6 +253,39 @@ class RemoteLogManager:
             if tiered:
                 self.upload_decisions(strict=True)
         return results
+
+    # -- deleted topics -------------------------------------------------------------------------------------
+
+    def delete_remote_topic(self, topic: str) -> BaseException | None:
+        """Finish the remote deletion of the deleted ``topic`` now (and of any other pending one): None when
+        done, else the failure (recorded and logged; the next pass retries it)."""
+        with self._pass_lock:
+            return self._finish_deletions().get(topic)
+
+    def _finish_deletions(self) -> dict[str, BaseException]:
+        """Run the pending remote deletions (pass lock held); ``{topic: failure}`` of those still pending."""
+        failed: dict[str, BaseException] = {}
+        for name, topic_id in pending_deletions(self.directory.path).items():
+            with self._lock:  # what was known of the deleted topic is no longer true of a new one
+                for tp in [tp for tp in self._manifests if tp.topic == name]:
+                    del self._manifests[tp]
+            if self.directory.has_topic(name) and self.directory.topic(name).topic_id == topic_id:
+                remove_pending_deletion(self.directory.path, name)  # its local delete never committed
+                continue
+            try:
+                delete_remote_topic(self._store(), name)
+            except Exception as exc:
+                failed[name] = exc
+                with self._lock:
+                    known = [tp for tp in self._status if tp.topic == name] or [TopicPartition(name, 0)]
+                for tp in known:
+                    self._failed(tp, exc, what="deleting the remote data of the deleted topic")
+                continue
+            remove_pending_deletion(self.directory.path, name)
+            with self._lock:
+                for tp in [tp for tp in self._status if tp.topic == name]:
+                    del self._status[tp]
+        return failed
 
     # -- transaction decisions ------------------------------------------------------------------------------
 
@@ -297,10 +347,13 @@ class RemoteLogManager:
         """One pass (upload, local retention, whole-log retention) over every tiered partition; failures are
         recorded, not raised. The status of every partition after it."""
         with self._pass_lock:
+            pending = self._finish_deletions()
             tiered = self._tiered()
             for name, p, count in tiered:
                 if self._stop.is_set():
                     break
+                if name in pending:
+                    continue  # a topic of the same name was deleted and its remote data is not deleted yet
                 tp = TopicPartition(name, p)
                 try:
                     plog = self.directory.topic(name).partition(p)
@@ -321,6 +374,9 @@ class RemoteLogManager:
         t = self.directory.topic(topic)
         deleted = 0
         with self._pass_lock:
+            pending = self._finish_deletions()
+            if topic in pending:
+                raise pending[topic]
             for p in range(t.num_partitions):
                 tp = TopicPartition(topic, p)
                 try:

@@ -276,7 +276,8 @@ class RemotePartition:
                 return self._manifest.segments
             if fresh and not refresh:
                 return ()
-        manifest, _ = read_manifest(self.cache.store, self.topic, self.partition)
+        # a tombstone (the topic was deleted) is taken as a manifest naming no segment
+        manifest, _ = read_manifest(self.cache.store, self.topic, self.partition, tombstones=True)
         with self._lock:
             if manifest is None or self._manifest is None or manifest.version >= self._manifest.version:
                 self._manifest = manifest if manifest is not None else self._manifest

@@ -32,6 +32,7 @@ Manifest object:
 | ``partitions`` | int | the topic's partition count when published |
 | ``config`` | object | the topic's full config (``TopicConfig.to_dict()``) when published |
 | ``segments`` | array | remote segments, ascending and contiguous (each ``next_offset`` is the next ``base_offset``) |
+| ``deleted`` | bool, optional | present (``true``) only in a tombstone: the topic was deleted; ``segments`` is empty |
 
 Each segment:
 
@@ -44,6 +45,16 @@ Each segment:
 | ``crc32c`` | int | CRC-32C (Castagnoli) of the whole ``.log`` object |
 | ``key`` | str | the ``.log`` object's key |
 | ``index``, ``timeindex`` | object or null | ``{"key", "size", "crc32c"}`` of the index objects (null: none uploaded) |
+
+A tombstone is the manifest version a topic deletion publishes (:func:`~pylog.tiered.retention.delete_remote_topic`)
+for each partition that has a manifest, before it deletes any object: ``"deleted": true``, no segments, the
+config and partition count of the manifest it follows. :func:`read_manifest` reports a partition whose newest
+version is a tombstone as having no manifest (``None``, with the tombstone's version as the highest present), so
+every reader (a log opened read-only from the store, :func:`remote_topics`, restore, Spark's reader of a URL)
+treats the partition as absent, and a topic created again with the same name publishes its first manifest
+above the tombstone (version numbers never go back, so no reader holding an older version mistakes the new
+topic's manifest for an older one). The tombstone itself is kept: it is one small object per partition.
+Ordinary manifests have no ``deleted`` field (their bytes are as before tombstones existed).
 
 A manifest whose header, CRC, JSON, version or segment order does not check does not parse, and is skipped;
 one of a format version this pylog does not know raises :class:`~pylog.errors.UnsupportedFormatError` (it was
@@ -119,6 +130,7 @@ class PartitionManifest:
     config: dict[str, Any]
     segments: tuple[RemoteSegment, ...] = field(default=())
     version: int = 0
+    deleted: bool = False  # a tombstone: the topic was deleted (see the module docstring)
 
     @property
     def log_start_offset(self) -> int | None:
@@ -143,7 +155,10 @@ def segment_key(topic: str, partition: int, base_offset: int, upload_id: str, su
 
 
 def encode_manifest(manifest: PartitionManifest) -> bytes:
-    body = json.dumps(asdict(manifest), sort_keys=True, separators=(",", ":")).encode()
+    fields = asdict(manifest)
+    if not manifest.deleted:
+        del fields["deleted"]  # only a tombstone has the field
+    body = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     return b"%s %d %08x\n" % (_MAGIC, _FORMAT, crc32c.crc32c(body)) + body
 
 
@@ -168,9 +183,12 @@ def decode_manifest(raw: bytes) -> PartitionManifest:
             config=dict(data["config"]),
             segments=segments,
             version=int(data["version"]),
+            deleted=data.get("deleted", False) is True,
         )
     except (KeyError, TypeError, AttributeError) as exc:  # a field missing or of the wrong type
         raise ValueError(f"remote manifest fields do not check: {exc!r}") from exc
+    if manifest.deleted and segments:
+        raise ValueError("a remote manifest tombstone names segments")
     _check_contiguous(segments)
     return manifest
 
@@ -208,9 +226,12 @@ def _versions(store: ObjectStore, topic: str, partition: int) -> list[int]:
     return sorted(found)
 
 
-def read_manifest(store: ObjectStore, topic: str, partition: int) -> tuple[PartitionManifest | None, int]:
-    """``(manifest, highest_version_present)``: the highest version that parses (None if none does) and the
-    highest version number any object has (0 if none): the next publish must use a higher one."""
+def read_manifest(
+    store: ObjectStore, topic: str, partition: int, *, tombstones: bool = False
+) -> tuple[PartitionManifest | None, int]:
+    """``(manifest, highest_version_present)``: the highest version that parses (None if none does, or if it is
+    a tombstone and ``tombstones`` is false: the topic was deleted) and the highest version number any object
+    has (0 if none): the next publish must use a higher one."""
     versions = _versions(store, topic, partition)
     for version in reversed(versions):
         try:
@@ -218,7 +239,7 @@ def read_manifest(store: ObjectStore, topic: str, partition: int) -> tuple[Parti
         except ValueError:
             continue  # torn, corrupt or foreign: fall back to the version before it
         if (manifest.version, manifest.topic, manifest.partition) == (version, topic, partition):
-            return manifest, versions[-1]
+            return (None if manifest.deleted and not tombstones else manifest), versions[-1]
     return None, versions[-1] if versions else 0
 
 
@@ -231,7 +252,13 @@ def publish_manifest(
         raise ValueError(f"manifest versions start at 1, got {version}")
     _check_contiguous(manifest.segments)
     published = PartitionManifest(
-        manifest.topic, manifest.partition, manifest.partitions, manifest.config, manifest.segments, version
+        manifest.topic,
+        manifest.partition,
+        manifest.partitions,
+        manifest.config,
+        manifest.segments,
+        version,
+        manifest.deleted,
     )
     key = manifest_key(manifest.topic, manifest.partition, version)
     return published if store.put(key, encode_manifest(published), if_absent=True) else None
@@ -251,7 +278,9 @@ def remote_topics(store: ObjectStore) -> dict[str, Any]:
     """The topics of a log in an object store, in the shape of a log directory's manifest
     (``{"topics": {name: {"partitions": n, "config": {...}}}}``): from each topic's remote manifests, the
     partition count and config of its first partition's newest manifest (the count is raised to cover every
-    partition that has a manifest). A log opened read-only from the store and Spark's reader of a URL use it."""
+    partition that has a manifest). A topic whose first partition's newest manifest is a tombstone is deleted
+    and not listed (a deletion publishes the tombstones in partition order, so the first one goes first). A log
+    opened read-only from the store and Spark's reader of a URL use it."""
     topics: dict[str, Any] = {}
     for name, parts in remote_partitions(store).items():
         manifest, _ = read_manifest(store, name, parts[0])

@@ -1,0 +1,277 @@
+"""Deleting a tiered topic deletes its remote data: a tombstone manifest per partition first, then the objects
+the manifests named and pylog's pattern objects, then the older manifest versions. Readers (a log opened
+read-only from the store, restore, remote_topics) no longer see the topic; a topic created again with the same
+name tiers above the tombstone and shows only its own records; a store that is down at delete time, or a crash
+between the phases, is finished by a later pass.
+
+Checked against models: the records each topic was sent (what the producer's futures acknowledged) against
+what a restore of the store holds, and the store's keys against the manifests' names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pylog
+from pylog.clock import ManualClock
+from pylog.errors import RemoteStorageError
+from pylog.structs import TopicPartition
+from pylog.tiered.manifest import (
+    decode_manifest,
+    encode_manifest,
+    manifest_key,
+    read_manifest,
+    remote_topics,
+)
+from pylog.tiered.restore import restore
+from pylog.tiered.retention import (
+    PENDING_FILE,
+    add_pending_deletion,
+    delete_remote_topic,
+    pending_deletions,
+)
+from pylog.tiered.store import ObjectStore
+
+Model = dict[tuple[int, int], bytes]
+
+
+class FlakyStore(ObjectStore):
+    """An ObjectStore whose operations named in ``down`` fail as a store that cannot be reached does."""
+
+    down: frozenset[str] = frozenset()
+
+    def _check(self, op: str, key: str) -> None:
+        if op in self.down:
+            raise RemoteStorageError(f"{op} {key} failed: connection refused (test)", key=key)
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        self._check("put", key)
+        return super().put(key, data, if_absent=if_absent)
+
+    def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
+        self._check("put", key)
+        return super().put_file(key, path, length, if_absent=if_absent)
+
+    def get(self, key: str) -> bytes:
+        self._check("get", key)
+        return super().get(key)
+
+    def list(self, prefix: str = "") -> list[Any]:
+        self._check("list", prefix)
+        return super().list(prefix)
+
+    def delete(self, key: str) -> None:
+        self._check("delete", key)
+        super().delete(key)
+
+
+def _open(root: Path, remote: tuple[str, dict[str, Any]]) -> pylog.Log:
+    url, options = remote
+    return pylog.open(
+        root,
+        clock=ManualClock(),
+        remote_storage=url,
+        remote_storage_options=options,
+        remote_log_manager_task_interval_ms=-1,
+    )
+
+
+def _produce(log: pylog.Log, topic: str, n: int, tag: bytes) -> Model:
+    p = log.producer(batch_size=200, value_serializer=None)
+    futs = [(p.send(topic, tag + b"-%d" % i, partition=i % 2), i) for i in range(n)]
+    p.flush()
+    p.close()
+    out = {}
+    for fut, i in futs:
+        meta = fut.get()
+        out[(meta.partition, meta.offset)] = tag + b"-%d" % i
+    for part in range(2):
+        log.topic(topic).partition(part).roll()
+    return out
+
+
+def _restored(remote: tuple[str, dict[str, Any]], target: Path) -> dict[str, Model]:
+    """Every record of the store, per topic, through a full restore (CRCs, manifests, Log.verify())."""
+    url, options = remote
+    restore(url, target, **options)
+    out: dict[str, Model] = {}
+    with pylog.open(target, clock=ManualClock()) as log:
+        for name in log.topics():
+            c = log.consumer(value_deserializer=None)
+            tps = log.topic(name).partitions()
+            c.assign(tps)
+            c.seek_to_beginning(*tps)
+            out[name] = {(r.partition, r.offset): r.value for r in c.iterate(timeout_ms=0)}
+            c.close()
+    return out
+
+
+def _store(remote: tuple[str, dict[str, Any]]) -> ObjectStore:
+    return ObjectStore(remote[0], **remote[1])
+
+
+def _keys(store: ObjectStore, prefix: str) -> set[str]:
+    return {info.key for info in store.list(prefix)}
+
+
+def _tombstones(store: ObjectStore, topic: str, partitions: int) -> set[str]:
+    """The keys of the tombstones of ``topic``, checked to be tombstones."""
+    keys = set()
+    for p in range(partitions):
+        manifest, highest = read_manifest(store, topic, p, tombstones=True)
+        assert manifest is not None and manifest.deleted and manifest.segments == ()
+        assert manifest.version == highest
+        assert read_manifest(store, topic, p) == (None, highest)
+        keys.add(manifest_key(topic, p, manifest.version))
+    return keys
+
+
+def test_deleting_a_tiered_topic_deletes_its_remote_data_and_a_new_topic_of_its_name_starts_clean(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    with _open(tmp_path / "log", remote) as log:
+        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        log.create_topic("u", 2, segment_bytes=1024, remote_storage_enable=True)
+        _produce(log, "t", 300, b"old")
+        kept = _produce(log, "u", 200, b"u")
+        log.tier()
+        store = _store(remote)
+        before_u = _keys(store, "u/")
+        old_t = _keys(store, "t/")
+        assert any("/segments/" in k for k in old_t)
+        versions = {p: read_manifest(store, "t", p)[1] for p in range(2)}
+
+        log.delete_topic("t")
+
+        # only the tombstones are left of t; u is untouched; nothing is pending
+        assert _keys(store, "t/") == _tombstones(store, "t", 2)
+        assert {p: read_manifest(store, "t", p, tombstones=True)[1] for p in range(2)} == {
+            p: v + 1 for p, v in versions.items()
+        }
+        assert _keys(store, "u/") == before_u
+        assert pending_deletions(str(tmp_path / "log")) == {}
+        assert not (tmp_path / "log" / PENDING_FILE).exists()
+        assert sorted(remote_topics(store)["topics"]) == ["u"]
+        assert not any(s.topic == "t" for s in log.tier_status())
+        with pylog.open(remote[0], read_only=True, remote_storage_options=remote[1]) as ro:
+            assert ro.topics() == ["u"]
+        assert _restored(remote, tmp_path / "r1") == {"u": kept}
+
+        # the same name again: its manifests go above the tombstones, and only its records are seen
+        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        fresh = _produce(log, "t", 120, b"new")
+        results = [r for r in log.tier() if r.topic == "t"]
+        assert all(r.manifest.version == versions[r.partition] + 2 for r in results)
+        assert all(r.uploaded for r in results)
+    assert _restored(remote, tmp_path / "r2") == {"t": fresh, "u": kept}
+
+
+def test_with_the_store_down_the_local_delete_proceeds_and_a_later_pass_deletes_the_remote_data(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = remote
+    with _open(tmp_path / "log", remote) as log:
+        flaky = FlakyStore(url, **options)
+        log._remote = flaky  # the log's store: its operations fail while flaky.down names them
+        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        _produce(log, "t", 200, b"old")
+        log.tier()
+        flaky.down = frozenset({"put", "get", "list", "delete"})
+        log.delete_topic("t")
+        assert log.topics() == []
+        assert "t" in pending_deletions(str(tmp_path / "log"))
+        status = log.tier_status()
+        assert status[TopicPartition("t", 0)].failures == 1
+        assert "deleting the remote data of the deleted topic" in (
+            status[TopicPartition("t", 0)].last_error or ""
+        )
+
+        # created again while the store is down: nothing of it is tiered, nor merged into the old manifests
+        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        fresh = _produce(log, "t", 100, b"new")
+        with pytest.raises(RemoteStorageError):
+            log.tier()
+        flaky.down = frozenset({"delete"})  # reachable but deletes fail: phase 1 only
+        log.remote_log_manager.run_once()  # type: ignore[union-attr]
+        store = _store(remote)
+        assert "t" not in remote_topics(store)["topics"]  # tombstoned: readers skip it already
+        assert any("/segments/" in k for k in _keys(store, "t/"))  # its objects are still there
+        assert "t" in pending_deletions(str(tmp_path / "log"))
+
+        flaky.down = frozenset()
+        log.remote_log_manager.run_once()  # type: ignore[union-attr]
+        assert pending_deletions(str(tmp_path / "log")) == {}
+        status = log.tier_status()
+        assert status[TopicPartition("t", 0)].last_error is None
+        for p in range(2):
+            manifest, _ = read_manifest(store, "t", p)
+            assert manifest is not None and manifest.segments
+            named = {k for s in manifest.segments for k in (s.key, s.index and s.index.key) if k}
+            segments = {k for k in _keys(store, f"t/{p}/segments/")}
+            assert named <= segments
+            assert len(segments) == 3 * len(manifest.segments)  # no object of the old topic is left
+    assert _restored(remote, tmp_path / "r") == {"t": fresh}
+
+
+def test_a_deletion_recorded_before_a_local_delete_that_never_committed_deletes_nothing(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    root = tmp_path / "log"
+    with _open(root, remote) as log:
+        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        model = _produce(log, "t", 150, b"v")
+        log.tier()
+        # a crash right after the record was written, before the local delete committed
+        add_pending_deletion(str(root), "t", log.topic("t").topic_id)
+        before = _keys(_store(remote), "t/")
+        log.remote_log_manager.run_once()  # type: ignore[union-attr]
+        assert pending_deletions(str(root)) == {}
+        assert _keys(_store(remote), "t/") >= before
+    assert _restored(remote, tmp_path / "r") == {"t": model}
+
+
+def test_only_pylog_keys_are_deleted_and_a_second_deletion_is_a_no_op(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    with _open(tmp_path / "log", remote) as log:
+        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        _produce(log, "t", 150, b"v")
+        log.tier()
+    store = _store(remote)
+    foreign = {
+        "t/0/segments/notes.txt",
+        "t/0/segments/00000000000000000000-XYZ.log",
+        "t/0/other",
+        "t/x/manifest/1",
+    }
+    for key in foreign:
+        store.put(key, b"not pylog's")
+    orphan = "t/1/segments/00000000000000099999-0123456789abcdef.log"  # a crashed upload's object
+    store.put(orphan, b"partial")
+    result = delete_remote_topic(store, "t")
+    assert result.tombstoned == (0, 1)
+    assert orphan in result.deleted
+    assert _keys(store, "t/") == foreign | _tombstones(store, "t", 2)
+    again = delete_remote_topic(store, "t")
+    assert (again.tombstoned, again.deleted) == ((), ())
+
+
+def test_a_tombstone_round_trips_and_an_ordinary_manifest_has_no_deleted_field(tmp_path: Path) -> None:
+    store = ObjectStore((tmp_path / "s").as_uri())
+    with _open(tmp_path / "log", ((tmp_path / "s").as_uri(), {})) as log:
+        log.create_topic("t", 1, remote_storage_enable=True)
+        log.tier()
+    manifest, _ = read_manifest(store, "t", 0)
+    assert manifest is not None and not manifest.deleted
+    raw = store.get(manifest_key("t", 0, manifest.version))
+    assert b'"deleted"' not in raw
+    assert encode_manifest(decode_manifest(raw)) == raw
+    delete_remote_topic(store, "t")
+    tomb, _ = read_manifest(store, "t", 0, tombstones=True)
+    assert tomb is not None and tomb.deleted and tomb.version == manifest.version + 1
+    raw = store.get(manifest_key("t", 0, tomb.version))
+    assert b'"deleted":true' in raw
+    assert decode_manifest(raw) == tomb
+    assert (tomb.config, tomb.partitions) == (manifest.config, manifest.partitions)
