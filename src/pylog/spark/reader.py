@@ -16,6 +16,7 @@ it is when the task runs, from the store, the rest from the local segments (:fun
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import math
 import pickle
@@ -27,7 +28,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from pylog.clock import Clock, SystemClock
-from pylog.errors import ConfigError
+from pylog.errors import ConfigError, OffsetOutOfRangeError
 from pylog.partition.visibility import Visibility
 from pylog.spark.batches import ReadSpec, read_ranges
 from pylog.spark.committed import committed_range, visibility
@@ -127,12 +128,13 @@ def _read_tiered(spec: ReadSpec, remote: RemoteRead, ranges: tuple[OffsetRange, 
     reads on past them), and offsets the local retention deleted since planning come from the newest
     manifest (:func:`~pylog.spark.remote.pin_newer`)."""
     below: list[OffsetRange] = []
+    plain: list[OffsetRange] = []
     local: list[OffsetRange] = []
     for r in ranges:
         tp = (r.topic, r.partition)
         planned = remote.local_starts.get(tp)
         if planned is None or r.size <= 0:
-            local.append(r)
+            plain.append(r)
             continue
         cut = min(max(r.start, open_partition(spec.path, r.topic, r.partition).log_start_offset), r.end)
         if cut < r.end:
@@ -147,8 +149,32 @@ def _read_tiered(spec: ReadSpec, remote: RemoteRead, ranges: tuple[OffsetRange, 
             below.append(r.part(gone, cut))
     if below:
         yield from read_ranges(replace(spec, remote=remote), below)
-    if local:
-        yield from read_ranges(replace(spec, remote=None), local)
+    if plain:
+        yield from read_ranges(replace(spec, remote=None), plain)
+    yield from _read_local_tiered(spec, remote, local)
+
+
+def _read_local_tiered(spec: ReadSpec, remote: RemoteRead, ranges: list[OffsetRange]) -> Iterator[Any]:
+    """The local part of tiered ranges, one local segment at a time. The local retention deletes a segment
+    only after its upload, so a segment found gone before this task mapped it (deleted after the local log
+    start was read) is read from the store, never skipped as data loss; what the store lacks then is data
+    loss as ``failOnDataLoss`` says."""
+    strict = replace(spec, remote=None, fail_on_data_loss=True)
+    for r in ranges:
+        view = open_partition(spec.path, r.topic, r.partition)
+        cuts = [r.start, *(s.base_offset for s in view.segments if r.start < s.base_offset < r.end), r.end]
+        for lo, hi in itertools.pairwise(cuts):
+            part = r.part(lo, hi)
+            started = False
+            try:
+                for rb in read_ranges(strict, [part]):
+                    started = True
+                    yield rb
+            except OffsetOutOfRangeError:
+                if started:  # a segment once mapped stays readable: not a deletion, a real loss
+                    raise
+                remote = pin_newer(remote, r.topic, r.partition, lo, hi)
+                yield from read_ranges(replace(spec, remote=remote), [part])
 
 
 def _committed_range(view: PartitionView, rng: OffsetRange, rule: Visibility) -> OffsetRange:
