@@ -110,6 +110,8 @@ _HEADER = struct.Struct("<qqqq")  # the session header in .lock: opens, session,
 _OWN_FILES = frozenset({_MANIFEST, ".lock", ".open.lock", _MARKER, _MANIFEST + ".tmp", _MARKER + ".tmp"})
 # tiered storage: the remote_storage URL the log was last opened with (owner: pylog/tiered/location.py)
 _OWN_FILES |= {"remote_storage", "remote_storage.tmp"}
+# tiered storage: deleted topics whose remote data is still to be deleted (owner: pylog/tiered/retention.py)
+_OWN_FILES |= {"remote_deletions", "remote_deletions.tmp"}
 _OWN_DIRS = frozenset({"__groups", "__transactions"})
 _OPEN_LOGS: weakref.WeakSet[LogDirectory] = weakref.WeakSet()
 

@@ -16,7 +16,7 @@ import pytest
 
 import pylog
 from pylog.clock import ManualClock
-from pylog.errors import RemoteStorageError
+from pylog.errors import CorruptRecordError, RemoteStorageError
 from pylog.structs import TopicPartition
 from pylog.tiered.manifest import (
     decode_manifest,
@@ -275,3 +275,20 @@ def test_a_tombstone_round_trips_and_an_ordinary_manifest_has_no_deleted_field(t
     assert b'"deleted":true' in raw
     assert decode_manifest(raw) == tomb
     assert (tomb.config, tomb.partitions) == (manifest.config, manifest.partitions)
+
+
+def test_a_pending_deletion_file_is_pylog_s_own_and_is_checked(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    root = tmp_path / "log"
+    with _open(root, ((tmp_path / "s").as_uri(), {})) as log:
+        log.create_topic("t", 1, remote_storage_enable=True)
+        add_pending_deletion(str(root), "gone", "0123456789abcdef")
+        assert pending_deletions(str(root)) == {"gone": "0123456789abcdef"}
+    with _open(root, ((tmp_path / "s").as_uri(), {})):
+        pass
+    assert not [w for w in recwarn if "did not create" in str(w.message)]  # no UnknownEntryWarning
+    raw = (root / PENDING_FILE).read_bytes()
+    (root / PENDING_FILE).write_bytes(raw[:-3] + b"X" + raw[-2:])
+    with pytest.raises(CorruptRecordError):
+        pending_deletions(str(root))
