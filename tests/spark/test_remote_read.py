@@ -503,19 +503,98 @@ def test_tiered_directory_segments_deleted_locally_after_planning_are_read_from_
     assert _rows_of(parts) == model
 
 
-def test_tiered_directory_read_committed_refuses_remote_offsets(tmp_path: Path) -> None:
+def _tiered_transactions_dir(tmp_path: Path, url: str) -> tuple[Path, dict[str, list[Row]]]:
+    """A tiered log directory with committed and aborted transactions in segments only the store holds (the
+    first round, tiered, then deleted locally by the local retention), and committed, aborted and open ones
+    in the local segments (the second round). Returns the records written, by kind."""
+    path = tmp_path / "tiered-txn-log"
+    written: dict[str, list[Row]] = {"plain": [], "committed": [], "aborted": [], "open": []}
+    clock = ManualClock(TS0)
+    with pylog.open(path, clock=clock, remote_storage=url, remote_log_manager_task_interval_ms=-1) as log:
+        log.create_topic(
+            TOPIC, 3, segment_bytes=2048, remote_storage_enable=True, local_retention_ms=LOCAL_RETENTION_MS
+        )
+        plain = log.producer(value_serializer=None, key_serializer=None)
+        count = 0
+
+        def send(producer: Any, kind: str, n: int, ts_base: int) -> None:
+            nonlocal count
+            sent = []
+            for _ in range(n):
+                value = b"%s-%d" % (kind.encode(), count)
+                sent.append(
+                    (producer.send(TOPIC, value, key=b"k%d" % count, timestamp_ms=ts_base + count), count)
+                )
+                count += 1
+            producer.flush()
+            for fut, i in sent:
+                meta = fut.get()
+                row = (meta.partition, meta.offset, b"k%d" % i, b"%s-%d" % (kind.encode(), i), ts_base + i)
+                written[kind].append(row)
+
+        for round_, ts_base, kinds in (
+            (0, TS0, ("committed", "aborted")),
+            (1, TS0 + 1_000_000, ("committed", "aborted", "open")),
+        ):
+            send(plain, "plain", 40, ts_base)
+            for kind in kinds:
+                tx = log.producer(
+                    transactional_id=f"{kind}-{round_}", value_serializer=None, key_serializer=None
+                )
+                tx.init_transactions()
+                tx.begin_transaction()
+                send(tx, kind, 60, ts_base)
+                if kind == "committed":
+                    tx.commit_transaction()
+                elif kind == "aborted":
+                    tx.abort_transaction()
+                tx.close()
+                send(plain, "plain", 20, ts_base)
+            if round_ == 0:
+                for part in range(3):
+                    log.topic(TOPIC).partition(part).roll()
+                log.tier()
+        plain.close()
+        clock.advance(1_000_000 + LOCAL_RETENTION_MS // 2)  # the first round is past the local retention
+        log.apply_retention()
+        for part in range(3):
+            assert log.topic(TOPIC).partition(part).local_log_start_offset > 0
+    return path, written
+
+
+def test_tiered_directory_read_committed_reads_the_remote_segments_with_the_log_decisions(
+    tmp_path: Path,
+) -> None:
     url = (tmp_path / "remote").as_uri()
-    path, _ = _tiered_dir(tmp_path, url, {})
-    model = _dir_consumer_rows(path, {})
-    base = {"path": str(path), "subscribe": TOPIC, "kafka.isolation.level": "read_committed"}
-    with pytest.raises(
-        ConfigError, match=rf"{TOPIC}-\d: kafka.isolation.level=read_committed reads the local"
-    ):
-        _plan(base)
+    path, written = _tiered_transactions_dir(tmp_path, url)
+    with pylog.open(path, clock=ManualClock(TS0), remote_log_manager_task_interval_ms=-1) as log:  # no expiry
+        c = log.consumer(value_deserializer=None, key_deserializer=None, isolation_level="read_committed")
+        tps = log.topic(TOPIC).partitions()
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        model = sorted((r.partition, r.offset, r.key, r.value, r.timestamp) for r in c.iterate(timeout_ms=0))
+        c.close()
+    _check_committed_model(model, written)
     local = _local_starts(path)
-    starting = {TOPIC: {str(p): o for p, o in local.items()}}
-    got = _rows_of(_plan({**base, "startingOffsets": json.dumps(starting)}))
-    assert got == [r for r in model if r[1] >= local[r[0]]]  # no transactions: every local record
+    aborted_remote = [r for r in written["aborted"] if r[1] < local[r[0]]]
+    assert aborted_remote and any(r[1] < local[r[0]] for r in written["committed"])  # remote transactions
+    raw = {"path": str(path), "subscribe": TOPIC, "kafka.isolation.level": "read_committed"}
+    parts = _plan(raw)
+    assert any(s[0] < local[r.partition] for part in parts for r in part.ranges for s in r.skipped)
+    assert _rows_of(parts) == model
+    assert _rows_of(_plan({**raw, "minPartitions": "7"})) == model
+    starting = {
+        TOPIC: {str(p): o for p, o in local.items()}
+    }  # from the local log starts: the local part only
+    assert _rows_of(_plan({**raw, "startingOffsets": json.dumps(starting)})) == [
+        r for r in model if r[1] >= local[r[0]]
+    ]
+    stream = PylogStreamReader(read_options({**raw, "startingOffsets": "earliest"}), KAFKA_JSON)
+    start = stream.initialOffset()
+    end = stream.latestOffset(start, stream.getDefaultReadLimit())
+    lso = {p: min(o for q, o, *_ in written["open"] if q == p) for p in range(3)}
+    assert json.loads(json.dumps(end)) == {TOPIC: {str(p): lso[p] for p in range(3)}}  # never past the LSO
+    assert _rows_of(stream.partitions(start, end)) == model
 
 
 def test_tiered_directory_plans_keep_the_jvm_reader_from_skipping_remote_offsets(tmp_path: Path) -> None:

@@ -177,17 +177,18 @@ def _read_local_tiered(spec: ReadSpec, remote: RemoteRead, ranges: list[OffsetRa
                 yield from read_ranges(replace(spec, remote=remote), [part])
 
 
-def _committed_range(view: PartitionView, rng: OffsetRange, rule: Visibility) -> OffsetRange:
-    """:func:`~pylog.spark.committed.committed_range`, refusing offsets only a tiered partition's object store
-    holds: the decisions apply to batch headers read at planning, and those are not read remotely."""
-    if isinstance(view, TieredPartitionView) and rng.start < min(view.local_log_start_offset, rng.end):
-        raise ConfigError(
-            f"{rng.topic}-{rng.partition}: kafka.isolation.level=read_committed reads the local segments of a "
-            f"tiered log only, and offsets {rng.start}..{view.local_log_start_offset - 1} are only in its "
-            f"object store: start at offset {view.local_log_start_offset} or later (startingOffsets), or read "
-            "with read_uncommitted"
-        )
-    return committed_range(view, rng, rule)
+def _committed_range(log: LogView, view: PartitionView, rng: OffsetRange, rule: Visibility) -> OffsetRange:
+    """:func:`~pylog.spark.committed.committed_range`; of a tiered partition, the offsets below its local log
+    start are judged by the batch headers of its pinned remote segments (the decisions are the log
+    directory's own, as for its consumer), the rest by the local ones."""
+    if not isinstance(view, TieredPartitionView) or rng.start >= min(view.local_log_start_offset, rng.end):
+        return committed_range(view, rng, rule)
+    cut = min(view.local_log_start_offset, rng.end)
+    below = committed_range(log.remote_view(view), rng.part(rng.start, cut), rule)
+    if below.end < cut or cut == rng.end:  # a transaction still open below the local log start
+        return below
+    rest = committed_range(view, rng.part(cut, rng.end), rule)
+    return OffsetRange(rng.topic, rng.partition, rng.start, rest.end, below.skipped + rest.skipped)
 
 
 def _spec(options: Options, schema_json: str, bounds: Bounds, log: LogView) -> ReadSpec:
@@ -223,7 +224,7 @@ class PylogReader(DataSourceReader):
             r = opts.offset_range(view)
             start, end = self.bounds.narrow(r.start, r.end)
             rng = OffsetRange(topic, p, start, end)
-            ranges.append(_committed_range(view, rng, rule) if rule is not None else rng)
+            ranges.append(_committed_range(log, view, rng, rule) if rule is not None else rng)
             views.append(view)
         return _partitions(opts, spec, ranges, views)
 
@@ -337,7 +338,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log = self.options.log_view()
         rule = visibility(log.path)
         return {
-            (t, p): _committed_range(log.partition(t, p), OffsetRange(t, p, begins[(t, p)], e), rule)
+            (t, p): _committed_range(log, log.partition(t, p), OffsetRange(t, p, begins[(t, p)], e), rule)
             for (t, p), e in ends.items()
         }
 

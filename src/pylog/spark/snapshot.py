@@ -33,10 +33,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from pylog.directory import decode_manifest as _decode_manifest
-from pylog.errors import ReadOnlyLogError, UnknownPartitionError, UnknownTopicError
+from pylog.errors import IllegalStateError, ReadOnlyLogError, UnknownPartitionError, UnknownTopicError
 from pylog.partition import files
 from pylog.partition.reader import PartitionReader, SegmentFile, decode_checked, walk_headers
-from pylog.spark.remote import RemoteLog, TieredPartitionView, is_url
+from pylog.spark.remote import RemoteLog, RemotePartitionView, TieredPartitionView, is_url
 from pylog.tiered.location import read_remote_storage
 
 __all__ = [
@@ -135,3 +135,10 @@ class LogView:
         if self._tiered is None or self._tiered.url != self.tiered_url:
             self._tiered = RemoteLog(self.tiered_url, self.remote_options, list_topics=False)
         return TieredPartitionView(local, self._tiered.partition(topic, partition))
+
+    def remote_view(self, view: TieredPartitionView) -> RemotePartitionView:
+        """The remote segments a tiered view pinned, as a view of the log's object store (read_committed
+        planning walks their batch headers: :func:`pylog.spark.committed.committed_range`)."""
+        if self._tiered is None:
+            raise IllegalStateError(f"{self.path}: {view.topic}-{view.partition} is not a view of this log")
+        return RemotePartitionView(self._tiered, view.topic, view.partition, view.remote_segments)
