@@ -16,6 +16,16 @@ local directory), which the remote manifest needs since object stores have no at
 ranged reads, listing and retries with backoff for transient errors: :data:`DEFAULT_RETRY` bounds them (at
 most 5 retries and 60 s per request) unless ``retry_config`` is given.
 
+A read whose answer is cut in the middle of its body (a connection dropped while the bytes stream) is resumed by
+obstore itself: :meth:`~ObjectStore.get_range`, :meth:`~ObjectStore.get`, :meth:`~ObjectStore.checksum` and
+:meth:`~ObjectStore.download` see one whole answer, after a ranged GET of only the bytes still missing (pinned
+to the object's ETag, so a replaced object is an error, never a mix), within the same bound of retries and
+backoff as a request that failed before its body (object_store's streaming GET retries, in the obstore
+versions pylog supports; measured on obstore 0.12.1 through a proxy that cuts answers after 0 to 1000 bytes:
+the second request asks for ``bytes=<start + received>-<end>``, and an answer cut every time is a
+:class:`~pylog.errors.RemoteStorageError` after ``1 + max_retries`` requests). pylog does not retry on top of
+that, which would multiply the bound.
+
 Errors: every failure of the store is a :class:`~pylog.errors.RemoteStorageError` naming the key; obstore is
 imported when the first store is opened, so ``import pylog`` does not need it.
 
