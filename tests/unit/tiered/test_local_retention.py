@@ -7,18 +7,20 @@ after every pass, on file:// and on a moto S3 server on loopback."""
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from store_faults import FaultyStore
 
 import pylog
 from pylog.cli import main
 from pylog.clock import ManualClock
 from pylog.errors import ConfigError, RemoteStorageError
 from pylog.structs import TopicPartition
+from pylog.tiered.background import RemoteLogManager
 from pylog.tiered.location import read_remote_storage
 from pylog.tiered.manifest import decode_manifest, manifest_key, read_manifest, segment_key
 from pylog.tiered.restore import restore
@@ -26,38 +28,11 @@ from pylog.tiered.store import ObjectStore
 
 HOUR = 3600 * 1000
 DAY = 24 * HOUR
-BUCKET = "pylog-retention"
 Model = dict[int, tuple[bytes, bytes]]
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[dict[str, Any]]:
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError as exc:
-        pytest.skip(f"moto's server mode is not installed (pip install 'moto[server]'): {exc}")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")).close()
-    yield {
-        "endpoint": endpoint,
-        "region": "us-east-1",
-        "access_key_id": "testing",
-        "secret_access_key": "testing",
-        "client_options": {"allow_http": True},
-    }
-    server.stop()
-
-
-@pytest.fixture(params=["file", "s3"])
-def remote(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
-    """``(url, options)`` of an empty object store: a file:// directory, or a fresh prefix on moto."""
-    if request.param == "file":
-        return (tmp_path / "remote").as_uri(), {}
-    options = request.getfixturevalue("s3_server")
-    return f"s3://{BUCKET}/{tmp_path.name}", options
+RETAIN = {
+    "retention_ms": DAY,
+    "local_retention_ms": HOUR,
+}  # a whole-log retention of a day, a local one of an hour
 
 
 def _open(root: Path, url: str, options: dict[str, Any], clock: ManualClock, **kw: Any) -> pylog.Log:
@@ -69,6 +44,23 @@ def _open(root: Path, url: str, options: dict[str, Any], clock: ManualClock, **k
         remote_log_manager_task_interval_ms=-1,
         **kw,
     )
+
+
+@contextmanager
+def _tiered(
+    tmp_path: Path, url: str, options: dict[str, Any], *, store: ObjectStore | None = None, **config: Any
+) -> Iterator[tuple[pylog.Log, Any, RemoteLogManager, ManualClock]]:
+    """``(log, partition, manager, clock)``: a log whose tiering passes the test runs (``manager.run_once()``,
+    no background thread), with ``store`` as its object store if given, and one tiered topic ``t`` of one
+    partition (1 KiB segments, ``config``); its clock is manual and moves only when the test moves it."""
+    clock = ManualClock(1_700_000_000_000, auto_advance=False)
+    with _open(tmp_path / "log", url, options, clock) as log:
+        if store is not None:
+            log._remote = store
+        log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True, **config)
+        manager = log.remote_log_manager
+        assert manager is not None
+        yield log, log.topic("t").partition(0), manager, clock
 
 
 def _produce(log: pylog.Log, n: int, ts: int, start: int = 0) -> Model:
@@ -127,10 +119,7 @@ def test_local_segments_are_deleted_only_after_their_upload_and_local_retention(
     tmp_path: Path, remote: tuple[str, dict[str, Any]]
 ) -> None:
     url, options = remote
-    clock = ManualClock(1_700_000_000_000, auto_advance=False)
-    with _open(tmp_path / "log", url, options, clock) as log:
-        log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True, local_retention_ms=HOUR)
-        plog = log.topic("t").partition(0)
+    with _tiered(tmp_path, url, options, local_retention_ms=HOUR) as (log, plog, manager, clock):
         model = _produce(log, 100, clock.time_ms())
         clock.advance(2 * HOUR)
         sealed = len(plog.segments) - 1
@@ -140,8 +129,6 @@ def test_local_segments_are_deleted_only_after_their_upload_and_local_retention(
         assert log.apply_retention() == {"t": 0}
         assert len(plog.segments) == sealed + 1
 
-        manager = log.remote_log_manager
-        assert manager is not None
         status = manager.run_once()[TopicPartition("t", 0)]
         assert status.uploaded == sealed and status.deleted_local == sealed and status.failures == 0
         assert plog.local_log_start_offset == status.remote_end
@@ -168,14 +155,10 @@ def test_local_retention_bytes_keeps_the_newest_uploaded_segments(
     tmp_path: Path, remote: tuple[str, dict[str, Any]]
 ) -> None:
     url, options = remote
-    clock = ManualClock(1_700_000_000_000, auto_advance=False)
-    with _open(tmp_path / "log", url, options, clock) as log:
-        log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True, local_retention_bytes=2500)
-        plog = log.topic("t").partition(0)
+    with _tiered(tmp_path, url, options, local_retention_bytes=2500) as (log, plog, manager, clock):
         model = _produce(log, 150, clock.time_ms())
         plog.roll()
-        assert log.remote_log_manager is not None
-        log.remote_log_manager.run_once()
+        manager.run_once()
         sizes = [s.size for s in plog.segments]
         # Kafka's rule: the oldest segment goes while the rest still holds the budget
         assert sum(sizes) - sizes[0] < 2500 <= sum(sizes)
@@ -185,20 +168,13 @@ def test_local_retention_bytes_keeps_the_newest_uploaded_segments(
 
 def test_nothing_is_deleted_while_the_store_is_down_and_the_error_is_reported(tmp_path: Path) -> None:
     url = (tmp_path / "remote").as_uri()
-    clock = ManualClock(1_700_000_000_000, auto_advance=False)
-    with _open(tmp_path / "log", url, {}, clock) as log:
-        log.create_topic(
-            "t", 1, segment_bytes=1024, retention_ms=DAY, remote_storage_enable=True, local_retention_ms=HOUR
-        )
-        plog = log.topic("t").partition(0)
+    with _tiered(tmp_path, url, {}, **RETAIN) as (log, plog, manager, clock):
         model = _produce(log, 100, clock.time_ms())
         plog.roll()
         clock.advance(2 * DAY)  # past the whole-log retention too
         before = [s.base_offset for s in plog.segments]
-        down = DownStore(url)
+        down = FaultyStore(url)
         log._remote = down  # the Log's store: every call fails
-        manager = log.remote_log_manager
-        assert manager is not None
         for _ in range(2):
             status = manager.run_once()[TopicPartition("t", 0)]
             assert status.last_error is not None and "store down" in status.last_error
@@ -210,7 +186,7 @@ def test_nothing_is_deleted_while_the_store_is_down_and_the_error_is_reported(tm
         assert _local(log) == model
         model.update(_produce(log, 10, clock.time_ms(), start=100))  # the writer is not affected
 
-        down.down = False
+        down.down = frozenset()
         status = manager.run_once()[TopicPartition("t", 0)]
         assert status.failures == 0 and status.last_error is None and status.total_failures == 4
         assert status.uploaded == len(before) - 1
@@ -218,38 +194,6 @@ def test_nothing_is_deleted_while_the_store_is_down_and_the_error_is_reported(tm
         assert status.deleted_local == len(before) - 1 and status.deleted_remote == len(before) - 1
         assert _local(log) == {o: v for o, v in model.items() if o >= plog.local_log_start_offset}
         assert min(_local(log)) == before[-1]
-
-
-class DownStore(ObjectStore):
-    """An object store that fails every call while ``down``."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.down = True
-
-    def _check(self, key: str) -> None:
-        if self.down:
-            raise RemoteStorageError(f"store down ({key})", key=key)
-
-    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
-        self._check(key)
-        return super().put(key, data, if_absent=if_absent)
-
-    def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
-        self._check(key)
-        return super().put_file(key, path, length, if_absent=if_absent)
-
-    def get(self, key: str) -> bytes:
-        self._check(key)
-        return super().get(key)
-
-    def list(self, prefix: str = "") -> list[Any]:
-        self._check(prefix)
-        return super().list(prefix)
-
-    def delete(self, key: str) -> None:
-        self._check(key)
-        super().delete(key)
 
 
 class RecordingStore(ObjectStore):
@@ -277,21 +221,13 @@ def test_whole_log_retention_drops_remote_segments_from_the_manifest_before_dele
     tmp_path: Path, remote: tuple[str, dict[str, Any]]
 ) -> None:
     url, options = remote
-    clock = ManualClock(1_700_000_000_000, auto_advance=False)
     store = RecordingStore(url, **options)
-    with _open(tmp_path / "log", url, options, clock) as log:
-        log._remote = store
-        log.create_topic(
-            "t", 1, segment_bytes=1024, retention_ms=DAY, remote_storage_enable=True, local_retention_ms=HOUR
-        )
-        plog = log.topic("t").partition(0)
+    with _tiered(tmp_path, url, options, store=store, **RETAIN) as (log, plog, manager, clock):
         old = _produce(log, 100, clock.time_ms())
         clock.advance(12 * HOUR)
         young = _produce(log, 100, clock.time_ms(), start=100)
         plog.roll()
         clock.advance(2 * HOUR)
-        manager = log.remote_log_manager
-        assert manager is not None
         manager.run_once()  # everything uploaded; local copies past local retention deleted; nothing expired
         first, _ = read_manifest(store, "t", 0)
         assert first is not None and first.log_start_offset == 0
@@ -326,20 +262,12 @@ def test_a_crash_between_manifest_and_delete_leaves_orphans_a_later_pass_sweeps(
     tmp_path: Path, remote: tuple[str, dict[str, Any]]
 ) -> None:
     url, options = remote
-    clock = ManualClock(1_700_000_000_000, auto_advance=False)
     store = RecordingStore(url, **options)
-    with _open(tmp_path / "log", url, options, clock) as log:
-        log._remote = store
-        log.create_topic(
-            "t", 1, segment_bytes=1024, retention_ms=DAY, remote_storage_enable=True, local_retention_ms=HOUR
-        )
-        plog = log.topic("t").partition(0)
+    with _tiered(tmp_path, url, options, store=store, **RETAIN) as (log, plog, manager, clock):
         _produce(log, 100, clock.time_ms())
         clock.advance(12 * HOUR)
         _produce(log, 100, clock.time_ms(), start=100)
         plog.roll()
-        manager = log.remote_log_manager
-        assert manager is not None
         manager.run_once()
         first, _ = read_manifest(store, "t", 0)
         assert first is not None
@@ -377,11 +305,9 @@ def test_after_a_restart_the_remote_end_is_read_from_the_manifest_and_the_url_wa
     tmp_path: Path, remote: tuple[str, dict[str, Any]]
 ) -> None:
     url, options = remote
-    clock = ManualClock(1_700_000_000_000, auto_advance=False)
-    with _open(tmp_path / "log", url, options, clock) as log:
-        log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True, local_retention_ms=HOUR)
+    with _tiered(tmp_path, url, options, local_retention_ms=HOUR) as (log, plog, _, clock):
         model = _produce(log, 100, clock.time_ms())
-        log.topic("t").partition(0).roll()
+        plog.roll()
         results = log.tier()  # uploads only: nothing deleted
         end = results[0].manifest.log_end_offset
         assert _local(log) == model
@@ -433,15 +359,9 @@ def test_a_manifest_key_is_never_deleted(tmp_path: Path) -> None:
     """Whole-log retention that empties the remote log publishes an empty manifest; no manifest version
     (the proof of what was named) is ever deleted, and the sweep of an empty manifest deletes nothing."""
     url = (tmp_path / "remote").as_uri()
-    clock = ManualClock(1_700_000_000_000, auto_advance=False)
-    with _open(tmp_path / "log", url, {}, clock) as log:
-        log.create_topic(
-            "t", 1, segment_bytes=1024, retention_ms=DAY, remote_storage_enable=True, local_retention_ms=HOUR
-        )
+    with _tiered(tmp_path, url, {}, **RETAIN) as (log, plog, manager, clock):
         _produce(log, 100, clock.time_ms())
-        log.topic("t").partition(0).roll()
-        manager = log.remote_log_manager
-        assert manager is not None
+        plog.roll()
         manager.run_once()
         clock.advance(2 * DAY)
         status = manager.run_once()[TopicPartition("t", 0)]
@@ -453,7 +373,7 @@ def test_a_manifest_key_is_never_deleted(tmp_path: Path) -> None:
         assert store.list("t/0/segments/") == []
         # new records after the remote log emptied: uploaded again from the local log end
         model = _produce(log, 30, clock.time_ms(), start=100)
-        log.topic("t").partition(0).roll()
+        plog.roll()
         manager.run_once()
         assert _remote(url, {}, tmp_path / "r") == model
 
@@ -497,10 +417,7 @@ def test_a_local_segment_rewritten_after_its_upload_is_not_deleted(tmp_path: Pat
     remote end and new appends, the rewritten segments stay, though their offsets are within the remote
     range."""
     url = (tmp_path / "remote").as_uri()
-    clock = ManualClock(1_700_000_000_000, auto_advance=False)
-    with _open(tmp_path / "log", url, {}, clock) as log:
-        log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True, local_retention_ms=HOUR)
-        plog = log.topic("t").partition(0)
+    with _tiered(tmp_path, url, {}, local_retention_ms=HOUR) as (log, plog, _, clock):
         model = _produce(log, 100, clock.time_ms())
         plog.roll()
         manifest = log.tier()[0].manifest

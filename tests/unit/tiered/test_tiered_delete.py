@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from store_faults import ALL, FaultyStore
 
 import pylog
 from pylog.clock import ManualClock
@@ -35,36 +36,6 @@ from pylog.tiered.retention import (
 from pylog.tiered.store import ObjectStore
 
 Model = dict[tuple[int, int], bytes]
-
-
-class FlakyStore(ObjectStore):
-    """An ObjectStore whose operations named in ``down`` fail as a store that cannot be reached does."""
-
-    down: frozenset[str] = frozenset()
-
-    def _check(self, op: str, key: str) -> None:
-        if op in self.down:
-            raise RemoteStorageError(f"{op} {key} failed: connection refused (test)", key=key)
-
-    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
-        self._check("put", key)
-        return super().put(key, data, if_absent=if_absent)
-
-    def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
-        self._check("put", key)
-        return super().put_file(key, path, length, if_absent=if_absent)
-
-    def get(self, key: str) -> bytes:
-        self._check("get", key)
-        return super().get(key)
-
-    def list(self, prefix: str = "") -> list[Any]:
-        self._check("list", prefix)
-        return super().list(prefix)
-
-    def delete(self, key: str) -> None:
-        self._check("delete", key)
-        super().delete(key)
 
 
 def _open(root: Path, remote: tuple[str, dict[str, Any]]) -> pylog.Log:
@@ -173,12 +144,12 @@ def test_with_the_store_down_the_local_delete_proceeds_and_a_later_pass_deletes_
 ) -> None:
     url, options = remote
     with _open(tmp_path / "log", remote) as log:
-        flaky = FlakyStore(url, **options)
+        flaky = FaultyStore(url, down=frozenset(), **options)
         log._remote = flaky  # the log's store: its operations fail while flaky.down names them
         log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
         _produce(log, "t", 200, b"old")
         log.tier()
-        flaky.down = frozenset({"put", "get", "list", "delete"})
+        flaky.down = ALL
         log.delete_topic("t")
         assert log.topics() == []
         assert "t" in pending_deletions(str(tmp_path / "log"))

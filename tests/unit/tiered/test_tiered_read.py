@@ -6,9 +6,7 @@ remote/local boundary; or opens the log read-only from the object store alone.""
 
 from __future__ import annotations
 
-import urllib.request
-from collections.abc import Iterator
-from datetime import timedelta
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -21,55 +19,8 @@ from pylog.structs import TopicPartition
 from pylog.tiered.fetch import RemotePartition
 from pylog.tiered.store import ObjectStore
 
-BUCKET = "pylog-remote-read"
 TS0 = 1_700_000_000_000
 Model = dict[tuple[int, int], tuple[bytes, bytes, int]]
-
-_FAST_RETRY = {
-    "max_retries": 2,
-    "backoff": {
-        "init_backoff": timedelta(milliseconds=1),
-        "max_backoff": timedelta(milliseconds=5),
-        "base": 2,
-    },
-}
-
-
-def _moto() -> tuple[Any, dict[str, Any]]:
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError as exc:
-        pytest.skip(f"moto's server mode is not installed (pip install 'moto[server]'): {exc}")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")).close()
-    options = {
-        "endpoint": endpoint,
-        "region": "us-east-1",
-        "access_key_id": "testing",
-        "secret_access_key": "testing",
-        "client_options": {"allow_http": True},
-        "retry_config": _FAST_RETRY,
-    }
-    return server, options
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[dict[str, Any]]:
-    server, options = _moto()
-    yield options
-    server.stop()
-
-
-@pytest.fixture(params=["file", "s3"])
-def remote(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
-    """``(url, options)`` of an empty object store: a file:// directory, or a prefix of the moto bucket."""
-    if request.param == "file":
-        return (tmp_path / "remote").as_uri(), {}
-    options = request.getfixturevalue("s3_server")
-    return f"s3://{BUCKET}/{request.node.name}", options
 
 
 def _open(tmp_path: Path, remote: tuple[str, dict[str, Any]], **kwargs: Any) -> pylog.Log:
@@ -239,29 +190,39 @@ def test_a_flipped_bit_in_a_remote_log_object_is_a_corrupt_record_error(
         c.close()
 
 
-def test_a_stopped_store_is_a_remote_storage_error_after_bounded_retries(tmp_path: Path) -> None:
-    server, options = _moto()
-    try:
-        with _open(tmp_path, (f"s3://{BUCKET}/stopped", options)) as log:
-            _topic(log, partitions=1)
-            model = _produce(log, "t", 300)
-            local_start = _tier_and_drop_local(log, "t")[0][1]
-            server.stop()
-            server = None
-            tp = TopicPartition("t", 0)
-            c = log.consumer(value_deserializer=None, key_deserializer=None)
-            c.assign([tp])
-            c.seek(tp, 0)
-            with pytest.raises(RemoteStorageError) as info:
-                c.poll(timeout_ms=0)
-            assert info.value.retriable
-            c.seek(tp, local_start)  # the local segments are still served
-            got = _as_model(list(c.iterate(timeout_ms=0)))
-            assert got == {k: v for k, v in model.items() if k[1] >= local_start}
-            c.close()
-    finally:
-        if server is not None:
-            server.stop()
+def test_a_stopped_store_is_a_remote_storage_error_after_bounded_retries(
+    tmp_path: Path, s3_remote: tuple[str, dict[str, Any]]
+) -> None:
+    url, options = s3_remote
+    with _open(tmp_path, s3_remote) as log:
+        _topic(log, partitions=1)
+        model = _produce(log, "t", 300)
+        local_start = _tier_and_drop_local(log, "t")[0][1]
+        # the store stops: from now on the log's client reaches a port nothing listens on
+        stopped = ObjectStore(url, **{**options, "endpoint": _closed_endpoint()})
+        log._remote = stopped
+        source = log.topic("t").partition(0).remote
+        assert isinstance(source, RemotePartition)
+        source.cache.store = stopped
+        tp = TopicPartition("t", 0)
+        c = log.consumer(value_deserializer=None, key_deserializer=None)
+        c.assign([tp])
+        c.seek(tp, 0)
+        with pytest.raises(RemoteStorageError) as info:
+            c.poll(timeout_ms=0)
+        assert info.value.retriable
+        c.seek(tp, local_start)  # the local segments are still served
+        got = _as_model(list(c.iterate(timeout_ms=0)))
+        assert got == {k: v for k, v in model.items() if k[1] >= local_start}
+        c.close()
+
+
+def _closed_endpoint() -> str:
+    """``http://127.0.0.1:<port>`` of a port that was just free (connections to it are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 def test_the_cache_stays_within_its_bound_and_sequential_reads_prefetch(

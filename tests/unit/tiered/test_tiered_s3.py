@@ -1,16 +1,13 @@
 """Tiered storage against a real S3-protocol server on loopback (moto's ThreadedMotoServer, in-process).
 
-Skipped, with the reason, when moto's server mode is not installed (``pip install 'moto[server]'``, part of
+The server is the session's (``moto_s3`` in tests/conftest.py), each test on a prefix of its own. Skipped, with
+the reason, when moto's server mode is not installed (``pip install 'moto[server]'``, part of
 the ``dev`` extra)."""
 
 from __future__ import annotations
 
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 import pylog
 from pylog.clock import ManualClock
@@ -18,33 +15,11 @@ from pylog.tiered.manifest import PartitionManifest, publish_manifest
 from pylog.tiered.restore import restore
 from pylog.tiered.store import ObjectStore
 
-BUCKET = "pylog-test"
 
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, Any]]:
-    """Options for an empty bucket on a moto S3 server on 127.0.0.1 (an ephemeral port)."""
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError as exc:
-        pytest.skip(f"moto's server mode is not installed (pip install 'moto[server]'): {exc}")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")).close()
-    yield {
-        "endpoint": endpoint,
-        "region": "us-east-1",
-        "access_key_id": "testing",
-        "secret_access_key": "testing",
-        "client_options": {"allow_http": True},
-    }
-    server.stop()
-
-
-def test_s3_round_trip_create_if_absent_and_ranged_reads(tmp_path: Path, s3: dict[str, Any]) -> None:
-    url = f"s3://{BUCKET}/round-trip"
+def test_s3_round_trip_create_if_absent_and_ranged_reads(
+    tmp_path: Path, s3_remote: tuple[str, dict[str, Any]]
+) -> None:
+    url, s3 = s3_remote
     with pylog.open(
         tmp_path / "log", clock=ManualClock(), remote_storage=url, remote_storage_options=s3
     ) as log:
