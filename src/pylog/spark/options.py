@@ -52,7 +52,16 @@ from datetime import timedelta
 from typing import Any
 
 from pylog.errors import ConfigError, OffsetOutOfRangeError
-from pylog.spark.remote import CLIENT_KEYS, REMOTE_PREFIX, RETRY_KEYS, STORE_KEY_ALIASES, STORE_KEYS, is_url
+from pylog.spark.remote import (
+    CLIENT_KEYS,
+    MAX_PRESIGN_EXPIRY_S,
+    PRESIGN_KEY,
+    REMOTE_PREFIX,
+    RETRY_KEYS,
+    STORE_KEY_ALIASES,
+    STORE_KEYS,
+    is_url,
+)
 from pylog.spark.snapshot import LogView, PartitionView
 
 __all__ = [
@@ -607,6 +616,7 @@ _REMOTE_HINTS = {
         *("region", "endpoint", "access_key_id", "secret_access_key", "session_token"),
         *(f"client_options.{k}" for k in CLIENT_KEYS),
         *(f"retry_config.{k}" for k in RETRY_KEYS),
+        "presignExpirySeconds",
     )
 }
 
@@ -617,7 +627,9 @@ def remote_storage_options(raw: Mapping[str, str]) -> dict[str, Any]:
     ``remoteStorage.client_options.<key>`` (``allow_http``, ``timeout``, ...) and
     ``remoteStorage.retry_config.<key>`` (``max_retries``, ``retry_timeout``, ``backoff.init_backoff``,
     ``backoff.max_backoff`` as durations such as 100ms or 5s, ``backoff.base``). An unknown key is a
-    :class:`~pylog.errors.ConfigError` naming the closest known one."""
+    :class:`~pylog.errors.ConfigError` naming the closest known one. ``remoteStorage.presignExpirySeconds``
+    (how long the presigned URLs of pylog's JVM reader are valid: 1 to 604800 seconds) is not the store's: it
+    is kept under :data:`~pylog.spark.remote.PRESIGN_KEY`, which opening the store leaves out."""
     out: dict[str, Any] = {}
     for name, value in raw.items():
         if not name.startswith(REMOTE_PREFIX):
@@ -625,7 +637,9 @@ def remote_storage_options(raw: Mapping[str, str]) -> dict[str, Any]:
         key = name[len(REMOTE_PREFIX) :]
         name = f"remoteStorage.{key}"  # the spelling the docs use, for messages
         group, _, sub = key.partition(".")
-        if group == "client_options" and sub:
+        if key == "presignexpiryseconds":
+            out[PRESIGN_KEY] = _presign_expiry(value)
+        elif group == "client_options" and sub:
             _known_key(name, sub, CLIENT_KEYS, "client_options.")
             out.setdefault("client_options", {})[sub] = value
         elif group == "retry_config" and sub:
@@ -641,6 +655,19 @@ def remote_storage_options(raw: Mapping[str, str]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def _presign_expiry(value: str) -> int:
+    try:
+        seconds = int(str(value).strip())
+    except ValueError:
+        seconds = 0
+    if not 1 <= seconds <= MAX_PRESIGN_EXPIRY_S:
+        raise ConfigError(
+            f"option remoteStorage.presignExpirySeconds must be a whole number of seconds from 1 to "
+            f"{MAX_PRESIGN_EXPIRY_S} (7 days, S3's longest), got {value!r}"
+        )
+    return seconds
 
 
 def _known_key(name: str, key: str, known: list[str], group: str) -> None:

@@ -37,12 +37,14 @@ locally and remotely (a ``file://`` store is opened without creating its directo
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +65,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENT_KEYS",
+    "DEFAULT_PRESIGN_EXPIRY_S",
+    "MAX_PRESIGN_EXPIRY_S",
+    "PRESIGN_KEY",
     "RETRY_KEYS",
     "STORE_KEYS",
     "STORE_KEY_ALIASES",
@@ -73,6 +78,7 @@ __all__ = [
     "RemoteRead",
     "TieredPartitionView",
     "is_url",
+    "jvm_plan",
     "open_store",
     "pin",
     "pin_newer",
@@ -163,6 +169,12 @@ STORE_KEYS = [
     "container_name",
 ]
 STORE_KEY_ALIASES = ("aws_", "google_", "azure_")
+#: The internal key of ``remoteStorage.presignExpirySeconds`` in the store options (never given to the store).
+PRESIGN_KEY = "presign_expiry_seconds"
+#: How long the presigned URLs of a JVM read of an S3 store are valid by default (seconds).
+DEFAULT_PRESIGN_EXPIRY_S = 3600
+#: The longest expiry S3 accepts for a presigned URL (SigV4: 7 days).
+MAX_PRESIGN_EXPIRY_S = 7 * 24 * 3600
 #: Bytes a task asks :func:`read_raw` for at a time (its fetches go through the cache's prefetch windows).
 READ_BYTES = 16 << 20
 _MAX_CACHES = 4  # stores (URL + options) a worker keeps a cache for
@@ -177,7 +189,7 @@ def is_url(path: str) -> bool:
 def open_store(url: str, options: Mapping[str, Any]) -> ObjectStore:
     """The object store at ``url``, opened for reading: a ``file://`` directory must exist (it is never
     created); other schemes are checked by their first request."""
-    opts = dict(options)
+    opts = {k: v for k, v in options.items() if k != PRESIGN_KEY}
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file":
         root = urllib.parse.unquote(parsed.path)
@@ -204,6 +216,105 @@ class RemoteRead:
     options: dict[str, Any]
     segments: dict[tuple[str, int], tuple[RemoteSegment, ...]] = field(default_factory=dict)
     local_starts: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # pickled on the driver when its partitions are planned: the JVM reader finds its plan here
+        return _restore_remote_read, (
+            jvm_plan(self),
+            self.url,
+            self.options,
+            self.segments,
+            self.local_starts,
+        )
+
+
+def _restore_remote_read(
+    jvm: str,
+    url: str,
+    options: dict[str, Any],
+    segments: dict[tuple[str, int], tuple[RemoteSegment, ...]],
+    local_starts: dict[tuple[str, int], int],
+) -> RemoteRead:
+    """Unpickles a :class:`RemoteRead` (``jvm`` is for pylog's JVM reader, see :func:`jvm_plan`)."""
+    return RemoteRead(url, options, segments, local_starts)
+
+
+#: JVM reader schemes: a ``file://`` store is read as files, these through URLs the driver signs.
+SIGNED_SCHEMES = ("s3", "s3a")
+
+
+def jvm_plan(remote: RemoteRead) -> str:
+    """The JSON pylog's JVM reader reads a task's pinned segments with (it travels in the pickled
+    :class:`RemoteRead`, whose ``__reduce__`` calls this on the driver when the partitions are planned)::
+
+        {"store": "file" | "signed" | "none", "root": str, "reason": str, "expirySeconds": int,
+         "segments": [[topic, partition, [[base, next, size, max_timestamp, key, url, index_key,
+                       index_url, index_size], ...]], ...]}
+
+    ``file``: the objects are the files ``root/key`` (``url``/``index_url`` null). ``signed``: ``url`` and
+    ``index_url`` are presigned GET URLs (``obstore.sign``, valid for ``expirySeconds``, the reader option
+    ``remoteStorage.presignExpirySeconds``), so the store's credentials stay on the driver. ``none``: the
+    JVM reader cannot read this store (``reason`` says why; the task fails with it). ``index_key``,
+    ``index_url`` and ``index_size`` are null/0 when the segment has no index object (the index is only a
+    hint)."""
+    parsed = urllib.parse.urlparse(remote.url)
+    expiry = int(remote.options.get(PRESIGN_KEY, DEFAULT_PRESIGN_EXPIRY_S))
+    plan: dict[str, Any] = {"store": "none", "root": "", "reason": "", "expirySeconds": expiry}
+    urls: dict[str, str] = {}
+    keys = [k for segs in remote.segments.values() for s in segs for k in _object_keys(s)]
+    if remote.local_starts:
+        plan["reason"] = "a tiered log directory's remote segments are read on the Python path"
+    elif parsed.scheme == "file":
+        plan["store"] = "file"
+        plan["root"] = urllib.parse.unquote(parsed.path).rstrip("/") or "/"
+    elif parsed.scheme in SIGNED_SCHEMES:
+        try:
+            urls = _sign(remote.url, remote.options, keys, expiry)
+            plan["store"] = "signed"
+        except Exception as exc:  # the Python path may still read it: the JVM task says what to do
+            plan["reason"] = f"cannot presign GET URLs for {remote.url}: {exc}"
+    else:
+        plan["reason"] = f"the JVM reader reads file:// and s3:// stores, not {parsed.scheme}://"
+    plan["segments"] = [
+        [
+            topic,
+            partition,
+            [
+                [
+                    s.base_offset,
+                    s.next_offset,
+                    s.size,
+                    s.max_timestamp,
+                    s.key,
+                    urls.get(s.key),
+                    s.index.key if s.index is not None else None,
+                    urls.get(s.index.key) if s.index is not None else None,
+                    s.index.size if s.index is not None else 0,
+                ]
+                for s in segs
+            ],
+        ]
+        for (topic, partition), segs in sorted(remote.segments.items())
+    ]
+    return json.dumps(plan)
+
+
+def _object_keys(seg: RemoteSegment) -> list[str]:
+    return [seg.key] if seg.index is None else [seg.key, seg.index.key]
+
+
+def _sign(url: str, options: Mapping[str, Any], keys: list[str], expiry_s: int) -> dict[str, str]:
+    """Presigned GET URLs of ``keys`` (relative to the store's prefix), made locally with the store's
+    credentials (no request is sent)."""
+    if not keys:
+        return {}
+    import obstore
+    from obstore.store import from_url
+
+    opts = {k: v for k, v in options.items() if k not in (PRESIGN_KEY, "retry_config")}
+    store: Any = from_url(url, **opts)
+    signed = obstore.sign(store, "GET", keys, timedelta(seconds=expiry_s))
+    return dict(zip(keys, signed, strict=True))
 
 
 class RemoteLog:

@@ -86,16 +86,90 @@ final class NativePartition implements InputPartition {
     }
   }
 
+  /** One pinned segment of a URL read (see {@code pylog.spark.remote.jvm_plan}). */
+  static final class RemoteSeg implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final long base;
+    final long next;
+    final long size;
+    /** The manifest's largest timestamp (ms), or -1 when unknown. */
+    final long maxTimestamp;
+    final String key;
+    /** The presigned GET URL of {@code key}; null for a {@code file://} store. */
+    final String url;
+    /** Null when the segment has no index object. */
+    final String indexKey;
+    final String indexUrl;
+    final long indexSize;
+
+    RemoteSeg(
+        long base,
+        long next,
+        long size,
+        long maxTimestamp,
+        String key,
+        String url,
+        String indexKey,
+        String indexUrl,
+        long indexSize) {
+      this.base = base;
+      this.next = next;
+      this.size = size;
+      this.maxTimestamp = maxTimestamp;
+      this.key = key;
+      this.url = url;
+      this.indexKey = indexKey;
+      this.indexUrl = indexUrl;
+      this.indexSize = indexSize;
+    }
+  }
+
+  /**
+   * The object store of a URL read and the segments the planner pinned for this task, by {@code
+   * topic-partition}: read as files under {@code root} ({@code file://}), or through presigned URLs.
+   */
+  static final class RemotePlan implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final String store;
+    final String root;
+    final long expirySeconds;
+    final java.util.Map<String, RemoteSeg[]> segments;
+
+    RemotePlan(String store, String root, long expirySeconds, java.util.Map<String, RemoteSeg[]> segments) {
+      this.store = store;
+      this.root = root;
+      this.expirySeconds = expirySeconds;
+      this.segments = segments;
+    }
+
+    boolean isFile() {
+      return "file".equals(store);
+    }
+
+    RemoteSeg[] segments(String topic, int partition) {
+      RemoteSeg[] segs = segments.get(topic + "-" + partition);
+      return segs == null ? new RemoteSeg[0] : segs;
+    }
+  }
+
   final String path;
   final boolean failOnDataLoss;
   final Range[] ranges;
   /** Null when no timestamp filter was pushed. */
   final TimestampBounds timestamp;
+  /** Null for a log directory. */
+  final RemotePlan remote;
 
   NativePartition(String path, boolean failOnDataLoss, Range[] ranges, TimestampBounds timestamp) {
+    this(path, failOnDataLoss, ranges, timestamp, null);
+  }
+
+  NativePartition(
+      String path, boolean failOnDataLoss, Range[] ranges, TimestampBounds timestamp, RemotePlan remote) {
     this.path = path;
     this.failOnDataLoss = failOnDataLoss;
     this.ranges = ranges;
     this.timestamp = timestamp;
+    this.remote = remote;
   }
 }

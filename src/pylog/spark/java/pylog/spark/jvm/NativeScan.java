@@ -5,7 +5,9 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import net.razorvine.pickle.Unpickler;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -22,13 +24,15 @@ import org.apache.spark.sql.types.StructType;
  * start, end, [[first, next], ...]], ...], "timestamp": {"lo", "hi", "values"}}} (the fifth item of a
  * range: the offsets a {@code read_committed} read skips, see {@link NativePartition.Range}; {@code
  * timestamp} only when a timestamp filter was pushed). This class reads that JSON; anything else (Spark's
- * stand-in when there is nothing to read) is an empty partition.
+ * stand-in when there is nothing to read) is an empty partition. For a URL read ({@code path} an
+ * object-store URL) the store and the segments pinned for the partition come from the pickled state
+ * ({@link PlanUnpickler}): the driver made them, presigned URLs included, when it planned the query.
  */
 final class NativeScan implements Scan, Batch {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   static {
-    Unpickler.registerConstructor("pylog.spark.reader", "_restore", args -> args[0]);
+    Unpickler.registerConstructor("pylog.spark.reader", "_restore", args -> args);
   }
 
   private final Scan python;
@@ -89,6 +93,53 @@ final class NativeScan implements Scan, Batch {
         vs);
   }
 
+  /** The store and pinned segments of a URL read (see {@code pylog.spark.remote.jvm_plan}). */
+  static NativePartition.RemotePlan remotePlan(String url, byte[] state) throws IOException {
+    String text = state == null ? null : PlanUnpickler.find(state);
+    if (text == null) {
+      throw new PylogReadException(
+          PylogReadException.OTHER,
+          "the planned partitions of " + url + " carry no plan for pylog's JVM reader (is the pylog on the "
+              + "driver older than its jar?)",
+          null);
+    }
+    JsonNode plan = JSON.readTree(text);
+    String store = plan.get("store").asText();
+    if (!"file".equals(store) && !"signed".equals(store)) {
+      throw new PylogReadException(
+          PylogReadException.OTHER,
+          "pylog's JVM reader cannot read " + url + ": " + plan.get("reason").asText()
+              + "; spark.conf.set('spark.pylog.native.enabled', 'false') reads it on the Python path",
+          null);
+    }
+    Map<String, NativePartition.RemoteSeg[]> byPartition = new HashMap<>();
+    for (JsonNode tp : plan.get("segments")) {
+      JsonNode segs = tp.get(2);
+      NativePartition.RemoteSeg[] out = new NativePartition.RemoteSeg[segs.size()];
+      for (int i = 0; i < out.length; i++) {
+        JsonNode s = segs.get(i);
+        out[i] =
+            new NativePartition.RemoteSeg(
+                s.get(0).asLong(),
+                s.get(1).asLong(),
+                s.get(2).asLong(),
+                s.get(3).asLong(),
+                s.get(4).asText(),
+                text(s.get(5)),
+                text(s.get(6)),
+                text(s.get(7)),
+                s.get(8).asLong());
+      }
+      byPartition.put(tp.get(0).asText() + "-" + tp.get(1).asInt(), out);
+    }
+    return new NativePartition.RemotePlan(
+        store, plan.get("root").asText(), plan.get("expirySeconds").asLong(), byPartition);
+  }
+
+  private static String text(JsonNode n) {
+    return n == null || n.isNull() ? null : n.asText();
+  }
+
   static NativePartition decode(byte[] pickled) {
     Object restored;
     try {
@@ -96,11 +147,12 @@ final class NativeScan implements Scan, Batch {
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
-    if (!(restored instanceof String)) {
+    if (!(restored instanceof Object[]) || !(((Object[]) restored)[0] instanceof String)) {
       return new NativePartition("", true, new NativePartition.Range[0], null);
     }
+    Object[] args = (Object[]) restored;
     try {
-      JsonNode plan = JSON.readTree((String) restored);
+      JsonNode plan = JSON.readTree((String) args[0]);
       JsonNode ranges = plan.get("ranges");
       NativePartition.Range[] out = new NativePartition.Range[ranges.size()];
       for (int i = 0; i < out.length; i++) {
@@ -115,11 +167,17 @@ final class NativeScan implements Scan, Batch {
             new NativePartition.Range(
                 r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong(), skipped);
       }
+      String path = plan.get("path").asText();
+      NativePartition.RemotePlan remote = null;
+      if (path.contains("://")) { // a URL read: the pinned segments are in the pickled state
+        remote = remotePlan(path, args.length > 1 && args[1] instanceof byte[] ? (byte[]) args[1] : null);
+      }
       return new NativePartition(
-          plan.get("path").asText(),
+          path,
           plan.get("failOnDataLoss").asBoolean(),
           out,
-          timestampBounds(plan.get("timestamp")));
+          timestampBounds(plan.get("timestamp")),
+          remote);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

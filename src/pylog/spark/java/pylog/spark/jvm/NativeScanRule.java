@@ -17,8 +17,9 @@ import scala.runtime.AbstractFunction1;
  * <p>Only relations in read position are visited (a write command's target is not a child of the plan).
  * The swap happens when the runtime setting {@value #ENABLED} is true (the default) and the query asks
  * for Kafka columns (headers included) and, with {@code valueFormat=msgpack}, value columns of the scalar
- * types {@link MsgpackValues} decodes. A path that is an object-store URL ({@code s3://...}, {@code
- * file://...}: a log in tiered storage) stays on the Python path, which reads the remote segments.
+ * types {@link MsgpackValues} decodes. A path that is an object-store URL (a log in tiered storage) is
+ * read here too when it is a {@code file://} store or an {@code s3://} store with signed requests ({@link
+ * #readsStore}); other stores stay on the Python path.
  */
 public final class NativeScanRule extends Rule<LogicalPlan> {
   /** Runtime setting: false keeps every read on the Python path. */
@@ -27,6 +28,9 @@ public final class NativeScanRule extends Rule<LogicalPlan> {
   static final Set<String> COLUMNS =
       Set.of(
           "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers");
+
+  /** URL schemes of the stores this reader reads (see {@link #readsStore}). */
+  static final Set<String> STORES = Set.of("file", "s3", "s3a");
 
   private final SparkSession session;
 
@@ -65,12 +69,34 @@ public final class NativeScanRule extends Rule<LogicalPlan> {
         });
   }
 
+  /**
+   * Whether this reader reads the log in the object store at {@code url}: a {@code file://} store, or an
+   * {@code s3://} one whose requests are signed (the driver presigns the objects each task reads). Other
+   * schemes, and a store read without signatures ({@code skip_signature}), stay on the Python path.
+   */
+  static boolean readsStore(String url, CaseInsensitiveStringMap options) {
+    String scheme = url.substring(0, url.indexOf("://")).toLowerCase(Locale.ROOT);
+    if (!STORES.contains(scheme)) {
+      return false;
+    }
+    for (String key : options.keySet()) {
+      String k = key.toLowerCase(Locale.ROOT);
+      if (k.startsWith("remotestorage.")
+          && k.endsWith("skip_signature")
+          && "true".equalsIgnoreCase(options.get(key).trim())) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   static boolean accepts(PythonTable table, CaseInsensitiveStringMap options) {
     if (!"pylog".equals(table.name().toLowerCase(Locale.ROOT))) {
       return false;
     }
-    if (options.getOrDefault("path", "").contains("://")) {
-      return false; // a log in an object store: the Python path reads it (this reader maps local files)
+    String path = options.getOrDefault("path", "");
+    if (path.contains("://") && !readsStore(path, options)) {
+      return false;
     }
     boolean msgpack = "msgpack".equalsIgnoreCase(options.getOrDefault("valueFormat", "binary"));
     for (StructField f : table.schema().fields()) {

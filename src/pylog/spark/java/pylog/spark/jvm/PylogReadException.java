@@ -4,7 +4,8 @@ package pylog.spark.jvm;
  * A read that cannot go on: corrupt data, data loss, or a file that cannot be read.
  *
  * <p>Each one carries the name of the pylog error class the Python path raises for the same failure
- * ({@code pylog.errors.CorruptRecordError}, {@code OffsetOutOfRangeError}, {@code DeserializationError}),
+ * ({@code pylog.errors.CorruptRecordError}, {@code OffsetOutOfRangeError}, {@code DeserializationError},
+ * {@code RemoteStorageError}),
  * and {@link #toString()} starts with it, as a Python traceback's last line does. Spark reports a failed
  * task with that string, so the driver's error names pylog's class on both paths.
  */
@@ -14,6 +15,7 @@ public final class PylogReadException extends RuntimeException {
   static final String CORRUPT = "pylog.errors.CorruptRecordError";
   static final String DATA_LOSS = "pylog.errors.OffsetOutOfRangeError";
   static final String DESERIALIZATION = "pylog.errors.DeserializationError";
+  static final String REMOTE = "pylog.errors.RemoteStorageError";
   static final String OTHER = "pylog.errors.PylogError";
 
   private final String pylogClass;

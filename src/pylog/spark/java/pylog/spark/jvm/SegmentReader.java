@@ -65,9 +65,14 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private int pos;
   private int cursor;
   private int hi;
+  /** A URL read: the store's objects, the pinned segments left of the range, the current one's batches. */
+  private final RemoteObjects objects;
+  private Iterator<NativePartition.RemoteSeg> remoteSegs;
+  private RemoteWalk walk;
 
   SegmentReader(NativePartition partition, StructType schema) {
     this.partition = partition;
+    this.objects = partition.remote == null ? null : new RemoteObjects(partition.remote);
     StructField[] fields = schema.fields();
     this.roles = new Role[fields.length];
     for (int i = 0; i < fields.length; i++) {
@@ -218,6 +223,44 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   /** Decode the next batch holding records of the current range; false when every range is read. */
   private boolean nextBatch() throws IOException {
     while (true) {
+      if (walk != null) {
+        BatchDecoder.Header h;
+        try {
+          h = walk.next();
+        } catch (RemoteObjects.Gone gone) {
+          segmentGone(walk.seg);
+          walk = null;
+          continue;
+        }
+        if (h == null) {
+          walk = null;
+          continue;
+        }
+        if (h.baseOffset >= end) {
+          walk = null;
+          remoteSegs = null; // later segments hold higher offsets still
+          continue;
+        }
+        if (h.lastOffset() < start) {
+          continue;
+        }
+        NativePartition.TimestampBounds ts = partition.timestamp;
+        if (ts != null && !ts.overlapsMillis(h.baseTimestamp, h.maxTimestamp)) {
+          continue;
+        }
+        if (range.skipped.length > 0 && range.skips(Math.max(h.baseOffset, start))) {
+          continue; // read_committed: an aborted or control batch
+        }
+        decodeRemote(h.baseOffset);
+        if (rowsInRange()) {
+          return true;
+        }
+        continue;
+      }
+      if (remoteSegs != null && remoteSegs.hasNext()) {
+        openRemoteSegment(remoteSegs.next());
+        continue;
+      }
       if (buf != null && pos < segment.size) {
         BatchDecoder.Header h = header(segment, buf, pos);
         if (h.baseOffset >= end) {
@@ -238,11 +281,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
           continue; // read_committed: an aborted or control batch
         }
         decodeChecked(at);
-        int n = decoded.count;
-        long[] offs = decoded.offsets;
-        cursor = offs[0] >= start ? 0 : search(offs, n, start);
-        hi = offs[n - 1] < end ? n : search(offs, n, end);
-        if (cursor < hi) {
+        if (rowsInRange()) {
           return true;
         }
         continue;
@@ -257,6 +296,79 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       }
       openRange(partition.ranges[rangeIndex]);
     }
+  }
+
+  /** Point the cursor at the decoded batch's records in {@code [start, end)}; false when there are none. */
+  private boolean rowsInRange() {
+    int n = decoded.count;
+    long[] offs = decoded.offsets;
+    cursor = offs[0] >= start ? 0 : search(offs, n, start);
+    hi = offs[n - 1] < end ? n : search(offs, n, end);
+    return cursor < hi;
+  }
+
+  private void decodeRemote(long base) {
+    try {
+      BatchDecoder.decode(walk.buf, walk.at, walk.limit(), decoded);
+    } catch (PylogReadException e) {
+      throw new PylogReadException(
+          "corrupt batch in remote segment " + walk.seg.key + " (batch base offset " + base + "): "
+              + e.getMessage(),
+          e);
+    }
+  }
+
+  /**
+   * A URL read: the part of the range its pinned segments hold (the rest was dropped from the store before
+   * the task's manifest was pinned: data loss), and those segments, as {@code _check_pinned} of {@code
+   * pylog.spark.remote} does.
+   */
+  private void openRemoteRange(NativePartition.Range r) {
+    NativePartition.RemoteSeg[] segs = partition.remote.segments(r.topic, r.partition);
+    long first = segs.length > 0 ? segs[0].base : end;
+    long last = segs.length > 0 ? segs[segs.length - 1].next : end;
+    if (start < first && start < end) {
+      long stop = Math.min(first, end);
+      if (partition.failOnDataLoss) {
+        throw lost(r, "offsets " + start + ".." + (stop - 1) + " were dropped from the object store after "
+            + "the query was planned (remote retention)");
+      }
+      skipping(r, start, stop, "were dropped from the object store");
+      start = stop;
+    }
+    if (last < end) {
+      long from = Math.max(last, start);
+      if (partition.failOnDataLoss) {
+        throw lost(r, "offsets " + from + ".." + (end - 1) + " are not in the remote manifest");
+      }
+      skipping(r, from, end, "are not in the remote manifest");
+      end = from;
+    }
+    List<NativePartition.RemoteSeg> keep = new java.util.ArrayList<>();
+    for (NativePartition.RemoteSeg s : segs) {
+      if (s.base < end && s.next > start) {
+        keep.add(s);
+      }
+    }
+    remoteSegs = keep.iterator();
+  }
+
+  private void openRemoteSegment(NativePartition.RemoteSeg seg) {
+    NativePartition.TimestampBounds ts = partition.timestamp;
+    if (ts != null && seg.maxTimestamp >= 0 && !ts.overlapsMillis(Long.MIN_VALUE / 2000, seg.maxTimestamp)) {
+      return; // every record is older than the filters allow
+    }
+    walk = new RemoteWalk(objects, seg, Math.max(start, seg.base));
+  }
+
+  /** A pinned object that is not in the store when read: dropped by remote retention after planning. */
+  private void segmentGone(NativePartition.RemoteSeg seg) {
+    String what = "(segment " + seg.key + ") were dropped from the object store";
+    if (partition.failOnDataLoss) {
+      throw lost(range, "offsets " + seg.base + ".." + (seg.next - 1) + " " + what
+          + " after the query was planned (remote retention)");
+    }
+    skipping(range, seg.base, seg.next, what);
   }
 
   private void decodeChecked(int at) {
@@ -292,6 +404,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private void openRange(NativePartition.Range r) throws IOException {
     range = r;
     topicBytes = r.topic.getBytes(StandardCharsets.UTF_8);
+    if (partition.remote != null) {
+      start = r.start;
+      end = r.end;
+      openRemoteRange(r);
+      return;
+    }
     PartitionFiles view = new PartitionFiles(partition.path, r.topic, r.partition);
     start = r.start;
     end = r.end;
