@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pylog.cli._common import CliError, Output, Parents, UsageError, config_name, open_log, parse_config
 from pylog.config import TopicConfig
 from pylog.errors import TopicExistsError, UnknownTopicError
+from pylog.tiered.retention import pending_deletions
 
 if TYPE_CHECKING:
     from pylog.cli._common import Subparsers
@@ -188,6 +189,7 @@ def alter(args: argparse.Namespace) -> int:
 
 def delete(args: argparse.Namespace) -> int:
     out = Output(args)
+    remote: str | None = None  # a log with an object store: "deleted" or "pending" (its remote data)
     with open_log(args) as log:
         try:
             log.delete_topic(args.name)
@@ -196,10 +198,22 @@ def delete(args: argparse.Namespace) -> int:
             if not args.if_exists:
                 raise
             deleted = False
+        if deleted and log.remote_log_manager is not None:
+            remote = "pending" if args.name in pending_deletions(log.path) else "deleted"
     if out.json:
-        out.document({"topic": args.name, "deleted": deleted})
+        document: dict[str, Any] = {"topic": args.name, "deleted": deleted}
+        if remote is not None:
+            document["remote"] = remote
+        out.document(document)
     elif deleted:
         out.line(f"Deleted topic {args.name}.")
+        if remote == "deleted":
+            out.line(f"Its data in the object store was deleted ({log.remote_storage}).")
+        elif remote == "pending":
+            out.line(
+                f"Its data in the object store ({log.remote_storage}) could not be deleted now (see the warning); "
+                "the next tiering pass of this log retries."
+            )
     else:
         out.line(f"Topic {args.name} does not exist.")
     return 0

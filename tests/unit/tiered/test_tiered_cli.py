@@ -52,3 +52,39 @@ def test_topics_create_tier_and_restore_from_the_command_line(
     assert main(["restore", url, target]) == 1  # the target is not empty now
     assert "not an empty directory" in capsys.readouterr().err
     assert main(["restore", url, str(tmp_path / "x"), "--option", "novalue"]) == 2
+
+
+def test_topics_delete_of_a_tiered_topic_deletes_its_remote_data_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pylog.tiered.manifest import remote_topics
+    from pylog.tiered.store import ObjectStore
+
+    root, url = str(tmp_path / "log"), (tmp_path / "remote").as_uri()
+    cfg = ["--config", "remote.storage.enable=true", "--config", "segment_bytes=1024"]
+    for name in ("t", "u"):
+        assert main(["--dir", root, "topics", "create", name, *cfg]) == 0
+    with pylog.open(root, clock=ManualClock()) as log:
+        p = log.producer(batch_size=200)
+        for i in range(200):
+            p.send("t", i)
+            p.send("u", i)
+        p.flush()
+        p.close()
+        log.topic("t").partition(0).roll()
+        log.topic("u").partition(0).roll()
+    assert main(["--dir", root, "tier", url]) == 0  # records the URL in the directory
+    store = ObjectStore(url)
+    assert sorted(remote_topics(store)["topics"]) == ["t", "u"]
+    capsys.readouterr()
+
+    assert _json(capsys, ["--json", "--dir", root, "topics", "delete", "t"]) == {
+        "topic": "t",
+        "deleted": True,
+        "remote": "deleted",
+    }
+    assert sorted(remote_topics(store)["topics"]) == ["u"]
+    assert not [o for o in store.list("t/") if "/segments/" in o.key]
+    assert main(["--dir", root, "topics", "delete", "u"]) == 0
+    assert capsys.readouterr().out == f"Deleted topic u.\nIts data in the object store was deleted ({url}).\n"
+    assert remote_topics(store)["topics"] == {}
