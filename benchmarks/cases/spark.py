@@ -29,7 +29,8 @@ sums the three decoded columns.
 object store (16 MiB segments, the log directory deleted), read by its URL on the Python path
 (:mod:`pylog.spark.remote`); parquet is its baseline (Spark here has no S3 file system to read parquet from an
 S3 store). Each Python worker keeps a 64 MiB block cache of the store across queries: with partitions smaller
-than that, the repetitions after the warm-up read from it.
+than that, the repetitions after the warm-up read from it. ``spark_pylog_remote_jvm_count_sum`` reads the same
+store with pylog's JVM reader (the executor JVM reads the pinned segment objects as files).
 
 ``spark_pylog_plan_1000_partitions`` reads a topic of 1,000 small partitions: the time to plan the read
 (``load`` and ``rdd.getNumPartitions()``) and to count it.
@@ -748,3 +749,26 @@ def _write_tiered_pylog(records: int, seed: int, workdir: Path) -> str:
 def spark_pylog_remote_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     url = _write_tiered_pylog(records, seed, workdir)
     return _measure(records, workdir, _pylog_load(url))
+
+
+@case(
+    "spark_pylog_remote_jvm_count_sum",
+    suite="spark",
+    group="spark",
+    kind="pylog",
+    fsync=_FSYNC,
+    description=(
+        '`format("pylog").load("file://...")` with pylog\'s JVM reader installed: the records of '
+        "`spark_pylog_remote_count_sum` (a `file://` object store, 16 MiB segments, no log directory) read by "
+        "the executor JVM from the pinned segment objects: count + sum(offset) + sum(length(value))"
+    ),
+    compare=(
+        Compare("spark_parquet_count_sum", at_least=0.5),
+        Compare("spark_pylog_remote_count_sum"),
+        Compare("spark_pylog_jvm_count_sum"),
+    ),
+    timeout_s=900,
+)
+def spark_pylog_remote_jvm_count_sum(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    url = _write_tiered_pylog(records, seed, workdir)
+    return _measure(records, workdir, _pylog_load(url), jvm=True)

@@ -9,14 +9,23 @@ mapped segment files into Spark's column vectors, building only the columns the 
 
 It applies to batch reads of Kafka columns (``headers`` included) and of ``valueFormat=msgpack`` value
 columns of scalar types (long, int, short, byte, double, float, string, binary, boolean); value columns of
-other types, streaming reads and writes stay on the Python path. The runtime setting
+other types, streaming reads and writes stay on the Python path.
+
+Batch reads of a log in an object store by its URL are read here too (:mod:`pylog.spark.remote`): a
+``file://`` store's segment objects as files, an ``s3://`` store's through GET URLs the driver presigned at
+planning (``remoteStorage.presignExpirySeconds``, default 1 hour), read with ranged requests of
+``java.net.http.HttpClient``: no credentials and no S3 library on the executors. Transient failures (5xx, a
+reset connection, a body cut short) are retried 5 times; a refused URL (403: expired) is a
+``pylog.errors.RemoteStorageError:`` saying to raise the expiry or re-run; a missing object is data loss.
+Other schemes (``gs://``, ``az://``) and stores read with ``skip_signature`` stay on the Python path. The runtime setting
 ``spark.pylog.native.enabled=false`` turns it off for a session. ``kafka.isolation.level=read_committed``
 gives the same rows on both paths: the planner ends each range at the last stable offset and hands the JVM
 the offsets of aborted batches to skip (:mod:`pylog.spark.committed`).
 
 A read that fails in the JVM names pylog's error class as the Python path does: the task's error text starts
 with ``pylog.errors.OffsetOutOfRangeError:`` for data loss after planning, ``pylog.errors.CorruptRecordError:``
-for a corrupt batch, ``pylog.errors.DeserializationError:`` for a msgpack value that does not fit the schema.
+for a corrupt batch (of a remote object: naming its key), ``pylog.errors.DeserializationError:`` for a msgpack
+value that does not fit the schema, ``pylog.errors.RemoteStorageError:`` for an object store that fails.
 With ``failOnDataLoss=false`` each skip is logged as a warning naming the partition and the offsets.
 
 Usage (the settings must be given before the session's JVM starts)::

@@ -27,8 +27,13 @@ offsets skipped with ``false``. A store that cannot be reached is a
 
 Store options come from the reader options ``remoteStorage.<key>`` (see
 :func:`pylog.spark.options.remote_storage_options`); they travel to the tasks inside the pickled input
-partitions, never in the JSON plan of the JVM reader (which reads local files only: Spark's rule that
-installs it leaves URL paths on this Python path).
+partitions, never in the JSON plan of the JVM reader.
+
+pylog's JVM reader (:mod:`pylog.spark.jvm`) reads batch URL loads of ``file://`` and ``s3://`` stores from the
+same pinned segments: a :class:`RemoteRead` pickles with :func:`jvm_plan`, made on the driver when the
+partitions are planned: the segments and, for S3, GET URLs presigned there (``obstore.sign``, valid for
+``remoteStorage.presignExpirySeconds``, default :data:`DEFAULT_PRESIGN_EXPIRY_S`), so executors read the
+objects with no credentials. The Java scan finds that JSON in the pickled partition; the Python tasks ignore it.
 
 Thread-safety: the views and :class:`RemoteRead` are immutable once built; a task's source is its own; the
 executor caches are thread-safe (:class:`~pylog.tiered.fetch.RemoteCache`). Crash contract: reads only,
