@@ -201,11 +201,12 @@ class TxnLog(TxnDecisions):
         body = json.dumps(state, sort_keys=True).encode()
         fs.atomic_write(self._producers_path, b"pylog-producers 1 %08x\n" % crc32c(body) + body)
 
-    def snapshot(self) -> tuple[dict[str, Any], bytes]:
+    def snapshot(self, known: int = 0) -> tuple[dict[str, Any], bytes]:
         """The producers state and the valid bytes of ``decisions.log`` (a torn last record left out) as of one
         moment: read under the lock, so the state is the one after the last decision in the bytes. The file is
         fsynced first, so the bytes returned survive a crash of this machine (what the object store's copy of
-        the decisions, :mod:`pylog.tiered.decisions`, is made of). Changes nothing."""
+        the decisions, :mod:`pylog.tiered.decisions`, is made of). The first ``known`` bytes are not parsed
+        again (the caller checks them otherwise: a CRC). Changes nothing."""
         with self.lock():
             state = self._load()
             try:
@@ -217,8 +218,13 @@ class TxnLog(TxnDecisions):
                 raw = os.pread(fd, os.fstat(fd).st_size, 0)
             finally:
                 os.close(fd)
-        _, used = journal.parse(raw, 0, self._decisions_path)
-        return state, raw[:used]
+        known = min(max(known, 0), len(raw))
+        try:
+            _, used = journal.parse(raw[known:], known, self._decisions_path)
+        except CorruptRecordError:  # ``known`` is no record boundary of this file: parse it all
+            known = 0
+            _, used = journal.parse(raw, 0, self._decisions_path)
+        return state, raw[: known + used]
 
     def install(
         self, state: dict[str, Any], decisions: bytes, aborts: Sequence[tuple[int, int, int]] = ()

@@ -225,7 +225,8 @@ def upload_decisions(store: ObjectStore, txns: TxnLog) -> DecisionsResult:
     continuation of what the store holds (another log's decisions, or a file rewritten by hand)."""
     for _ in range(_PUBLISH_ATTEMPTS):
         current, highest = read_manifest(store)
-        state, data = txns.snapshot()  # after the manifest: it covers at least what that manifest does
+        # after the manifest: it covers at least what that manifest does; its bytes are checked by CRC below
+        state, data = txns.snapshot(current.end if current is not None else 0)
         producers = {"next_pid": int(state["next_pid"]), "ids": state["ids"]}
         end, crc = (current.end, current.crc32c) if current is not None else (0, 0)
         if len(data) < end or crc32c.crc32c(data[:end]) != crc:
