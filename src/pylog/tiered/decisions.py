@@ -223,6 +223,7 @@ def upload_decisions(store: ObjectStore, txns: TxnLog) -> DecisionsResult:
     manifest naming them with the producers state read with them (see the module docstring). Nothing is
     published when nothing changed. :class:`~pylog.errors.IllegalStateError` when the local file is not a
     continuation of what the store holds (another log's decisions, or a file rewritten by hand)."""
+    mine: DecisionsChunk | None = None  # the chunk of the last attempt
     for _ in range(_PUBLISH_ATTEMPTS):
         current, highest = read_manifest(store)
         # after the manifest: it covers at least what that manifest does; its bytes are checked by CRC below
@@ -237,12 +238,15 @@ def upload_decisions(store: ObjectStore, txns: TxnLog) -> DecisionsResult:
             )
         if len(data) == end and producers == (current.producers if current is not None else _NO_PRODUCERS):
             swept = sweep_orphans(store, current) if current is not None else []
-            return DecisionsResult(0, current, tuple(swept))  # a crashed upload's chunk goes even so
+            # after a lost race, the winner may be this call's own publish whose answer was lost
+            named = current is not None and mine is not None and mine in current.chunks
+            done = mine.end - mine.start if named and mine is not None else 0
+            return DecisionsResult(done, current, tuple(swept))  # a crashed upload's chunk goes even so
         chunks: tuple[DecisionsChunk, ...] = current.chunks if current is not None else ()
         uploaded = 0
         if len(data) > end:
             start = 0 if len(chunks) + 1 > MAX_CHUNKS else end
-            chunk = _upload_chunk(store, data, start)
+            chunk = mine = _upload_chunk(store, data, start)
             chunks = (chunk,) if start == 0 else (*chunks, chunk)
             uploaded = chunk.end - chunk.start
         draft = DecisionsManifest(len(data), crc32c.crc32c(data), chunks, producers)
@@ -261,9 +265,10 @@ def _upload_chunk(store: ObjectStore, data: bytes, start: int) -> DecisionsChunk
     body = data[start:]
     key = chunk_key(start, len(data), secrets.token_hex(8))
     crc = crc32c.crc32c(body)
-    if not store.put(key, body, if_absent=True):
-        raise RemoteStorageError(f"decisions chunk {key} exists already (a fresh key was drawn)", key=key)
+    written = store.put(key, body, if_absent=True)
     got = store.checksum(key)
+    if not written and got != (len(body), crc):  # taken by what this put sent: a retry after a lost answer
+        raise RemoteStorageError(f"decisions chunk {key} exists already (a fresh key was drawn)", key=key)
     if got != (len(body), crc):
         raise CorruptRecordError(
             f"uploaded object {key} reads back as {got[0]} bytes crc32c {got[1]:08x}, sent {len(body)} bytes "

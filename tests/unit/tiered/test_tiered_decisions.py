@@ -264,8 +264,7 @@ def test_a_damaged_decisions_chunk_is_detected_and_never_turns_an_abort_into_a_c
     chunk = manifest.chunks[0]
     good = store.get(chunk.key)
     reference = TxnDecisions(str(tmp_path / "log"))
-    decided, _ = reference.decided()
-    reference.status(0, 0, 0)  # reads the local file
+    reference.status(0, 0, 0)  # reads the source's decisions.log
     decided, _ = reference.decided()
     aborted = [t for t, s in decided.items() if s == ABORTED]
     assert aborted
@@ -412,3 +411,28 @@ def test_restore_of_a_store_without_decisions_leaves_transactions_undecided(
         source.status(0, 0, 0)  # reads the source's decisions.log
         _, epochs = source.decided()
         assert len(epochs) == 5 and restored.transactions().allocate_pid() > max(epochs)
+
+
+class _LostAnswers(ObjectStore):
+    """Every create-if-absent put is written, then answered as a retry would be after a lost answer: the key
+    is taken (False)."""
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        first = super().put(key, data, if_absent=if_absent)
+        return super().put(key, data, if_absent=if_absent) if if_absent and first else first
+
+
+def test_a_lost_answer_of_a_decisions_put_is_not_a_failed_upload(tmp_path: Path) -> None:
+    url, model = _tiered_decisions(tmp_path / "a")  # a log tiered through the ordinary store
+    with _open(tmp_path / "a" / "log", url, ManualClock(TS0)) as log:
+        _txn(log, model, "more", 3, COMMITTED, TIMEOUT_MS).close()
+        result = decisions.upload_decisions(_LostAnswers(url), log.transactions())
+        assert result.uploaded > 0 and result.manifest is not None
+        newest, highest = decisions.read_manifest(ObjectStore(url))
+        assert newest == result.manifest and highest == 2  # one version published, its chunk named
+        for p in (0, 1):
+            log.topic("t").partition(p).roll()
+        log.tier()
+        assert _rows(log) == model.read_committed()
+    with pylog.open(url, read_only=True, clock=ManualClock(TS0)) as ro:
+        assert _rows(ro) == model.read_committed()
