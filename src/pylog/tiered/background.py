@@ -148,7 +148,9 @@ class RemoteLogManager:
     ) -> None:
         self.directory = directory
         self.interval_ms = check_interval(interval_ms)
-        self._store = store
+        # the store, once a pass opened it: close() stops its uploads
+        self._opened: ObjectStore | None = None
+        self._open_store = store
         self._clock = clock
         self._pass_lock = threading.Lock()  # one pass at a time
         self._lock = threading.Lock()  # the status below
@@ -444,12 +446,22 @@ class RemoteLogManager:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def _store(self) -> ObjectStore:
+        store = self._open_store()
+        self._opened = store
+        return store
+
     def close(self, timeout: float = 10.0) -> bool:
-        """Stop the thread: the pass running finishes its partition and stops; waits at most ``timeout``
-        seconds. True when the thread has ended (False: a store call still runs; it ends by itself, as a
-        daemon, leaving at most unnamed objects)."""
+        """Stop the thread: the pass running stops after its partition, and an upload in progress stops at its
+        next chunk boundary (:meth:`ObjectStore.stop_uploads <pylog.tiered.store.ObjectStore.stop_uploads>`:
+        nothing of it is named or left visible; the partition's failure is recorded, the next open uploads it
+        again); waits at most ``timeout`` seconds. True when the thread has ended (False: another store call
+        still runs, such as a chunk's PUT to a store that stalls; it ends by itself, as a daemon, leaving at most
+        unnamed objects). Uploads through this manager's store fail from then on."""
         self._stop.set()
         self._wake.set()
+        if self._opened is not None:
+            self._opened.stop_uploads()
         thread = self._thread
         if thread is None:
             return True

@@ -29,6 +29,12 @@ that, which would multiply the bound.
 Errors: every failure of the store is a :class:`~pylog.errors.RemoteStorageError` naming the key; obstore is
 imported when the first store is opened, so ``import pylog`` does not need it.
 
+Stopping uploads: :meth:`~ObjectStore.stop_uploads` (a closing log's uploader calls it) makes every
+:meth:`~ObjectStore.put_file` in progress stop at its next chunk boundary (at most ``8 MiB`` further), and every
+later one before its first chunk, with a :class:`~pylog.errors.RemoteStorageError`: obstore then abandons the
+object (a multipart upload is aborted, a local temporary file removed; measured on file:// and moto S3: no
+object and no pending multipart upload is left), so nothing partial is ever visible, and no manifest names it.
+
 Thread-safety: thread-safe (obstore stores are). Crash contract: a put is atomic (the object is either absent
 or whole: S3 PUT semantics; obstore's local store writes a temporary file and renames it). obstore's local
 store does not fsync, so for ``file://`` this class does: after each put the object's file, then its directory
@@ -40,6 +46,7 @@ holding the directory); a delete fsyncs the object's directory.
 from __future__ import annotations
 
 import os
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -88,6 +95,7 @@ class ObjectStore:
         self._durable_dirs: set[str] = (
             set()
         )  # file://: directories whose own entry was fsynced into their parent
+        self._uploads_stopped = threading.Event()  # see stop_uploads()
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
@@ -118,6 +126,11 @@ class ObjectStore:
         def chunks(f: Any) -> Iterator[bytes]:
             left = length
             while left > 0:
+                if self._uploads_stopped.is_set():
+                    raise RemoteStorageError(
+                        f"upload of {path} stopped after {crc[1]} of {length} bytes: the log is closing",
+                        key=key,
+                    )
                 data = f.read(min(_CHUNK, left))
                 if not data:
                     raise RemoteStorageError(f"{path} is shorter than {length} bytes", key=key)
@@ -140,6 +153,11 @@ class ObjectStore:
                     raise _error("put", key, exc) from exc
         self._sync(key)
         return crc[1], crc[0]
+
+    def stop_uploads(self) -> None:
+        """Stop every :meth:`put_file` in progress at its next chunk boundary, and refuse later ones (see the
+        module docstring); for a log that closes. Other operations go on."""
+        self._uploads_stopped.set()
 
     def get(self, key: str) -> bytes:
         """The whole object ``key``."""

@@ -143,6 +143,71 @@ def test_close_stops_the_thread_within_its_bound_during_a_slow_upload(tmp_path: 
     assert manifest is None or manifest.segments  # whatever was published names whole segments
 
 
+def test_close_stops_an_upload_in_progress_at_its_next_chunk_boundary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    import crc32c
+
+    from pylog.tiered import store as store_module
+    from pylog.tiered.restore import restore
+
+    monkeypatch.setattr(store_module, "_CHUNK", 256)  # a segment of a few KiB is many chunks
+    url = (tmp_path / "remote").as_uri()
+    clock = ManualClock(1_700_000_000_000, auto_advance=False)
+    log = pylog.open(
+        tmp_path / "log", clock=clock, remote_storage=url, remote_log_manager_task_interval_ms=1000
+    )
+    log.create_topic("t", 1, segment_bytes=4096, remote_storage_enable=True)
+    model = _produce(log, 60, clock.time_ms())
+    plog = log.topic("t").partition(0)
+    plog.roll()
+    sizes = [s.size for s in plog.segments[:-1]]
+    assert sizes[0] > 4 * 256
+    chunks: list[int] = []
+
+    def hook(data: bytes, value: int = 0) -> int:
+        # the .log upload's second chunk: the store call is in progress when close() comes
+        if not chunks and len(data) == 256:
+            chunks.append(len(data))
+        elif len(chunks) == 1:
+            chunks.append(len(data))
+            remote = log._remote
+            assert remote is not None
+            remote._uploads_stopped.wait(30)
+        return crc32c.crc32c(data, value)
+
+    monkeypatch.setattr(store_module, "crc32c", types.SimpleNamespace(crc32c=hook))
+    manager = log.remote_log_manager
+    assert manager is not None
+    clock.advance(1000)
+    manager.wake()
+    _wait(lambda: len(chunks) == 2, "the upload's second chunk")
+    assert manager.close(timeout=10) is True  # the upload stopped at the next chunk boundary
+    assert len(chunks) == 2  # no chunk was read after close
+    status = manager.status()[TopicPartition("t", 0)]
+    assert status.last_error is not None and "the log is closing" in status.last_error
+    log.close()
+    monkeypatch.setattr(store_module, "crc32c", crc32c)
+    store = ObjectStore(url)
+    assert store.list("t/0/segments/") == []  # nothing of the stopped upload is visible
+    assert read_manifest(store, "t", 0) == (None, 0)  # and nothing was published
+
+    # the next open uploads it all
+    with pylog.open(tmp_path / "log", clock=clock, remote_log_manager_task_interval_ms=-1) as log:
+        (result,) = log.tier()
+        assert [s.size for s in result.manifest.segments] == sizes
+    restore(url, tmp_path / "restored")
+    with pylog.open(tmp_path / "restored", clock=ManualClock()) as restored:
+        c = restored.consumer(value_deserializer=None)
+        c.assign([TopicPartition("t", 0)])
+        c.seek_to_beginning(TopicPartition("t", 0))
+        got = {r.offset: r.value for r in c.iterate(timeout_ms=0)}
+        c.close()
+    assert got == {o: v for o, v in model.items() if o < result.manifest.log_end_offset}
+
+
 def test_read_only_and_unconfigured_logs_have_no_thread(tmp_path: Path) -> None:
     url = (tmp_path / "remote").as_uri()
     with pylog.open(tmp_path / "plain") as log:
