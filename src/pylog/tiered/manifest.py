@@ -278,7 +278,7 @@ def remote_topics(store: ObjectStore) -> dict[str, Any]:
     """The topics of a log in an object store, in the shape of a log directory's manifest
     (``{"topics": {name: {"partitions": n, "config": {...}}}}``): from each topic's remote manifests, the
     partition count and config of its first partition's newest manifest (the count is raised to cover every
-    partition that has a manifest). A topic whose first partition's newest manifest is a tombstone is deleted
+    partition whose newest manifest is not a tombstone). A topic whose first partition's newest manifest is a tombstone is deleted
     and not listed (a deletion publishes the tombstones in partition order, so the first one goes first). A log
     opened read-only from the store and Spark's reader of a URL use it."""
     topics: dict[str, Any] = {}
@@ -286,6 +286,9 @@ def remote_topics(store: ObjectStore) -> dict[str, Any]:
         manifest, _ = read_manifest(store, name, parts[0])
         if manifest is None:
             continue
-        count = max(manifest.partitions, parts[-1] + 1)
+        count = manifest.partitions
+        for p in parts:  # a partition added after the first one's manifest was published
+            if p >= count and read_manifest(store, name, p)[0] is not None:
+                count = p + 1  # (not one left tombstoned by a deleted topic of the same name)
         topics[name] = {"partitions": count, "config": manifest.config}
     return {"topics": topics}

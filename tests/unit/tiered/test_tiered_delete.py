@@ -263,3 +263,20 @@ def test_a_pending_deletion_file_is_pylog_s_own_and_is_checked(
     (root / PENDING_FILE).write_bytes(raw[:-3] + b"X" + raw[-2:])
     with pytest.raises(CorruptRecordError):
         pending_deletions(str(root))
+
+
+def test_a_topic_created_again_with_fewer_partitions_is_listed_with_its_own_count(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    with _open(tmp_path / "log", remote) as log:
+        log.create_topic("t", 3, segment_bytes=1024, remote_storage_enable=True)
+        log.tier()
+        log.delete_topic("t")
+        log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True)
+        log.create_topic("u", 1, segment_bytes=1024, remote_storage_enable=True)
+        log.tier()
+    store = _store(remote)
+    topics = remote_topics(store)["topics"]
+    assert {name: meta["partitions"] for name, meta in topics.items()} == {"t": 1, "u": 1}
+    with pylog.open(remote[0], read_only=True, remote_storage_options=remote[1]) as ro:
+        assert ro.topic("t").num_partitions == 1
