@@ -280,3 +280,25 @@ def test_a_topic_created_again_with_fewer_partitions_is_listed_with_its_own_coun
     assert {name: meta["partitions"] for name, meta in topics.items()} == {"t": 1, "u": 1}
     with pylog.open(remote[0], read_only=True, remote_storage_options=remote[1]) as ro:
         assert ro.topic("t").num_partitions == 1
+
+
+def test_a_deletion_that_stopped_after_the_first_tombstone_hides_the_topic_and_is_finished_later(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]]
+) -> None:
+    from pylog.tiered.retention import _tombstone
+
+    with _open(tmp_path / "log", remote) as log:
+        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        _produce(log, "t", 200, b"old")
+        log.tier()
+    store = _store(remote)
+    segments = {k for k in _keys(store, "t/") if "/segments/" in k}
+    _tombstone(store, "t", 0)  # a crash right after the first partition's tombstone
+    assert remote_topics(store)["topics"] == {}
+    with pylog.open(remote[0], read_only=True, remote_storage_options=remote[1]) as ro:
+        assert ro.topics() == []
+    assert {k for k in _keys(store, "t/") if "/segments/" in k} == segments  # nothing deleted yet
+    result = delete_remote_topic(store, "t")
+    assert result.tombstoned == (1,)
+    assert segments <= set(result.deleted)
+    assert _keys(store, "t/") == _tombstones(store, "t", 2)
