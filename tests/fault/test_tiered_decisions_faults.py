@@ -244,3 +244,55 @@ def test_sigkill_mid_decisions_upload_leaves_a_consistent_store(
             c.assign([TopicPartition("t", 0)])
             assert [(r.offset, r.value) for r in c.iterate(timeout_ms=0)] == _view(model, NEW), kill_at
             c.close()
+
+
+def test_concurrent_uploaders_publish_one_growing_sequence_of_versions(tmp_path: Path) -> None:
+    """Three threads upload the decisions at once (each with its own store client, as processes would) while
+    transactions are decided: every version published is a whole manifest whose bytes extend the version
+    before it, no version is published twice, and the last one holds the whole file."""
+    import threading
+
+    import crc32c
+
+    url = (tmp_path / "remote").as_uri()
+    with pylog.open(
+        tmp_path / "log", clock=ManualClock(TS0), remote_storage=url, remote_log_manager_task_interval_ms=-1
+    ) as log:
+        log.create_topic("t", 1, remote_storage_enable=True)
+        txns = log.transactions()
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def upload() -> None:
+            store = ObjectStore(url)
+            try:
+                while not stop.is_set():
+                    decisions.upload_decisions(store, txns)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=upload) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for i in range(60):
+            pid, epoch = txns.init(f"tx{i % 7}")
+            txn = txns.begin(f"tx{i % 7}", pid, epoch, TS0, 60_000)
+            txns.end(f"tx{i % 7}", pid, epoch, txn, commit=i % 3 != 0)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        decisions.upload_decisions(ObjectStore(url), txns)
+        _, data = txns.snapshot()
+    store = ObjectStore(url)
+    newest, highest = decisions.read_manifest(store)
+    ends = []
+    for version in range(1, highest + 1):  # every version is a whole manifest of a prefix of the file
+        manifest = decisions.decode_manifest(store.get(decisions.manifest_key(version)))
+        assert manifest.version == version
+        assert crc32c.crc32c(data[: manifest.end]) == manifest.crc32c
+        ends.append(manifest.end)
+    assert ends == sorted(ends)  # each version extends the one before it
+    assert newest is not None and newest.version == highest and newest.end == len(data)
+    assert decisions.read_decisions(store, newest) == data  # nothing it names was swept
+    assert len(newest.chunks) <= decisions.MAX_CHUNKS

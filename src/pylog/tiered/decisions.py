@@ -25,7 +25,9 @@ chunk can be proven unnameable: an upload only publishes a manifest built on the
 version is then taken if anyone else published meanwhile, and it only adds bytes past that manifest's end.
 A chunk no manifest names whose end is at or below the newest manifest's end can therefore never be named:
 it is garbage pylog made (a crashed or lost upload, or a chunk replaced by a whole-file one), and it is
-deleted. Anything else under the prefix is left alone.
+deleted. Anything else under the prefix is left alone. So an upload racing another one may find its own
+chunk swept before it verified it: it then reads the newest manifest and, that one having moved past the end it
+built on, decides again (its chunk could never have been named).
 
 Decisions manifest object:
 
@@ -246,7 +248,13 @@ def upload_decisions(store: ObjectStore, txns: TxnLog) -> DecisionsResult:
         uploaded = 0
         if len(data) > end:
             start = 0 if len(chunks) + 1 > MAX_CHUNKS else end
-            chunk = mine = _upload_chunk(store, data, start)
+            try:
+                chunk = mine = _upload_chunk(store, data, start)
+            except RemoteStorageError:
+                newer, _ = read_manifest(store)
+                if newer is not None and newer.end > end:
+                    continue  # another uploader published past ``end`` and swept this unnameable chunk
+                raise
             chunks = (chunk,) if start == 0 else (*chunks, chunk)
             uploaded = chunk.end - chunk.start
         draft = DecisionsManifest(len(data), crc32c.crc32c(data), chunks, producers)
