@@ -49,6 +49,19 @@ def _open(root: Path, remote: tuple[str, dict[str, Any]]) -> pylog.Log:
     )
 
 
+def _create(log: pylog.Log, topic: str, partitions: int) -> None:
+    log.create_topic(topic, partitions, segment_bytes=1024, remote_storage_enable=True)
+
+
+def _tiered_store(tmp_path: Path, remote: tuple[str, dict[str, Any]], n: int) -> ObjectStore:
+    """The store after a log tiered ``n`` records of a topic ``t`` of 2 partitions (the log closed)."""
+    with _open(tmp_path / "log", remote) as log:
+        _create(log, "t", 2)
+        _produce(log, "t", n, b"v")
+        log.tier()
+    return _store(remote)
+
+
 def _produce(log: pylog.Log, topic: str, n: int, tag: bytes) -> Model:
     p = log.producer(batch_size=200, value_serializer=None)
     futs = [(p.send(topic, tag + b"-%d" % i, partition=i % 2), i) for i in range(n)]
@@ -103,8 +116,8 @@ def test_deleting_a_tiered_topic_deletes_its_remote_data_and_a_new_topic_of_its_
     tmp_path: Path, remote: tuple[str, dict[str, Any]]
 ) -> None:
     with _open(tmp_path / "log", remote) as log:
-        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
-        log.create_topic("u", 2, segment_bytes=1024, remote_storage_enable=True)
+        _create(log, "t", 2)
+        _create(log, "u", 2)
         _produce(log, "t", 300, b"old")
         kept = _produce(log, "u", 200, b"u")
         log.tier()
@@ -131,7 +144,7 @@ def test_deleting_a_tiered_topic_deletes_its_remote_data_and_a_new_topic_of_its_
         assert _restored(remote, tmp_path / "r1") == {"u": kept}
 
         # the same name again: its manifests go above the tombstones, and only its records are seen
-        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        _create(log, "t", 2)
         fresh = _produce(log, "t", 120, b"new")
         results = [r for r in log.tier() if r.topic == "t"]
         assert all(r.manifest.version == versions[r.partition] + 2 for r in results)
@@ -146,7 +159,7 @@ def test_with_the_store_down_the_local_delete_proceeds_and_a_later_pass_deletes_
     with _open(tmp_path / "log", remote) as log:
         flaky = FaultyStore(url, down=frozenset(), **options)
         log._remote = flaky  # the log's store: its operations fail while flaky.down names them
-        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        _create(log, "t", 2)
         _produce(log, "t", 200, b"old")
         log.tier()
         flaky.down = ALL
@@ -160,7 +173,7 @@ def test_with_the_store_down_the_local_delete_proceeds_and_a_later_pass_deletes_
         )
 
         # created again while the store is down: nothing of it is tiered, nor merged into the old manifests
-        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        _create(log, "t", 2)
         fresh = _produce(log, "t", 100, b"new")
         with pytest.raises(RemoteStorageError):
             log.tier()
@@ -191,7 +204,7 @@ def test_a_deletion_recorded_before_a_local_delete_that_never_committed_deletes_
 ) -> None:
     root = tmp_path / "log"
     with _open(root, remote) as log:
-        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
+        _create(log, "t", 2)
         model = _produce(log, "t", 150, b"v")
         log.tier()
         # a crash right after the record was written, before the local delete committed
@@ -206,11 +219,7 @@ def test_a_deletion_recorded_before_a_local_delete_that_never_committed_deletes_
 def test_only_pylog_keys_are_deleted_and_a_second_deletion_is_a_no_op(
     tmp_path: Path, remote: tuple[str, dict[str, Any]]
 ) -> None:
-    with _open(tmp_path / "log", remote) as log:
-        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
-        _produce(log, "t", 150, b"v")
-        log.tier()
-    store = _store(remote)
+    store = _tiered_store(tmp_path, remote, 150)
     foreign = {
         "t/0/segments/notes.txt",
         "t/0/segments/00000000000000000000-XYZ.log",
@@ -269,11 +278,11 @@ def test_a_topic_created_again_with_fewer_partitions_is_listed_with_its_own_coun
     tmp_path: Path, remote: tuple[str, dict[str, Any]]
 ) -> None:
     with _open(tmp_path / "log", remote) as log:
-        log.create_topic("t", 3, segment_bytes=1024, remote_storage_enable=True)
+        _create(log, "t", 3)
         log.tier()
         log.delete_topic("t")
-        log.create_topic("t", 1, segment_bytes=1024, remote_storage_enable=True)
-        log.create_topic("u", 1, segment_bytes=1024, remote_storage_enable=True)
+        _create(log, "t", 1)
+        _create(log, "u", 1)
         log.tier()
     store = _store(remote)
     topics = remote_topics(store)["topics"]
@@ -287,11 +296,7 @@ def test_a_deletion_that_stopped_after_the_first_tombstone_hides_the_topic_and_i
 ) -> None:
     from pylog.tiered.retention import _tombstone
 
-    with _open(tmp_path / "log", remote) as log:
-        log.create_topic("t", 2, segment_bytes=1024, remote_storage_enable=True)
-        _produce(log, "t", 200, b"old")
-        log.tier()
-    store = _store(remote)
+    store = _tiered_store(tmp_path, remote, 200)
     segments = {k for k in _keys(store, "t/") if "/segments/" in k}
     _tombstone(store, "t", 0)  # a crash right after the first partition's tombstone
     assert remote_topics(store)["topics"] == {}
