@@ -20,9 +20,10 @@ A read whose answer is cut in the middle of its body (a connection dropped while
 obstore itself: :meth:`~ObjectStore.get_range`, :meth:`~ObjectStore.get`, :meth:`~ObjectStore.checksum` and
 :meth:`~ObjectStore.download` see one whole answer, after a ranged GET of only the bytes still missing (pinned
 to the object's ETag, so a replaced object is an error, never a mix), within the same bound of retries and
-backoff as a request that failed before its body (object_store's streaming GET retries, in the obstore
-versions pylog supports; measured on obstore 0.12.1 through a proxy that cuts answers after 0 to 1000 bytes:
-the second request asks for ``bytes=<start + received>-<end>``, and an answer cut every time is a
+backoff as a request that failed before its body (object_store's retry of streaming GETs, which obstore
+builds on; measured with obstore 0.12.1 through a proxy that cuts answers after 0 to 1000 bytes, and
+required by tests/fault/test_tiered_network.py, which fails on a client that does not resume: the second
+request asks for ``bytes=<start + received>-<end>``, and an answer cut every time is a
 :class:`~pylog.errors.RemoteStorageError` after ``1 + max_retries`` requests). pylog does not retry on top of
 that, which would multiply the bound.
 
