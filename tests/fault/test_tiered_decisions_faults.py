@@ -12,8 +12,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
+import crc32c
 import pytest
 
 import pylog
@@ -22,6 +24,7 @@ from pylog.structs import TopicPartition
 from pylog.tiered import decisions
 from pylog.tiered.restore import restore
 from pylog.tiered.store import ObjectStore
+from pylog.tiered.uploader import tier_partition
 
 TS0 = 1_700_000_000_000
 Rows = list[tuple[int, bytes]]
@@ -120,8 +123,6 @@ def test_a_failure_at_every_write_of_a_decisions_upload_leaves_the_previous_mani
         assert ro.topics() == ["t"]
     # the segments of the second pass first: the decisions are what fails
     with pylog.open(root, clock=ManualClock(TS0), remote_log_manager_task_interval_ms=-1) as log:
-        from pylog.tiered.uploader import tier_partition
-
         tier_partition(ObjectStore(baseline.as_uri()), log.topic("t").partition(0), 1)
         txns = log.transactions()
         before = decisions.read_manifest(ObjectStore(baseline.as_uri()))
@@ -250,10 +251,6 @@ def test_concurrent_uploaders_publish_one_growing_sequence_of_versions(tmp_path:
     """Three threads upload the decisions at once (each with its own store client, as processes would) while
     transactions are decided: every version published is a whole manifest whose bytes extend the version
     before it, no version is published twice, and the last one holds the whole file."""
-    import threading
-
-    import crc32c
-
     url = (tmp_path / "remote").as_uri()
     with pylog.open(
         tmp_path / "log", clock=ManualClock(TS0), remote_storage=url, remote_log_manager_task_interval_ms=-1
