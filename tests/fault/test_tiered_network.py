@@ -22,7 +22,7 @@ import pylog
 from pylog.clock import ManualClock
 from pylog.errors import RemoteStorageError
 from pylog.structs import TopicPartition
-from pylog.tiered.manifest import read_manifest
+from pylog.tiered.manifest import manifest_key, read_manifest, remote_topics
 from pylog.tiered.restore import restore
 from pylog.tiered.store import ObjectStore
 
@@ -395,6 +395,35 @@ def test_read_only_open_of_the_store_retries_transient_errors_and_fails_typed_wh
 
 
 # --- a slow store --------------------------------------------------------------------------------------------
+
+
+def test_a_topic_deleted_while_the_store_refuses_deletes_is_hidden_at_once_and_emptied_by_a_later_pass(
+    tmp_path: Path, net: dict[str, Any]
+) -> None:
+    proxy: FaultProxy = net["proxy"]
+    log, _ = _sealed_log(tmp_path, net)
+    with log:
+        log.tier()
+        store = ObjectStore(net["url"], **net["direct"])
+        assert store.list("t/0/segments/")
+        proxy.clear()
+        # obstore deletes an S3 object with a DeleteObjects request (POST /<bucket>?delete)
+        refused = proxy.add(Rule(method="POST", path=r"^/[^/]+$", status=503, times=None))
+        log.delete_topic("t")  # the local delete proceeds; the remote one fails after the client's retries
+        assert log.topics() == []
+        assert refused.hits == 1 + MAX_RETRIES  # one object's DELETE, retried, then the deletion stopped
+        status = log.tier_status()[TopicPartition("t", 0)]
+        assert status.last_error is not None and "deleting the remote data" in status.last_error
+        assert remote_topics(store)["topics"] == {}  # the tombstone is published: no reader sees the topic
+        assert store.list("t/0/segments/")  # its objects are still there
+
+        proxy.clear()
+        assert log.remote_log_manager is not None
+        log.remote_log_manager.run_once()  # the store is back: the pass finishes the deletion
+        assert store.list("t/0/segments/") == []
+        assert [o.key for o in store.list("t/")] == [manifest_key("t", 0, 2)]  # only the tombstone
+        assert TopicPartition("t", 0) not in log.tier_status()
+    assert _restored(net, tmp_path / "r") == {}
 
 
 def test_a_stalled_background_upload_does_not_block_the_writer_or_local_reads(
