@@ -420,6 +420,8 @@ def test_a_topic_deleted_while_the_store_refuses_deletes_is_hidden_at_once_and_e
         proxy.clear()
         assert log.remote_log_manager is not None
         log.remote_log_manager.run_once()  # the store is back: the pass finishes the deletion
+        # in two DeleteObjects requests: the segment objects, then the older manifest versions
+        assert len(proxy.seen("POST", r"^/[^/]+$")) == 2
         assert store.list("t/0/segments/") == []
         assert [o.key for o in store.list("t/")] == [manifest_key("t", 0, 2)]  # only the tombstone
         assert TopicPartition("t", 0) not in log.tier_status()

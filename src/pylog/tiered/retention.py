@@ -299,17 +299,11 @@ def _delete_below(store: ObjectStore, topic: str, partition: int, tombstone: int
         except RemoteStorageError:
             continue  # gone meanwhile (a concurrent deletion of the same topic)
         named.extend(k for seg in manifest.segments for k in _keys(seg) if _is_segment_object(base, k))
-    deleted = []
-    order = list(dict.fromkeys(named + segments))  # named first: the objects readers knew
     present = set(segments)
-    for key in order:
-        if key in present:
-            store.delete(key)
-            deleted.append(key)
-    for key in old_manifests:  # last: until here a crash leaves them to find what they name
-        store.delete(key)
-        deleted.append(key)
-    return deleted
+    objects = [key for key in dict.fromkeys(named + segments) if key in present]  # named first
+    store.delete_many(objects)
+    store.delete_many(old_manifests)  # last: until here a crash leaves them to find what they name
+    return objects + old_manifests
 
 
 def _is_segment_object(base: str, key: str) -> bool:

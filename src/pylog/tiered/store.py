@@ -8,7 +8,7 @@ and relative to the URL's prefix.
 Operations: :meth:`~ObjectStore.put` (whole object, optionally create-if-absent), :meth:`~ObjectStore.put_file`
 (streams part of a local file, returning its size and CRC-32C), :meth:`~ObjectStore.get`,
 :meth:`~ObjectStore.get_range`, :meth:`~ObjectStore.checksum` (streams an object back: size and CRC-32C),
-:meth:`~ObjectStore.list`, :meth:`~ObjectStore.delete`.
+:meth:`~ObjectStore.list`, :meth:`~ObjectStore.delete`, :meth:`~ObjectStore.delete_many`.
 
 Why obstore: of the clients pylog could use (pyarrow's file systems, fsspec/s3fs, obstore) it is the one with
 a create-if-absent put on every backend through one call (S3 ``If-None-Match: *``, an exclusive create on a
@@ -49,7 +49,7 @@ from __future__ import annotations
 import os
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -244,6 +244,25 @@ class ObjectStore:
             raise _error("delete", key, exc) from exc
         if self._root is not None:
             self._fsync_dirs(os.path.dirname(os.path.join(self._root, key)), up_to_root=False)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove every key of ``keys`` (no error for one already gone), in as few requests as the store allows
+        (S3: one ``DeleteObjects`` request per 1000 keys, where :meth:`delete` makes one request per key)."""
+        import obstore
+
+        if not keys:
+            return
+        try:
+            obstore.delete(self._store, list(keys))
+        except FileNotFoundError:
+            for key in keys:  # one was gone already (a local store says so): the rest one by one
+                self.delete(key)
+            return
+        except Exception as exc:
+            raise _error("delete", keys[0], exc) from exc
+        if self._root is not None:
+            for directory in sorted({os.path.dirname(os.path.join(self._root, key)) for key in keys}):
+                self._fsync_dirs(directory, up_to_root=False)
 
     def _sync(self, key: str) -> None:
         """``file://``: make the object ``key`` just written durable (its file, and the directories from its

@@ -3,6 +3,7 @@ reached), installed as a log's store with ``log._remote = store``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pylog.errors import RemoteStorageError
@@ -44,3 +45,7 @@ class FaultyStore(ObjectStore):
     def delete(self, key: str) -> None:
         self._check("delete", key)
         super().delete(key)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        self._check("delete", keys[0] if keys else "")
+        super().delete_many(keys)

@@ -307,3 +307,17 @@ def test_a_deletion_that_stopped_after_the_first_tombstone_hides_the_topic_and_i
     assert result.tombstoned == (1,)
     assert segments <= set(result.deleted)
     assert _keys(store, "t/") == _tombstones(store, "t", 2)
+
+
+def test_delete_many_removes_every_key_and_ignores_one_already_gone(
+    remote: tuple[str, dict[str, Any]],
+) -> None:
+    store = _store(remote)
+    keys = [f"d/{i}/x" for i in range(5)]
+    for key in keys:
+        store.put(key, b"x")
+    store.put("d/kept", b"y")
+    store.delete_many([keys[0], "d/never-there", *keys[1:]])
+    assert [o.key for o in store.list("d/")] == ["d/kept"]
+    store.delete_many([])
+    assert [o.key for o in store.list("d/")] == ["d/kept"]
