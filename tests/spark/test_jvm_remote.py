@@ -52,7 +52,7 @@ def _write(path: Path, url: str, options: dict[str, Any]) -> None:
         remote_storage_options=options,
         remote_log_manager_task_interval_ms=-1,
     ) as log:
-        log.create_topic(TOPIC, 3, segment_bytes=4096, remote_storage_enable=True)
+        log.create_topic(TOPIC, 3, segment_bytes=4096, index_interval_bytes=512, remote_storage_enable=True)
         p = log.producer(key_serializer=None, batch_size=700)
         for i in range(N):
             key = None if i % 7 == 0 else b"k%d" % (i % 13)
@@ -95,12 +95,14 @@ class Store:
     """A tiered log in one object store: its URL, the store options (as ``pylog.open`` and as reader options)
     and the consumer's rows. ``proxy`` fronts the moto server (None for file://)."""
 
-    def __init__(self, url: str, options: dict[str, Any], proxy: FaultProxy | None) -> None:
+    def __init__(
+        self, url: str, options: dict[str, Any], proxy: FaultProxy | None, model: list[Row] | None = None
+    ) -> None:
         self.url = url
         self.options = options
         self.reader_options = _spark_options(options)
         self.proxy = proxy
-        self.model = _consumer_rows(url, options)
+        self.model = _consumer_rows(url, options) if model is None else model
 
 
 @pytest.fixture(scope="module")
@@ -373,3 +375,82 @@ def test_the_plan_carries_presigned_urls_and_no_credentials(store: Store) -> Non
 def test_presign_expiry_is_checked(value: str) -> None:
     with pytest.raises(ConfigError, match="presignExpirySeconds"):
         read_options({"path": "s3://b/p", "subscribe": TOPIC, "remoteStorage.presignExpirySeconds": value})
+
+
+def test_read_committed_skips_what_the_python_path_and_the_consumer_skip(spark: Any, tmp_path: Path) -> None:
+    """Committed, aborted and open transactions between plain records, tiered to a file:// store: the JVM
+    reader leaves out the aborted batches the planner marked and ends at the last stable offset."""
+    url = (tmp_path / "remote").as_uri()
+    with pylog.open(
+        tmp_path / "log", clock=ManualClock(TS0), remote_storage=url, remote_log_manager_task_interval_ms=-1
+    ) as log:
+        log.create_topic(TOPIC, 2, segment_bytes=2048, remote_storage_enable=True)
+        plain = log.producer(value_serializer=None)
+        for kind in ("committed", "aborted", "open"):
+            for i in range(40):
+                plain.send(TOPIC, b"plain-%d" % i, timestamp_ms=TS0 + i)
+            plain.flush()
+            tx = log.producer(transactional_id=kind, value_serializer=None)
+            tx.init_transactions()
+            tx.begin_transaction()
+            for i in range(60):
+                tx.send(TOPIC, b"%s-%d" % (kind.encode(), i), timestamp_ms=TS0 + i)
+            if kind == "committed":
+                tx.commit_transaction()
+            elif kind == "aborted":
+                tx.abort_transaction()
+            else:
+                tx.flush()
+            tx.close()
+        plain.close()
+        for part in range(2):
+            log.topic(TOPIC).partition(part).roll()
+        log.tier()
+    shutil.rmtree(tmp_path / "log")
+    with pylog.open(url, read_only=True, clock=ManualClock(TS0)) as replica:
+        c = replica.consumer(value_deserializer=None, isolation_level="read_committed")
+        c.assign(replica.topic(TOPIC).partitions())
+        c.seek_to_beginning(*replica.topic(TOPIC).partitions())
+        model = sorted((r.partition, r.offset, r.value) for r in c.iterate(timeout_ms=0))
+        c.close()
+    values = {v for _, _, v in model}
+    assert any(v.startswith(b"committed") for v in values)
+    assert not any(v.startswith((b"aborted", b"open")) for v in values)
+    st = Store(url, {}, None, model=[])
+
+    def df_of() -> Any:
+        return _read(spark, st, **{"kafka.isolation.level": "read_committed", "minPartitions": 3})
+
+    df = df_of().select("partition", "offset", "value")
+    assert _on_jvm(df)
+    assert sorted((r[0], r[1], bytes(r[2])) for r in df.collect()) == model
+    spark.conf.set(jvm.ENABLED, "false")
+    try:
+        python = df_of().select("partition", "offset", "value")
+        assert sorted((r[0], r[1], bytes(r[2])) for r in python.collect()) == model
+    finally:
+        spark.conf.unset(jvm.ENABLED)
+
+
+def test_the_offset_index_is_only_a_hint(spark: Any, own_store: Store) -> None:
+    """Index objects whose entries point one byte past their batches: reads that start inside segments
+    walk from each segment's first byte instead, and return the same rows."""
+    objects = open_store(own_store.url, own_store.options)
+    manifest, _ = read_manifest(objects, TOPIC, 0)
+    assert manifest is not None
+    damaged = 0
+    for seg in manifest.segments:
+        if seg.index is None:
+            continue
+        raw = bytearray(objects.get(seg.index.key))
+        for i in range(0, len(raw) - 7, 8):
+            pos = int.from_bytes(raw[i + 4 : i + 8], "little")
+            raw[i + 4 : i + 8] = (pos + 1).to_bytes(4, "little")
+            damaged += 1
+        objects.put(seg.index.key, bytes(raw))
+    assert damaged
+    df = _read(spark, own_store).where("partition = 0 AND offset >= 50").select("offset")
+    assert _on_jvm(df)
+    assert sorted(r.offset for r in df.collect()) == [
+        r[1] for r in own_store.model if r[0] == 0 and r[1] >= 50
+    ]

@@ -116,14 +116,14 @@ final class RemoteObjects {
     String range = "bytes=" + pos + "-" + (pos + len - 1);
     String last = "";
     for (int attempt = 0; ; attempt++) {
-      if (attempt > 0) {
-        sleep(Math.min(MAX_BACKOFF_MS, BACKOFF_MS << Math.min(attempt - 1, 10)));
-      }
       if (attempt > RETRIES) {
         throw new PylogReadException(
             PylogReadException.REMOTE,
             "GET " + key + " " + range + " failed " + attempt + " times; the last: " + last,
             null);
+      }
+      if (attempt > 0) {
+        sleep(Math.min(MAX_BACKOFF_MS, BACKOFF_MS << Math.min(attempt - 1, 10)));
       }
       HttpResponse<byte[]> resp;
       try {

@@ -51,6 +51,9 @@ final class RemoteWalk {
     try {
       return step();
     } catch (PylogReadException e) {
+      if (!PylogReadException.CORRUPT.equals(e.pylogClass())) {
+        throw e;
+      }
       pos = 0; // the index pointed at something that is not the batch it names: from the first byte
       expected = seg.base;
       buf = null;
