@@ -10,6 +10,10 @@ renamed away for the Spark job and back after. Either way a task on the executor
 the writer's path, and the test asserts that it sees nothing; the mode that ran is printed and recorded as
 the test's ``hidden_by`` property (``PYLOG_CLUSTER_HIDE=rename`` runs the fallback on any machine).
 
+The reads run on the Python path and, when a JDK builds it, on pylog's JVM reader too (the executors' JVMs
+map the ``file://`` store's objects and fetch the S3 ones through URLs the driver presigned): both must give
+the writer's rows.
+
 The driver runs in a subprocess (one Python process holds one SparkContext, and the session fixture of the
 other Spark tests holds it here). The ``file://`` store's directory is visible to the worker, as a store
 shared by the machines of a cluster is.
@@ -29,7 +33,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from spark_helpers import needs_java, spark_env, standalone_cluster
+from spark_helpers import HAS_JAVAC, needs_java, spark_env, standalone_cluster
 
 pyspark = pytest.importorskip("pyspark")
 pytestmark = [pytest.mark.spark, needs_java]
@@ -95,19 +99,23 @@ DRIVER = textwrap.dedent(
     def summary(df):
         per = df.groupBy("partition").agg(F.count("*"), F.min("offset"), F.max("offset"), F.sum("offset"))
         rows = df.selectExpr("partition", "offset", "hex(key)", "hex(value)").collect()
+        count, total = df.agg(F.count("*"), F.sum("offset")).first()
         return {
-            "count": df.count(),
-            "sum": df.agg(F.sum("offset")).first()[0],
+            "count": count,
+            "sum": total,
             "partitions": sorted([list(r) for r in per.collect()]),
             "rows": sorted([r[0], r[1], None if r[2] is None else r[2].lower(), r[3].lower()] for r in rows),
         }
 
     stores = [("s3", s3_url, json.loads(s3_options)), ("file", file_url, {})]
-    for name, url, options in stores:
-        df = (spark.read.format("pylog").options(**options).option("subscribe", "events")
-              .option("minPartitions", 4).load(url))
-        out[name] = summary(df)
-        out[name + "_plan"] = df._jdf.queryExecution().executedPlan().toString()
+    paths = ["python", "jvm"] if jvm_path == "jvm" else ["python"]
+    for reader in paths:  # pylog's JVM reader reads file:// and presigned s3:// objects in the executors' JVMs
+        spark.conf.set("spark.pylog.native.enabled", "true" if reader == "jvm" else "false")
+        for name, url, options in stores:
+            df = (spark.read.format("pylog").options(**options).option("subscribe", "events")
+                  .option("minPartitions", 4).load(url))
+            out[name + "_" + reader] = summary(df)
+            out[name + "_" + reader + "_plan"] = df._jdf.queryExecution().executedPlan().toString()
 
     query = (spark.readStream.format("pylog").options(**stores[0][2]).option("subscribe", "events")
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 1000).load(s3_url)
@@ -214,6 +222,7 @@ def test_a_cluster_that_cannot_see_the_log_directory_reads_its_object_store(
     try:
         assert log_dir.exists() == (mode == "namespace")  # namespace mode: only the worker's view is covered
         jvm = "jvm" if _jvm_reads_urls() else "python"
+        request.node.user_properties.append(("readers", jvm))
         r = subprocess.run(
             [
                 sys.executable,
@@ -251,12 +260,13 @@ def test_a_cluster_that_cannot_see_the_log_directory_reads_its_object_store(
         assert offsets == list(range(len(offsets)))
         want_partitions.append([p, len(offsets), 0, len(offsets) - 1, sum(offsets)])
     for name in ("s3", "file"):
-        got = out[name]
-        assert got["rows"] == acked, name  # exact rows: partition, offset, key, value
-        assert got["count"] == RECORDS
-        assert got["sum"] == sum(r[1] for r in acked)
-        assert got["partitions"] == want_partitions
-        assert "(JVM reader)" not in out[name + "_plan"] or jvm == "jvm"
+        for reader in ("python", "jvm") if jvm == "jvm" else ("python",):
+            got = out[f"{name}_{reader}"]
+            assert got["rows"] == acked, (name, reader)  # exact rows: partition, offset, key, value
+            assert got["count"] == RECORDS
+            assert got["sum"] == sum(r[1] for r in acked)
+            assert got["partitions"] == want_partitions
+            assert ("(JVM reader)" in out[f"{name}_{reader}_plan"]) == (reader == "jvm")
 
     table = pq.read_table(root / "stream-out").to_pylist()  # written by the executors
     streamed = sorted(
@@ -268,5 +278,8 @@ def test_a_cluster_that_cannot_see_the_log_directory_reads_its_object_store(
 
 
 def _jvm_reads_urls() -> bool:
-    """Whether pylog's JVM reader reads a log in an object store (then the job runs with it installed)."""
-    return False
+    """Whether the job also reads on pylog's JVM reader (it reads file:// and s3:// stores): a JDK builds it.
+    Without one the job runs on the Python path only, and says so."""
+    if not HAS_JAVAC:
+        print("no javac: the cluster job reads on the Python path only (pylog's JVM reader is not built)")
+    return HAS_JAVAC
