@@ -317,9 +317,18 @@ def _sign(url: str, options: Mapping[str, Any], keys: list[str], expiry_s: int) 
     from obstore.store import from_url
 
     opts = {k: v for k, v in options.items() if k not in (PRESIGN_KEY, "retry_config")}
-    store: Any = from_url(url, **opts)
+    cache_key = f"{url}\0{sorted((k, repr(v)) for k, v in opts.items())!r}"
+    with _caches_lock:  # opening a store costs milliseconds: a plan of many partitions signs with one
+        store: Any = _signers.get(cache_key)
+        if store is None:
+            if len(_signers) >= _MAX_CACHES:
+                _signers.clear()
+            store = _signers[cache_key] = from_url(url, **opts)
     signed = obstore.sign(store, "GET", keys, timedelta(seconds=expiry_s))
     return dict(zip(keys, signed, strict=True))
+
+
+_signers: dict[str, Any] = {}  # the obstore stores _sign signs with, by URL and options
 
 
 class RemoteLog:
