@@ -30,6 +30,10 @@ stable offset) and skips aborted ones; ``read_uncommitted`` (the default, as in 
 Readers that must not write (Spark's planner) read the decisions with :class:`TxnDecisions`, which creates,
 locks and changes no file; they cannot abort a transaction past its timeout, only a :class:`TxnLog` can.
 
+Tiered storage copies ``decisions.log`` to the object store with the ``producers`` state read with it
+(:meth:`TxnLog.snapshot`, :mod:`pylog.tiered.decisions`); readers of the store apply the copy with
+:meth:`TxnDecisions.apply`, the parser of the file, and ``pylog restore`` installs it (:meth:`TxnLog.install`).
+
 Thread-safety: a :class:`TxnLog` (or :class:`TxnDecisions`) may be shared by threads; changes take the flock,
 so processes share it too.
 Crash contract: a transaction is committed iff its "C" record (or an "M" record naming it) is in
