@@ -454,3 +454,34 @@ def test_the_offset_index_is_only_a_hint(spark: Any, own_store: Store) -> None:
     assert sorted(r.offset for r in df.collect()) == [
         r[1] for r in own_store.model if r[0] == 0 and r[1] >= 50
     ]
+
+
+def test_stores_the_jvm_reader_cannot_read_say_why() -> None:
+    """A plan the JVM reader cannot use names the reason its task fails with (the driver's scan adds how to
+    use the Python path): a scheme other than file:// and s3://, a store the driver cannot sign for, a
+    tiered log directory's remote segments (read on the Python path)."""
+    from pylog.tiered.manifest import RemoteSegment
+
+    seg = RemoteSegment(0, 10, 100, TS0, 7, f"{TOPIC}/0/segments/00000000000000000000-ab.log")
+    segments = {(TOPIC, 0): (seg,)}
+    gcs = json.loads(jvm_plan(RemoteRead("gs://bucket/prefix", {}, segments)))
+    assert gcs["store"] == "none" and "gs://" in gcs["reason"]
+    bad = {"region": "us-east-1", "client_options": {"timeout": "not a duration"}}
+    unsigned = json.loads(jvm_plan(RemoteRead("s3://bucket/prefix", bad, segments)))
+    assert unsigned["store"] == "none" and unsigned["reason"].startswith("cannot presign GET URLs")
+    tiered = json.loads(jvm_plan(RemoteRead("s3://bucket/prefix", {}, segments, {(TOPIC, 0): 10})))
+    assert tiered["store"] == "none" and "tiered log directory" in tiered["reason"]
+    signed = json.loads(
+        jvm_plan(
+            RemoteRead(
+                "s3://bucket/prefix",
+                {"region": "us-east-1", "access_key_id": "a", "secret_access_key": "b"},
+                segments,
+            )
+        )
+    )
+    assert signed["store"] == "signed" and signed["expirySeconds"] == 3600
+    assert signed["segments"] == [
+        [TOPIC, 0, [[0, 10, 100, TS0, seg.key, signed["segments"][0][2][0][5], None, None, 0]]]
+    ]
+    assert "X-Amz-Expires=3600" in signed["segments"][0][2][0][5]
