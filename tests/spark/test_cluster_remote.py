@@ -76,8 +76,9 @@ WRITER = textwrap.dedent(
 
 DRIVER = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, sys, time
     from pyspark.sql import SparkSession, functions as F
+    started = time.monotonic()
     master, s3_url, s3_options, file_url, hidden, out_dir, checkpoint, jvm_path = sys.argv[1:9]
     builder = (SparkSession.builder.master(master).appName("pylog-cluster-remote-test")
                .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
@@ -94,7 +95,8 @@ DRIVER = textwrap.dedent(
         listing = sorted(os.listdir(parent)) if os.path.isdir(parent) else None
         yield [os.getpid(), os.path.exists(hidden), listing]
 
-    out = {"driver_pid": os.getpid(), "probe": spark.sparkContext.parallelize(range(4), 4).mapPartitions(probe).collect()}
+    timings = {"session": time.monotonic() - started}
+    out = {"timings": timings, "driver_pid": os.getpid(), "probe": spark.sparkContext.parallelize(range(4), 4).mapPartitions(probe).collect()}
 
     def summary(df):
         per = df.groupBy("partition").agg(F.count("*"), F.min("offset"), F.max("offset"), F.sum("offset"))
@@ -114,7 +116,9 @@ DRIVER = textwrap.dedent(
         for name, url, options in stores:
             df = (spark.read.format("pylog").options(**options).option("subscribe", "events")
                   .option("minPartitions", 4).load(url))
+            t = time.monotonic()
             out[name + "_" + reader] = summary(df)
+            timings[name + "_" + reader] = time.monotonic() - t
             out[name + "_" + reader + "_plan"] = df._jdf.queryExecution().executedPlan().toString()
 
     query = (spark.readStream.format("pylog").options(**stores[0][2]).option("subscribe", "events")
@@ -122,7 +126,9 @@ DRIVER = textwrap.dedent(
              .selectExpr("partition", "offset", "key", "value")
              .writeStream.format("parquet").option("path", out_dir).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
+    t = time.monotonic()
     query.awaitTermination()
+    timings["stream"] = time.monotonic() - t
     out["stream_batches"] = [p["numInputRows"] for p in query.recentProgress]
     out["probe_after"] = spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()
     print(json.dumps(out))
@@ -247,6 +253,7 @@ def test_a_cluster_that_cannot_see_the_log_directory_reads_its_object_store(
             os.rename(away, log_dir)
     assert r.returncode == 0, r.stderr[-4000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
+    print("driver seconds:", {k: round(v, 1) for k, v in out["timings"].items()})
 
     # the executors run in other processes and see nothing at the writer's directory
     for pid, exists, listing in out["probe"] + out["probe_after"]:
