@@ -11,8 +11,11 @@ but does not check their signature or expiry: a refused URL is a 403 the proxy i
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +32,7 @@ from pylog.spark import jvm
 from pylog.spark.reader import PylogReader
 from pylog.spark.remote import PRESIGN_KEY, RemoteRead, jvm_plan, open_store
 from pylog.spark.source import read_options
-from pylog.tiered.manifest import read_manifest
+from pylog.tiered.manifest import publish_manifest, read_manifest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fault"))
 from fault_proxy import FaultProxy, Rule
@@ -286,32 +289,84 @@ def test_a_bit_flip_in_a_remote_object_is_a_corrupt_record_error_naming_it(
     assert key in str(e.value)
 
 
-def _drop(st: Store, key: str) -> None:
-    """The object is gone when tasks read it, though the manifest the query pins still names it."""
-    if st.proxy is None:
-        Path(st.url.removeprefix("file://"), key).unlink()
-    else:
-        st.proxy.add(Rule(method="GET", path=key.replace(".", r"\.") + "$", times=None, status=404))
-
-
-def test_an_object_gone_after_planning_follows_fail_on_data_loss(spark: Any, own_store: Store) -> None:
-    manifest, _ = read_manifest(open_store(own_store.url, own_store.options), TOPIC, 2)
+def _drop_while_read(st: Store, partition: int, run: Any) -> tuple[Any, dict[str, Any]]:
+    """Run ``run()`` (a Spark query) in a thread; when its task asks the store for the partition's first
+    segment, remote retention drops that segment (a manifest version without it is published, then the
+    object deleted) and the request goes on. The segment and ``{"rows": ...}`` or ``{"error": ...}``."""
+    assert st.proxy is not None
+    objects = open_store(st.url, st.options)
+    manifest, _ = read_manifest(objects, TOPIC, partition)
     assert manifest is not None
-    gone = manifest.segments[1]
-    _drop(own_store, gone.key)
-    df = _read(spark, own_store)
+    first = manifest.segments[0]
+    release = threading.Event()
+    path = re.escape(first.key) + "$"
+    st.proxy.add(Rule(method="GET", path=path, times=1, hold=release))
+    result: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            result["rows"] = run()
+        except Exception as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    try:
+        for _ in range(1200):  # the task's request is held (not a timing assumption: up to a minute)
+            if st.proxy.seen("GET", path) or not thread.is_alive():
+                break
+            time.sleep(0.05)
+        assert st.proxy.seen("GET", path), "the query never read the segment"
+        assert publish_manifest(
+            objects, replace(manifest, segments=manifest.segments[1:]), manifest.version + 1
+        )
+        objects.delete(first.key)
+    finally:
+        release.set()
+        thread.join(120)
+    return first, result
+
+
+def test_a_segment_dropped_after_planning_follows_fail_on_data_loss(
+    spark: Any, moto_s3: tuple[str, dict[str, Any]], proxy: FaultProxy, tmp_path: Path
+) -> None:
+    st = _s3(moto_s3, proxy, "jvm-dropped", tmp_path)
+    df = _read(spark, st).select("partition", "offset")
     assert _on_jvm(df)
-    with pytest.raises(Exception, match=r"pylog\.errors\.OffsetOutOfRangeError: data loss") as e:
-        df.count()
-    assert gone.key in str(e.value) and "failOnDataLoss=false" in str(e.value)
-    lenient = _read(spark, own_store, failOnDataLoss="false").select("partition", "offset")
-    assert _on_jvm(lenient)
+    gone, result = _drop_while_read(st, 2, df.collect)
+    error = str(result.get("error"))
+    assert "pylog.errors.OffsetOutOfRangeError: data loss" in error and gone.key in error, result
+    assert "failOnDataLoss=false" in error
+    lenient = _read(spark, st, failOnDataLoss="false").select("partition", "offset")
+    gone, result = _drop_while_read(st, 2, lenient.collect)  # the next segment, the first one now
+    assert "rows" in result, result
     want = [
         (r[0], r[1])
-        for r in own_store.model
-        if not (r[0] == 2 and gone.base_offset <= r[1] < gone.next_offset)
+        for r in st.model
+        if not (r[0] == 2 and r[1] < gone.next_offset)  # the earlier segment was dropped before planning
     ]
-    assert sorted(tuple(r) for r in lenient.collect()) == want
+    assert sorted(tuple(r) for r in result["rows"]) == want
+
+
+def test_an_object_missing_while_its_manifest_names_it_is_never_skipped(spark: Any, tmp_path: Path) -> None:
+    """No manifest was published after the pinned one: a missing object is the store's failure, not
+    retention, on both paths and whatever failOnDataLoss says."""
+    st = _file(tmp_path)
+    key = _segment_keys(st, 1)[2]
+    Path(st.url.removeprefix("file://"), key).unlink()
+    df = _read(spark, st, failOnDataLoss="false")
+    assert _on_jvm(df)
+    with pytest.raises(
+        Exception, match=r"pylog\.errors\.RemoteStorageError: remote segment .* still names it"
+    ) as e:
+        df.count()
+    assert key in str(e.value)
+    spark.conf.set(jvm.ENABLED, "false")
+    try:
+        with pytest.raises(Exception, match="RemoteStorageError"):
+            _read(spark, st, failOnDataLoss="false").count()
+    finally:
+        spark.conf.unset(jvm.ENABLED)
 
 
 def test_transient_failures_are_retried(
@@ -360,6 +415,13 @@ def test_the_plan_carries_presigned_urls_and_no_credentials(store: Store) -> Non
     plan = json.loads(jvm_plan(remote))
     segs = [s for tp in plan["segments"] for s in tp[2]]
     assert segs and plan["expirySeconds"] == 900
+    for topic, partition, _, next_key, next_url in plan["segments"]:  # the version after the pinned one
+        manifest, _ = read_manifest(open_store(store.url, store.options), topic, partition)
+        assert (
+            manifest is not None
+            and next_key == f"{topic}/{partition}/manifest/{manifest.version + 1:020d}.json"
+        )
+        assert (next_url is None) == (store.proxy is None)
     if store.proxy is None:
         assert plan["store"] == "file" and all(s[5] is None for s in segs)
         assert Path(plan["root"], segs[0][4]).is_file()
@@ -482,6 +544,6 @@ def test_stores_the_jvm_reader_cannot_read_say_why() -> None:
     )
     assert signed["store"] == "signed" and signed["expirySeconds"] == 3600
     assert signed["segments"] == [
-        [TOPIC, 0, [[0, 10, 100, TS0, seg.key, signed["segments"][0][2][0][5], None, None, 0]]]
+        [TOPIC, 0, [[0, 10, 100, TS0, seg.key, signed["segments"][0][2][0][5], None, None, 0]], None, None]
     ]
     assert "X-Amz-Expires=3600" in signed["segments"][0][2][0][5]

@@ -61,7 +61,7 @@ from pylog.partition.remote import offset_for_time, read_raw, segment_at
 from pylog.partition.visibility import is_skipped
 from pylog.record import DecodedBatch, decode_batch, decode_header
 from pylog.tiered.fetch import RemoteCache, RemotePartition
-from pylog.tiered.manifest import PartitionManifest, RemoteSegment, read_manifest, remote_topics
+from pylog.tiered.manifest import PartitionManifest, RemoteSegment, manifest_key, read_manifest, remote_topics
 from pylog.tiered.store import ObjectStore
 
 if TYPE_CHECKING:
@@ -221,6 +221,8 @@ class RemoteRead:
     options: dict[str, Any]
     segments: dict[tuple[str, int], tuple[RemoteSegment, ...]] = field(default_factory=dict)
     local_starts: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: the version of the manifest each partition's segments were pinned from (a URL read)
+    versions: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # pickled on the driver when its partitions are planned: the JVM reader finds its plan here
@@ -230,6 +232,7 @@ class RemoteRead:
             self.options,
             self.segments,
             self.local_starts,
+            self.versions,
         )
 
 
@@ -239,9 +242,10 @@ def _restore_remote_read(
     options: dict[str, Any],
     segments: dict[tuple[str, int], tuple[RemoteSegment, ...]],
     local_starts: dict[tuple[str, int], int],
+    versions: dict[tuple[str, int], int],
 ) -> RemoteRead:
     """Unpickles a :class:`RemoteRead` (``jvm`` is for pylog's JVM reader, see :func:`jvm_plan`)."""
-    return RemoteRead(url, options, segments, local_starts)
+    return RemoteRead(url, options, segments, local_starts, versions)
 
 
 #: JVM reader schemes: a ``file://`` store is read as files, these through URLs the driver signs.
@@ -254,19 +258,28 @@ def jvm_plan(remote: RemoteRead) -> str:
 
         {"store": "file" | "signed" | "none", "root": str, "reason": str, "expirySeconds": int,
          "segments": [[topic, partition, [[base, next, size, max_timestamp, key, url, index_key,
-                       index_url, index_size], ...]], ...]}
+                       index_url, index_size], ...], next_manifest_key, next_manifest_url], ...]}
 
     ``file``: the objects are the files ``root/key`` (``url``/``index_url`` null). ``signed``: ``url`` and
     ``index_url`` are presigned GET URLs (``obstore.sign``, valid for ``expirySeconds``, the reader option
     ``remoteStorage.presignExpirySeconds``), so the store's credentials stay on the driver. ``none``: the
     JVM reader cannot read this store (``reason`` says why; the task fails with it). ``index_key``,
     ``index_url`` and ``index_size`` are null/0 when the segment has no index object (the index is only a
-    hint)."""
+    hint). ``next_manifest_key`` is the manifest version after the pinned one (null when unknown): a pinned
+    object that is gone is data loss when that version exists (remote retention publishes a manifest
+    without a segment before deleting it), else a ``RemoteStorageError`` (missing while the newest manifest
+    names it), as the Python path tells them apart."""
     parsed = urllib.parse.urlparse(remote.url)
     expiry = int(remote.options.get(PRESIGN_KEY, DEFAULT_PRESIGN_EXPIRY_S))
     plan: dict[str, Any] = {"store": "none", "root": "", "reason": "", "expirySeconds": expiry}
     urls: dict[str, str] = {}
+    next_manifests = {
+        tp: manifest_key(tp[0], tp[1], remote.versions[tp] + 1)
+        for tp in remote.segments
+        if tp in remote.versions
+    }
     keys = [k for segs in remote.segments.values() for s in segs for k in _object_keys(s)]
+    keys += list(next_manifests.values())
     if remote.local_starts:
         plan["reason"] = "a tiered log directory's remote segments are read on the Python path"
     elif parsed.scheme == "file":
@@ -298,6 +311,8 @@ def jvm_plan(remote: RemoteRead) -> str:
                 ]
                 for s in segs
             ],
+            next_manifests.get((topic, partition)),
+            urls.get(next_manifests.get((topic, partition), "")),
         ]
         for (topic, partition), segs in sorted(remote.segments.items())
     ]
@@ -348,7 +363,9 @@ class RemoteLog:
     def partition(self, topic: str, partition: int) -> RemotePartitionView:
         """The partition as its newest valid manifest names it now (none yet: an empty partition at 0)."""
         manifest, _ = read_manifest(self.store, topic, partition)
-        return RemotePartitionView(self, topic, partition, manifest.segments if manifest is not None else ())
+        if manifest is None:
+            return RemotePartitionView(self, topic, partition, ())
+        return RemotePartitionView(self, topic, partition, manifest.segments, manifest.version)
 
 
 class RemotePartitionView(PartitionReader):
@@ -360,7 +377,12 @@ class RemotePartitionView(PartitionReader):
     Thread-safety: immutable once built. Crash contract: reads only."""
 
     def __init__(
-        self, log: RemoteLog, topic: str, partition: int, segments: Sequence[RemoteSegment]
+        self,
+        log: RemoteLog,
+        topic: str,
+        partition: int,
+        segments: Sequence[RemoteSegment],
+        manifest_version: int = 0,
     ) -> None:  # no super().__init__(): there is no partition directory
         self.directory = f"{log.url.rstrip('/')}/{topic}/{partition}"
         self.topic = topic
@@ -368,6 +390,7 @@ class RemotePartitionView(PartitionReader):
         self.segments: list[SegmentFile] = []
         self._bases: list[int] = []
         self.remote_segments = tuple(segments)
+        self.manifest_version = manifest_version  # of the manifest naming remote_segments (0: none known)
         self._log = log
 
     @property
@@ -463,7 +486,12 @@ def pin(remote: RemoteRead | None, ranges: Sequence[OffsetRange], views: Iterabl
         keep = [s for s in segs if s.base_offset < r.end and s.next_offset > r.start]
         pinned[(r.topic, r.partition)] = _merged(pinned.get((r.topic, r.partition), ()), keep)
     starts = {tp: local_starts[tp] for tp in pinned if tp in local_starts}
-    return RemoteRead(remote.url, remote.options, pinned, starts)
+    versions = {
+        (v.topic, v.partition): v.manifest_version
+        for v in views
+        if isinstance(v, RemotePartitionView) and (v.topic, v.partition) in pinned
+    }
+    return RemoteRead(remote.url, remote.options, pinned, starts, versions)
 
 
 def _merged(*groups: Iterable[RemoteSegment]) -> tuple[RemoteSegment, ...]:

@@ -134,12 +134,23 @@ final class NativePartition implements InputPartition {
     final String root;
     final long expirySeconds;
     final java.util.Map<String, RemoteSeg[]> segments;
+    /**
+     * By {@code topic-partition}: {@code [key, url]} of the manifest version after the pinned one (url null
+     * for a {@code file://} store); absent when unknown.
+     */
+    final java.util.Map<String, String[]> nextManifests;
 
-    RemotePlan(String store, String root, long expirySeconds, java.util.Map<String, RemoteSeg[]> segments) {
+    RemotePlan(
+        String store,
+        String root,
+        long expirySeconds,
+        java.util.Map<String, RemoteSeg[]> segments,
+        java.util.Map<String, String[]> nextManifests) {
       this.store = store;
       this.root = root;
       this.expirySeconds = expirySeconds;
       this.segments = segments;
+      this.nextManifests = nextManifests;
     }
 
     boolean isFile() {

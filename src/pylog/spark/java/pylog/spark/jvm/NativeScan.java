@@ -113,7 +113,12 @@ final class NativeScan implements Scan, Batch {
           null);
     }
     Map<String, NativePartition.RemoteSeg[]> byPartition = new HashMap<>();
+    Map<String, String[]> nextManifests = new HashMap<>();
     for (JsonNode tp : plan.get("segments")) {
+      String nextKey = text(tp.get(3));
+      if (nextKey != null) {
+        nextManifests.put(tp.get(0).asText() + "-" + tp.get(1).asInt(), new String[] {nextKey, text(tp.get(4))});
+      }
       JsonNode segs = tp.get(2);
       NativePartition.RemoteSeg[] out = new NativePartition.RemoteSeg[segs.size()];
       for (int i = 0; i < out.length; i++) {
@@ -133,7 +138,7 @@ final class NativeScan implements Scan, Batch {
       byPartition.put(tp.get(0).asText() + "-" + tp.get(1).asInt(), out);
     }
     return new NativePartition.RemotePlan(
-        store, plan.get("root").asText(), plan.get("expirySeconds").asLong(), byPartition);
+        store, plan.get("root").asText(), plan.get("expirySeconds").asLong(), byPartition, nextManifests);
   }
 
   private static String text(JsonNode n) {

@@ -361,8 +361,30 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     walk = new RemoteWalk(objects, seg, Math.max(start, seg.base));
   }
 
-  /** A pinned object that is not in the store when read: dropped by remote retention after planning. */
-  private void segmentGone(NativePartition.RemoteSeg seg) {
+  /**
+   * A pinned object that is not in the store when read: dropped by remote retention after planning (data
+   * loss) when a manifest version after the pinned one exists (retention publishes one without the segment
+   * before it deletes the segment); else it is missing while the newest manifest names it: a {@code
+   * RemoteStorageError}, never skipped, as on the Python path.
+   */
+  private void segmentGone(NativePartition.RemoteSeg seg) throws IOException {
+    String[] next = partition.remote.nextManifests.get(range.topic + "-" + range.partition);
+    boolean newer = true; // unknown: as before the check existed
+    if (next != null) {
+      try {
+        objects.read(next[0], next[1], 0, 1);
+      } catch (RemoteObjects.Gone g) {
+        newer = false;
+      }
+    }
+    if (!newer) {
+      throw new PylogReadException(
+          PylogReadException.REMOTE,
+          "remote segment " + seg.key + " of " + range.describe() + " is missing from the object store, "
+              + "though the newest manifest still names it (no manifest was published after the one this "
+              + "query pinned)",
+          null);
+    }
     String what = "(segment " + seg.key + ") were dropped from the object store";
     if (partition.failOnDataLoss) {
       throw lost(range, "offsets " + seg.base + ".." + (seg.next - 1) + " " + what
