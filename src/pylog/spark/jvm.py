@@ -16,7 +16,9 @@ Batch reads of a log in an object store by its URL are read here too (:mod:`pylo
 planning (``remoteStorage.presignExpirySeconds``, default 1 hour), read with ranged requests of
 ``java.net.http.HttpClient``: no credentials and no S3 library on the executors. Transient failures (5xx, a
 reset connection, a body cut short) are retried 5 times; a refused URL (403: expired) is a
-``pylog.errors.RemoteStorageError:`` saying to raise the expiry or re-run; a missing object is data loss.
+``pylog.errors.RemoteStorageError:`` saying to raise the expiry or re-run; a missing object is data loss
+when a manifest version after the pinned one exists (remote retention dropped it), else a
+``RemoteStorageError``.
 Other schemes (``gs://``, ``az://``) and stores read with ``skip_signature`` stay on the Python path. The runtime setting
 ``spark.pylog.native.enabled=false`` turns it off for a session. ``kafka.isolation.level=read_committed``
 gives the same rows on both paths: the planner ends each range at the last stable offset and hands the JVM
