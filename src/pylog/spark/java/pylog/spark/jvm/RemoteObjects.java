@@ -27,7 +27,8 @@ import java.util.regex.Pattern;
  * Content-Range} and length are checked) is retried {@value #RETRIES} times with exponential backoff, then
  * is pylog's {@code RemoteStorageError}; a refused URL (403: it expired, or its signature does not check)
  * is one at once, saying to raise {@code remoteStorage.presignExpirySeconds} or re-run the query. An
- * object that is not there (404, no such file) is {@link Gone}: data loss, as on the Python path.
+ * object that is not there (404, no such file) is {@link Gone} (the reader tells retention from a missing
+ * object by whether a newer manifest version exists).
  *
  * <p>Thread-safe (the HTTP client is shared by the JVM's tasks); reads only.
  */
