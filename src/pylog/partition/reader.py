@@ -164,6 +164,10 @@ class SegmentFile:
         return memoryview(m)
 
 
+_BEFORE_FIRST_SEGMENT = frozenset({files.STATE})
+"""What a partition directory may hold before its first segment file exists (nothing published yet)."""
+
+
 class PartitionReader:
     """The published segments of the partition in ``directory`` at the time the reader was built."""
 
@@ -189,8 +193,9 @@ class PartitionReader:
 
     def _list(self, state: Snapshot | None) -> list[SegmentFile]:
         bases = list_segments(self.directory, None if state is None else state.active_base_offset)
-        if not bases and state is None and not os.listdir(self.directory):
-            # a partition nobody has used yet: pylog creates its files on first use
+        if not bases and state is None and set(os.listdir(self.directory)) <= _BEFORE_FIRST_SEGMENT:
+            # a partition nobody has used yet: pylog creates its files on first use, the state file (still
+            # unpublished) before the first segment, so a reader between the two sees an empty partition
             return [SegmentFile(files.segment_path(self.directory, 0, files.LOG), 0, 0, 0, False)]
         if not bases:
             raise CorruptRecordError(f"{self.directory}: no segment files", path=self.directory)

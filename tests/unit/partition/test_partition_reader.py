@@ -161,3 +161,19 @@ def test_live_segments_are_logs_without_a_temporary_suffix(tmp_path: os.PathLike
     assert list_segments(directory) == [0, 7, 30]
     assert list_segments(directory, up_to=7) == [0, 7]
     assert files.live_segment_bases(map(os.path.basename, names), 29) == [0, 7]
+
+
+def test_a_partition_being_created_reads_as_empty_and_one_without_segments_is_corrupt(
+    tmp_path: os.PathLike[str],
+) -> None:
+    directory = os.path.join(os.fspath(tmp_path), "t-0")
+    os.mkdir(directory)
+    state = PartitionState(os.path.join(directory, files.STATE))  # first use creates it before any segment
+    try:
+        reader = PartitionReader(directory, "t", 0)
+        assert (reader.log_start_offset, reader.log_end_offset) == (0, 0)
+        open(os.path.join(directory, files.CHECKPOINT), "wb").close()  # only written after a segment exists
+        with pytest.raises(CorruptRecordError, match="no segment files"):
+            PartitionReader(directory, "t", 0)
+    finally:
+        state.close()
