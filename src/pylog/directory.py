@@ -165,6 +165,10 @@ class LogDirectory:
         self.remote_segments = remote_segments
         self._standalone = remote_manifest is not None
         self.path = os.fspath(path) if self._standalone else os.path.abspath(os.fspath(path))
+        #: where consumer groups keep their files (``<groups_root>/__groups/``, :mod:`pylog.groups.store`):
+        #: the log directory itself; None for a log read from an object store, unless the facade sets the
+        #: local directory its groups use (``groups_dir``, :mod:`pylog.groups.replica`)
+        self.groups_root: str | None = None if self._standalone else self.path
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.defaults = TopicConfig.from_dict(defaults)
         self.map_cache = MapCache(max_open_maps)

@@ -19,6 +19,8 @@ from pylog.directory import LogDirectory, repair, validate_topic_name
 from pylog.errors import ConfigError, IllegalStateError, ReadOnlyLogError
 from pylog.groups import admin
 from pylog.groups.admin import GroupDescription
+from pylog.groups.replica import open_groups_dir
+from pylog.groups.store import groups_root
 from pylog.idempotent import IdempotentProducer
 from pylog.producer import Producer
 from pylog.structs import OffsetAndMetadata, TopicPartition
@@ -45,7 +47,9 @@ class Log(LogDirectory):
     ``remote_storage_options`` its client options (see :mod:`pylog.tiered.store`); :meth:`tier` uses them,
     and reads of tiered topics below the local log start go there, through a cache of at most
     ``remote_cache_bytes`` (:mod:`pylog.tiered.fetch`). A ``path`` that is itself an object-store URL opens
-    the log read-only from the object store, with no local directory (``read_only=True`` is required).
+    the log read-only from the object store, with no local directory (``read_only=True`` is required); its
+    consumer groups then keep their files in ``groups_dir``, a local directory shared by the group's processes
+    (:mod:`pylog.groups.replica`; without it, ``group_id`` is refused).
 
     A writable log with a ``remote_storage`` runs one background thread that tiers its enabled topics every
     ``remote_log_manager_task_interval_ms`` (Kafka's ``remote.log.manager.task.interval.ms``, 30 s; -1: no
@@ -61,6 +65,7 @@ class Log(LogDirectory):
         remote_storage_options: dict[str, Any] | None = None,
         remote_cache_bytes: int = DEFAULT_CACHE_BYTES,
         remote_log_manager_task_interval_ms: int = DEFAULT_INTERVAL_MS,
+        groups_dir: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
         check_interval(remote_log_manager_task_interval_ms)
@@ -77,6 +82,14 @@ class Log(LogDirectory):
             if remote_storage not in (None, url):
                 raise ConfigError(f"remote_storage={remote_storage!r} differs from the URL opened ({url})")
             remote_storage = url
+        if groups_dir is not None and url is None:
+            raise ConfigError(
+                "groups_dir is for a log opened from an object store (pylog.open(url, read_only=True, "
+                "groups_dir=...)); a log directory keeps its consumer groups in itself"
+            )
+        replica_root = (
+            open_groups_dir(groups_dir, url) if groups_dir is not None and url is not None else None
+        )
         self.remote_storage = remote_storage
         self.remote_storage_options = dict(remote_storage_options or {})
         self.remote_cache_bytes = remote_cache_bytes
@@ -92,6 +105,8 @@ class Log(LogDirectory):
             remote_manifest=manifest,
             **kwargs,
         )
+        if replica_root is not None:
+            self.groups_root = replica_root
         if remote_storage is not None and url is None and not self.read_only:
             self._start_manager(remote_storage, remote_log_manager_task_interval_ms)
 
@@ -156,8 +171,8 @@ class Log(LogDirectory):
     def consumer(self, *topics: str, **config: Any) -> Consumer:
         """A :class:`~pylog.consumer.Consumer` reading from this log."""
         self.check_open()
-        if self.read_only and config.get("group_id") is not None:
-            self.check_writable("join a consumer group (it commits offsets); read without group_id")
+        if config.get("group_id") is not None:
+            self._check_groups_writable("join a consumer group (it commits offsets); read without group_id")
         return Consumer(self, *topics, **config)
 
     def delete_topic(self, name: str) -> None:
@@ -232,6 +247,22 @@ class Log(LogDirectory):
 
     # -- consumer groups --------------------------------------------------------------------------------
 
+    @property
+    def replica_groups(self) -> bool:
+        """True for a log read from an object store whose consumer groups live in a local ``groups_dir``."""
+        return self.remote_storage == self.path and self.groups_root is not None
+
+    def _check_groups_writable(self, what: str) -> None:
+        """Group changes need a writable log directory, or the ``groups_dir`` of a log read from an object
+        store (the log itself stays read-only)."""
+        if self.replica_groups:
+            self.check_open()
+        elif self.remote_storage == self.path:
+            self.check_open()
+            groups_root(self)  # raises ReadOnlyLogError naming groups_dir
+        else:
+            self.check_writable(what)
+
     def list_groups(self) -> list[str]:
         """Ids of the consumer groups of this log, sorted."""
         self.check_open()
@@ -254,12 +285,12 @@ class Log(LogDirectory):
 
     def reset_group_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         """Set a group's committed offsets; the group must have no live members."""
-        self.check_writable("reset group offsets")
+        self._check_groups_writable("reset group offsets")
         admin.reset_group_offsets(self, group_id, offsets)
 
     def delete_group(self, group_id: str) -> None:
         """Delete a group and its committed offsets; the group must have no live members."""
-        self.check_writable("delete a group")
+        self._check_groups_writable("delete a group")
         admin.delete_group(self, group_id)
 
 
@@ -272,14 +303,20 @@ def open_log(
     remote_storage_options: dict[str, Any] | None = None,
     remote_cache_bytes: int = DEFAULT_CACHE_BYTES,
     remote_log_manager_task_interval_ms: int = DEFAULT_INTERVAL_MS,
+    groups_dir: str | os.PathLike[str] | None = None,
     **defaults: Any,
 ) -> Log:
     """Open (creating if needed) the log directory at ``path``. ``defaults`` are topic config defaults.
     ``remote_storage`` (an object-store URL) and its ``remote_storage_options`` are for :meth:`Log.tier` and
     for reads of tiered segments (through a cache of at most ``remote_cache_bytes``). ``path`` may be an
     object-store URL itself, with ``read_only=True``: the log is then read from the object store alone (the
-    topics and partitions its remote manifests name), with no local directory; consumers without a group
-    read it (``assign``, ``seek``, ``poll``). A writable log with ``remote_storage`` tiers its enabled topics
+    topics and partitions its remote manifests name), with no local directory; consumers read it (``assign``,
+    ``seek``, ``poll``), and with ``groups_dir`` (a local directory, created if new; the processes of a group
+    give the same one) consumers with a ``group_id`` too: joins, rebalances, commits, ``describe_group``,
+    ``group_lag`` against the log end offsets seen in the store, ``reset_group_offsets``, ``delete_group``, as
+    on a log directory. ``groups_dir`` records the URL it serves and refuses another one, a log directory and
+    a directory holding anything else (:class:`~pylog.errors.ConfigError`), and one this process cannot write
+    (:class:`~pylog.errors.ReadOnlyLogError`). A writable log with ``remote_storage`` tiers its enabled topics
     from a background thread every ``remote_log_manager_task_interval_ms`` (default 30000; -1: none), and
     records the URL in the directory: a later open without ``remote_storage`` uses it (not the options).
 
@@ -294,6 +331,7 @@ def open_log(
         remote_storage_options=remote_storage_options,
         remote_cache_bytes=remote_cache_bytes,
         remote_log_manager_task_interval_ms=remote_log_manager_task_interval_ms,
+        groups_dir=groups_dir,
         **defaults,
     )
 

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from pylog.errors import ConfigError, GroupNotEmptyError, InvalidOffsetError, UnknownGroupError
 from pylog.groups import coordinator
-from pylog.groups.store import GroupStore, group_ids, partitions_of, to_topic_partition, validate_group_id
+from pylog.groups.store import (
+    GroupStore,
+    group_ids,
+    groups_root,
+    partitions_of,
+    to_topic_partition,
+    validate_group_id,
+)
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -47,14 +54,15 @@ class GroupDescription:
 
 
 def list_groups(log: LogDirectory) -> list[str]:
-    return group_ids(log.path)
+    return group_ids(groups_root(log))
 
 
 def _store(log: LogDirectory, group_id: str) -> GroupStore:
     validate_group_id(group_id)
-    if group_id not in group_ids(log.path):
+    root = groups_root(log)
+    if group_id not in group_ids(root):
         raise UnknownGroupError(f"unknown consumer group {group_id!r}")
-    return GroupStore(log.path, group_id, create=False)
+    return GroupStore(root, group_id, create=False)
 
 
 def _live_state(log: LogDirectory, store: GroupStore) -> dict[str, Any]:
@@ -132,7 +140,7 @@ def reset_group_offsets(log: LogDirectory, group_id: str, offsets: dict[TopicPar
                 f"offset {offset} for {tp} is outside [{plog.log_start_offset}, {plog.log_end_offset}]"
             )
         entries.append((tp.topic, tp.partition, offset, ""))
-    store = GroupStore(log.path, group_id)
+    store = GroupStore(groups_root(log), group_id)
     try:
         with store.lock():
             state = _live_state(log, store)
@@ -201,7 +209,7 @@ def stage_transactional_offsets(
         ):
             raise InvalidOffsetError(f"offset {om.offset!r} for {tp} is outside [0, {plog.log_end_offset}]")
         entries.append((tp.topic, tp.partition, om.offset, om.metadata))
-    store = GroupStore(log.path, group_id)
+    store = GroupStore(groups_root(log), group_id)
     try:
         with store.lock(shared=True):
             generation = store.state_view()["generation"]

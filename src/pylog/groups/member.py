@@ -58,7 +58,7 @@ from pylog.errors import (
 from pylog.groups import coordinator, ticker
 from pylog.groups.assignors import Assignor
 from pylog.groups.liveness import Slot, member_tag
-from pylog.groups.store import GroupStore, partitions_of, to_topic_partition
+from pylog.groups.store import GroupStore, groups_root, partitions_of, to_topic_partition
 from pylog.structs import OffsetAndMetadata, TopicPartition
 from pylog.subscription import Subscription
 
@@ -94,7 +94,7 @@ class GroupMember:
         self.log = log
         self.clock = log.clock
         self.subscription = subscription
-        self.store = GroupStore(log.path, group_id)
+        self.store = GroupStore(groups_root(log), group_id)
         self.group_id = group_id
         self.member_id: str | None = None
         self.generation = -1

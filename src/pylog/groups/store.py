@@ -1,6 +1,7 @@
 """A consumer group's files: its membership state, heartbeats and committed offsets, shared by every process.
 
-Layout, one directory per group under the log root::
+Layout, one directory per group under the log root (or, for a log read from an object store, under its
+``groups_dir``: :mod:`pylog.groups.replica`)::
 
     __groups/
         g-<group id, percent-encoded>/
@@ -72,17 +73,26 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import msgpack
 
 from pylog import fs, journal
-from pylog.errors import ConfigError, CorruptRecordError, InvalidOffsetError, UnsupportedFormatError
+from pylog.errors import (
+    ConfigError,
+    CorruptRecordError,
+    InvalidOffsetError,
+    ReadOnlyLogError,
+    UnsupportedFormatError,
+)
 from pylog.groups.liveness import HeartbeatTable, Slot, member_tag
 from pylog.record import crc32c
 from pylog.structs import OffsetAndMetadata, TopicPartition
 from pylog.transactions import TxnLog
+
+if TYPE_CHECKING:
+    from pylog.directory import LogDirectory
 
 __all__ = [
     "GROUPS_DIR",
@@ -90,6 +100,7 @@ __all__ = [
     "PendingSync",
     "compact_partitions",
     "group_ids",
+    "groups_root",
     "partitions_of",
     "to_topic_partition",
     "validate_group_id",
@@ -140,6 +151,20 @@ def compact_partitions(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
 def partitions_of(compact: Mapping[str, Iterable[int]]) -> set[TopicPartition]:
     """The set of partitions of a ``{topic: [partition, ...]}`` map."""
     return {TopicPartition(topic, p) for topic, ps in compact.items() for p in ps}
+
+
+def groups_root(log: LogDirectory) -> str:
+    """The directory holding ``log``'s groups (``log.groups_root``): the log directory itself, or the
+    ``groups_dir`` of a log read from an object store (:mod:`pylog.groups.replica`). Such a log opened without
+    one has none: :class:`~pylog.errors.ReadOnlyLogError`, naming the option."""
+    root = log.groups_root
+    if root is None:
+        raise ReadOnlyLogError(
+            f"the log at {log.path} is read from an object store and has no local directory for consumer groups "
+            "(their membership and committed offsets): open it with groups_dir=<a local directory>, shared by "
+            "the processes of the group, or read without group_id"
+        )
+    return root
 
 
 def _dirname(group_id: str) -> str:
