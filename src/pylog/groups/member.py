@@ -5,7 +5,7 @@ shares with it one :class:`~pylog.subscription.Subscription`: the member reads t
 rebalance listener from it, changes its assignment (:meth:`~pylog.subscription.Subscription.assign`) and
 commits its positions (:meth:`~pylog.subscription.Subscription.consumed_positions`); it knows nothing else of
 the consumer. Members in the same process and members in other processes that opened the same log
-directory are the same thing to the group: they meet in the group's files (:mod:`pylog.groups.store`) and
+directory (or the same object-store URL with the same ``groups_dir``) are the same thing to the group: they meet in the group's files (:mod:`pylog.groups.store`) and
 move the group forward with the functions of :mod:`pylog.groups.coordinator`.
 
 Two threads touch a member:

@@ -108,7 +108,7 @@ def open_groups_dir(groups_dir: object, url: str) -> str:
             pass  # created by another process meanwhile: checked below
         else:
             fs.FS.fsync_dir(parent)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # one check-and-record at a time (threads and processes)
         _check_and_record(path, url)
