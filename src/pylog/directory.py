@@ -181,6 +181,7 @@ class LogDirectory:
         self._fork_generation = FORK_GENERATION[0]
         self.recovery: dict[str, RecoveryReport] = {}
         self._txn_log: TxnLog | None = None
+        self._txn_reader: TxnDecisions | None = None  # read_committed reads of a read-only directory
         self._next_manifest_check = 0.0
         self._producers: weakref.WeakSet[Closeable] = weakref.WeakSet()
         self.session = 0
@@ -707,9 +708,17 @@ class LogDirectory:
 
     def txn_decisions(self) -> TxnDecisions:
         """What ``read_committed`` readers ask for transaction outcomes: this directory's
-        :meth:`transactions` (which also aborts the transactions past their timeout). A log read from an
-        object store (:class:`pylog.Log` opened by URL) answers from the store's copy of the decisions."""
-        return self.transactions()
+        :meth:`transactions` (which also aborts the transactions past their timeout). A read-only directory
+        answers from ``decisions.log`` without writing (:class:`~pylog.transactions.TxnDecisions`: a
+        transaction past its timeout stays open, and readers stop before it, until a writer aborts it). A log
+        read from an object store (:class:`pylog.Log` opened by URL) answers from the store's copy of the
+        decisions."""
+        if not self.read_only:
+            return self.transactions()
+        with self._lock:
+            if self._txn_reader is None:
+                self._txn_reader = TxnDecisions(self.path)
+            return self._txn_reader
 
     # -- maintenance ------------------------------------------------------------------------------------
 

@@ -41,8 +41,10 @@ def test_read_committed_sees_exactly_the_committed_and_plain_records(
     tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, int, bool]], leave_open: bool
 ) -> None:
     """Model: committed transactions and plain records are visible, in log order, up to the first open
-    transaction; aborted ones never are; read_uncommitted sees everything."""
-    with pylog.open(tmp_path_factory.mktemp("txn")) as log:
+    transaction; aborted ones never are; read_uncommitted sees everything. A read-only open of the directory
+    sees the same."""
+    root = tmp_path_factory.mktemp("txn")
+    with pylog.open(root) as log:
         log.create_topic("out")
         tx = log.producer(transactional_id="tx")
         tx.init_transactions()
@@ -79,6 +81,9 @@ def test_read_committed_sees_exactly_the_committed_and_plain_records(
             everything += [-1, -2]
         assert _values(log, "out", "read_committed") == visible
         assert _values(log, "out", "read_uncommitted") == everything
+        with pylog.open(root, read_only=True) as reader:  # reads the decisions without writing
+            assert _values(reader, "out", "read_committed") == visible
+            assert _values(reader, "out", "read_uncommitted") == everything
         if leave_open:
             tx.abort_transaction()
             assert _values(log, "out", "read_committed") == [*visible, -2]
