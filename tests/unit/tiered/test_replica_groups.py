@@ -149,8 +149,9 @@ def groups_dir(tmp_path: Path) -> Path:
 # -- members share the partitions ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
 def test_three_members_split_the_partitions_and_read_each_record_once_across_a_leave(
-    tmp_path: Path, groups_dir: Path
+    tmp_path: Path, groups_dir: Path, strategy: str
 ) -> None:
     remote = ((tmp_path / "remote").as_uri(), {})
     with _writer(tmp_path, remote) as log:
@@ -158,7 +159,7 @@ def test_three_members_split_the_partitions_and_read_each_record_once_across_a_l
     clock = ManualClock(TS0)
     seen: list[tuple[int, int, int]] = []
     with _replica(remote, groups_dir, clock=clock) as ro:
-        members = [_member(ro, max_poll_records=5)]
+        members = [_member(ro, max_poll_records=5, partition_assignment_strategy=strategy)]
         step = 0
         while len(seen) < len(model) and step < 5000:
             step += 1
@@ -167,7 +168,7 @@ def test_three_members_split_the_partitions_and_read_each_record_once_across_a_l
                 for tp, records in c.poll(timeout_ms=0).items():
                     seen.extend((tp.partition, r.offset, r.value) for r in records)
             if step in (5, 10):
-                members.append(_member(ro, max_poll_records=5))
+                members.append(_member(ro, max_poll_records=5, partition_assignment_strategy=strategy))
             if step == 12:
                 _settle(members, _balanced(members))  # three members, two partitions each
                 assert len(ro.describe_group("g").members) == 3
@@ -207,6 +208,10 @@ def test_two_members_in_threads_with_their_own_replicas_read_everything_once(
                 c = _member(ro, max_poll_records=20)
                 joined.wait(30)
                 deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:  # both hold partitions before reading (positions stay)
+                    c.poll(timeout_ms=20, max_records=1, update_offsets=False)
+                    if len(ro.describe_group("g").members) == 2 and c.assignment():
+                        break
                 while time.monotonic() < deadline:
                     batch = c.poll(timeout_ms=20)
                     for tp, records in batch.items():
@@ -323,8 +328,10 @@ def test_a_killed_member_process_is_expelled_and_its_partitions_move(
                 a.poll(timeout_ms=20, max_records=1, update_offsets=False)
             theirs = set(_journal(out)[0][1])
             assert theirs and len(ro.describe_group("g").members) == 2
+            while len(a.assignment()) + len(theirs) != PARTITIONS and time.monotonic() < deadline:
+                a.poll(timeout_ms=20, max_records=1, update_offsets=False)  # a adopts the latest assignment
             mine = {tp.partition for tp in a.assignment()}
-            assert mine and not mine & theirs
+            assert mine and not mine & theirs and len(mine | theirs) == PARTITIONS
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.communicate(timeout=30)
@@ -356,6 +363,7 @@ def test_committed_offsets_survive_reopening_and_lag_follows_the_replica_end(
             assert ro.group_lag("g") == {tp: ends[tp] - commit[tp] for tp in ends}
             assert ro.list_groups() == ["g"]
             c = _member(ro, commit_on_revoke=False, enable_auto_commit=True, auto_commit_interval_ms=1000)
+            assert {tp: c.committed(tp) for tp in _all()} == commit
             want = {k: v for k, v in model.items() if k[1] >= commit[TopicPartition("t", k[0])]}
             assert _read_until(c, len(want)) == want
 
