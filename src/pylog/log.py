@@ -248,14 +248,14 @@ class Log(LogDirectory):
     # -- consumer groups --------------------------------------------------------------------------------
 
     @property
-    def replica_groups(self) -> bool:
+    def _replica_groups(self) -> bool:
         """True for a log read from an object store whose consumer groups live in a local ``groups_dir``."""
         return self.remote_storage == self.path and self.groups_root is not None
 
     def _check_groups_writable(self, what: str) -> None:
         """Group changes need a writable log directory, or the ``groups_dir`` of a log read from an object
         store (the log itself stays read-only)."""
-        if self.replica_groups:
+        if self._replica_groups:
             self.check_open()
         elif self.remote_storage == self.path:
             self.check_open()
