@@ -666,7 +666,7 @@ class LogDirectory:
             clean_start=self.clean_start,
             read_only=self.read_only,
             recovery=self.recovery,
-            transactions=self.transactions,
+            txn_decisions=self.txn_decisions,
             remote=self.remote_segments,
         )
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pylog.partition.log import HandleBudget, RecoveryReport
     from pylog.partition.remote import RemoteSegments
     from pylog.partition.segment import MapCache
-    from pylog.transactions import TxnLog
+    from pylog.transactions import TxnDecisions
 
 __all__ = ["Topic", "TopicEnv"]
 
@@ -104,7 +104,9 @@ class TopicEnv:
     clean_start: bool  # the session started from a clean shutdown
     read_only: bool
     recovery: dict[str, RecoveryReport]  # filled in as partitions are opened: "topic-partition" -> report
-    transactions: Callable[[], TxnLog]  # the directory's transaction log, opened on first use
+    # the transaction decisions read_committed reads and compaction need: the directory's transaction log
+    # (opened on first use), or its decisions read without writing for a read-only log
+    txn_decisions: Callable[[], TxnDecisions]
     # tiered storage: (topic, partition, config) -> the partition's remote segments (None: not tiered)
     remote: Callable[[str, int, TopicConfig], RemoteSegments | None] | None = None
 
@@ -203,8 +205,9 @@ class Topic:
         ]
 
     def _txn_status(self, producer_id: int, producer_epoch: int, txn: int) -> str:
-        """The state of a transaction, for the cleaner: an open one past its timeout is aborted first."""
-        txns = self.env.transactions()
+        """The state of a transaction, for the cleaner and ``table(read_committed)``: an open one past its
+        timeout is aborted first (by a writable log; a read-only one answers from the decisions as they are)."""
+        txns = self.env.txn_decisions()
         status = str(txns.status(producer_id, producer_epoch, txn))
         if status == "open" and txns.abort_expired(self.env.clock.time_ms()):
             status = str(txns.status(producer_id, producer_epoch, txn))

@@ -312,3 +312,39 @@ def test_epoch_exhaustion_moves_to_a_new_producer_id(log: pylog.Log) -> None:
     new.commit_transaction()
     assert (new.producer_id, new.producer_epoch) == (pid1, 1)
     assert _values(log, "out", "read_committed") == ["new"]
+
+
+def test_table_read_committed_of_a_read_only_directory_equals_the_writers(tmp_path: Path) -> None:
+    """Model: the latest committed or plain value of each key; aborted and still-open writes are not in it."""
+    root = tmp_path / "log"
+    model: dict[bytes, int] = {}
+    with pylog.open(root) as log:
+        log.create_topic("kv", 2)
+        tx = log.producer(transactional_id="kv")
+        tx.init_transactions()
+        plain = log.producer()
+        rng = random.Random(7)
+        for step in range(30):
+            key = f"k{rng.randrange(8)}".encode()
+            kind = rng.choice(["commit", "abort", "plain"])
+            if kind == "plain":
+                plain.send("kv", step, key=key).get()
+                model[key] = step
+                continue
+            tx.begin_transaction()
+            tx.send("kv", step, key=key)
+            if kind == "commit":
+                tx.commit_transaction()
+                model[key] = step
+            else:
+                tx.abort_transaction()
+        assert log.topic("kv").table(isolation_level="read_committed") == model
+        tx.begin_transaction()
+        tx.send("kv", -1, key=b"open")
+        tx.flush()  # open: not in the committed view
+        with pylog.open(root, read_only=True) as reader:
+            assert reader.topic("kv").table(isolation_level="read_committed") == model
+        assert log.topic("kv").table(isolation_level="read_committed") == model
+        tx.abort_transaction()
+        plain.close()
+        tx.close()

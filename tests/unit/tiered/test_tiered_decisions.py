@@ -436,3 +436,35 @@ def test_a_lost_answer_of_a_decisions_put_is_not_a_failed_upload(tmp_path: Path)
         assert _rows(log) == model.read_committed()
     with pylog.open(url, read_only=True, clock=ManualClock(TS0)) as ro:
         assert _rows(ro) == model.read_committed()
+
+
+def test_table_read_committed_of_the_url_log_equals_the_source_log(tmp_path: Path) -> None:
+    """``Topic.table(isolation_level="read_committed")`` of a log opened read-only from its URL applies the
+    tiered decisions: the latest committed value of each key, as the source log's table gives."""
+    remote = (tmp_path / "remote").as_uri()
+    model: dict[bytes, int] = {}
+    with pylog.open(tmp_path / "log", remote_storage=remote, remote_log_manager_task_interval_ms=-1) as log:
+        log.create_topic("kv", 1, segment_bytes=1024, remote_storage_enable=True)
+        tx = log.producer(transactional_id="kv")
+        tx.init_transactions()
+        for i in range(40):
+            key = f"k{i % 5}".encode()
+            tx.begin_transaction()
+            tx.send("kv", i, key=key)
+            if i % 3:
+                tx.commit_transaction()
+                model[key] = i
+            else:
+                tx.abort_transaction()
+        tx.close()
+        log.topic("kv").partition(0).roll()
+        log.tier()
+        assert log.topic("kv").table(isolation_level="read_committed") == model
+    replica = pylog.open(remote, read_only=True)
+    try:
+        assert replica.topic("kv").table(isolation_level="read_committed") == model
+        assert replica.topic("kv").table() == {
+            key: max(i for i in range(40) if f"k{i % 5}".encode() == key) for key in model
+        }
+    finally:
+        replica.close()
