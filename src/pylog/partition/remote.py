@@ -109,7 +109,12 @@ def read_raw(
     remote log end (the caller reads on locally). :class:`OffsetOutOfRangeError` below the remote log start."""
     segments = source.segments()
     i = segment_at(segments, offset)
-    if i < 0:
+    # A log read from the object store alone, asked for an offset at or past its remote end (a consumer
+    # caught up, polling), sees new uploads when the source's recently read manifest expires: reading the
+    # manifest again on every poll would send one request per partition per poll. Otherwise the manifest is
+    # read now: the offset may be in a newer one (uploaded since), or gone from it (dropped by retention).
+    caught_up = source.standalone and (not segments or offset >= segments[-1].next_offset)
+    if i < 0 and not caught_up:
         segments = source.segments(refresh=True)
         i = segment_at(segments, offset)
     if i < 0:

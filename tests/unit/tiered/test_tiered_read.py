@@ -16,6 +16,7 @@ import pylog
 from pylog.clock import ManualClock
 from pylog.errors import CorruptRecordError, ReadOnlyLogError, RemoteStorageError
 from pylog.structs import TopicPartition
+from pylog.tiered import fetch
 from pylog.tiered.fetch import RemotePartition
 from pylog.tiered.store import ObjectStore
 
@@ -337,6 +338,44 @@ def test_a_read_only_replica_sees_new_uploads_once_its_manifest_is_read_again(
             assert c.end_offsets([tp]) == {tp: 350}
             got.update(_as_model(list(c.iterate(timeout_ms=0))))
             assert got == first | more
+            c.close()
+
+
+def test_a_caught_up_replica_consumer_reads_the_manifest_once_a_second_not_once_a_poll(
+    tmp_path: Path, remote: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, options = remote
+    clock = ManualClock(TS0)
+    reads: list[tuple[str, int]] = []
+    real = fetch.read_manifest
+
+    def counted(store: Any, topic: str, partition: int, **kwargs: Any) -> Any:
+        reads.append((topic, partition))
+        return real(store, topic, partition, **kwargs)
+
+    monkeypatch.setattr(fetch, "read_manifest", counted)
+    with _open(tmp_path, remote) as log:
+        _topic(log, partitions=2)
+        first = _produce(log, "t", 200)
+        _tier_and_drop_local(log, "t")
+        with pylog.open(url, read_only=True, remote_storage_options=options, clock=clock) as ro:
+            c = ro.consumer(value_deserializer=None, key_deserializer=None)
+            tps = ro.topic("t").partitions()
+            c.assign(tps)
+            c.seek_to_beginning(*tps)
+            got = _as_model(list(c.iterate(timeout_ms=0)))
+            assert got == first
+            reads.clear()
+            for _ in range(50):  # caught up: no new record, and no manifest read within the second
+                assert c.poll(timeout_ms=0) == {}
+            assert reads == []
+            more = _produce(log, "t", 100, start=200)
+            _tier_and_drop_local(log, "t")
+            assert c.poll(timeout_ms=0) == {} and reads == []  # uploaded, not seen before the second passes
+            clock.advance(1000)
+            got.update(_as_model(list(c.iterate(timeout_ms=0))))
+            assert got == first | more
+            assert sorted(reads) == [("t", 0), ("t", 1)]  # one read per partition for the new second
             c.close()
 
 
