@@ -520,8 +520,8 @@ def test_the_offset_index_is_only_a_hint(spark: Any, own_store: Store) -> None:
 
 def test_stores_the_jvm_reader_cannot_read_say_why() -> None:
     """A plan the JVM reader cannot use names the reason its task fails with (the driver's scan adds how to
-    use the Python path): a scheme other than file:// and s3://, a store the driver cannot sign for, a
-    tiered log directory's remote segments (read on the Python path)."""
+    use the Python path): a scheme other than file:// and s3:// (a tiered log directory's plan too: it also
+    names the local log starts at planning), a store the driver cannot sign for."""
     from pylog.tiered.manifest import RemoteSegment
 
     seg = RemoteSegment(0, 10, 100, TS0, 7, f"{TOPIC}/0/segments/00000000000000000000-ab.log")
@@ -531,8 +531,12 @@ def test_stores_the_jvm_reader_cannot_read_say_why() -> None:
     bad = {"region": "us-east-1", "client_options": {"timeout": "not a duration"}}
     unsigned = json.loads(jvm_plan(RemoteRead("s3://bucket/prefix", bad, segments)))
     assert unsigned["store"] == "none" and unsigned["reason"].startswith("cannot presign GET URLs")
-    tiered = json.loads(jvm_plan(RemoteRead("s3://bucket/prefix", {}, segments, {(TOPIC, 0): 10})))
-    assert tiered["store"] == "none" and "tiered log directory" in tiered["reason"]
+    tiered = json.loads(jvm_plan(RemoteRead("gs://bucket/prefix", {}, segments, {(TOPIC, 0): 10})))
+    assert (
+        tiered["store"] == "none"
+        and "gs://" in tiered["reason"]
+        and tiered["localStarts"] == [[TOPIC, 0, 10]]
+    )
     signed = json.loads(
         jvm_plan(
             RemoteRead(
@@ -542,7 +546,7 @@ def test_stores_the_jvm_reader_cannot_read_say_why() -> None:
             )
         )
     )
-    assert signed["store"] == "signed" and signed["expirySeconds"] == 3600
+    assert signed["store"] == "signed" and signed["expirySeconds"] == 3600 and signed["localStarts"] == []
     assert signed["segments"] == [
         [TOPIC, 0, [[0, 10, 100, TS0, seg.key, signed["segments"][0][2][0][5], None, None, 0]], None, None]
     ]

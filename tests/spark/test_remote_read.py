@@ -415,6 +415,44 @@ def _plan(raw: dict[str, str]) -> list[RangePartition]:
     return PylogReader(read_options(raw), KAFKA_JSON).partitions()
 
 
+def _on_jvm(df: Any) -> bool:
+    return "(JVM reader)" in str(df._jdf.queryExecution().executedPlan().toString())
+
+
+class _Planned:
+    """A Spark query of rows, planned now (the scan's input partitions made, its segments pinned) and run
+    later by :meth:`rows`: what the log holds between the two is the test's to change. The rows travel as
+    one string (an aggregation, with adaptive execution off so the planned scan is the one that runs)."""
+
+    def __init__(self, spark: Any, df: Any) -> None:
+        self.spark = spark
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
+        try:
+            row = "concat_ws(' ', partition, offset, coalesce(hex(key), '-'), coalesce(hex(value), '-'), "
+            row += "unix_millis(timestamp))"
+            agg = df.selectExpr(f"array_join(collect_list({row}), '\\n') AS s")
+            self.plan = agg._jdf.queryExecution().executedPlan()
+        finally:
+            spark.conf.unset("spark.sql.adaptive.enabled")
+        assert "(JVM reader)" in self.plan.toString()
+        leaves = self.plan.collectLeaves()
+        scan = leaves.apply(0)
+        assert scan.getClass().getSimpleName() == "BatchScanExec"
+        assert scan.inputPartitions().size() > 0  # planned now, kept by the scan for its execution
+
+    def rows(self) -> list[Row]:
+        text = self.plan.executeCollect()[0].getUTF8String(0).toString()
+        out: list[Row] = []
+        for line in text.splitlines():
+            p, o, k, v, ts = line.split(" ")
+            out.append((int(p), int(o), _hex(k), _hex(v), int(ts)))
+        return sorted(out)
+
+
+def _hex(text: str) -> bytes | None:
+    return None if text == "-" else bytes.fromhex(text)
+
+
 def test_a_tiered_log_directory_is_read_with_its_remote_segments(
     tmp_path: Path, store: tuple[str, dict[str, Any]]
 ) -> None:
@@ -597,23 +635,37 @@ def test_tiered_directory_read_committed_reads_the_remote_segments_with_the_log_
     assert _rows_of(stream.partitions(start, end)) == model
 
 
-def test_tiered_directory_plans_keep_the_jvm_reader_from_skipping_remote_offsets(tmp_path: Path) -> None:
-    """The JSON plan pylog's JVM reader reads: a partition reaching below the local log start names no
-    directory (the JVM reader fails, saying why); every tiered one has failOnDataLoss set."""
-    from pylog.spark.reader import JVM_TIERED
+def test_tiered_directory_plans_carry_the_store_for_the_jvm_reader(tmp_path: Path) -> None:
+    """The JSON plan pylog's JVM reader reads: the directory, failOnDataLoss as asked, the store; the pickled
+    RemoteRead's JVM plan names the store's directory, the local log starts at planning and the pinned
+    segments of every range (those still local too: the local retention may delete them before the task)."""
+    from pylog.spark.remote import jvm_plan
 
     url = (tmp_path / "remote").as_uri()
     path, _ = _tiered_dir(tmp_path, url, {})
     local = _local_starts(path)
-    base = {"path": str(path), "subscribe": TOPIC, "failOnDataLoss": "false"}
-    for raw, below in (
-        (base, True),
-        ({**base, "startingOffsets": json.dumps({TOPIC: {str(p): o for p, o in local.items()}})}, False),
-    ):
+    base = {"path": str(path), "subscribe": TOPIC}
+    from_local = {"startingOffsets": json.dumps({TOPIC: {str(p): o for p, o in local.items()}})}
+    for raw, fail in (({**base, "failOnDataLoss": "false"}, False), ({**base, **from_local}, True)):
         for part in _plan(raw):
             plan = json.loads(part.__reduce__()[1][0])
-            assert plan["tiered"] == url and plan["failOnDataLoss"] is True
-            assert plan["path"] == (f"{path} {JVM_TIERED}" if below else str(path))
+            assert plan["tiered"] == url and plan["failOnDataLoss"] is fail and plan["path"] == str(path)
+            remote = part.spec.remote
+            assert remote is not None
+            jvm = json.loads(jvm_plan(remote))
+            assert jvm["store"] == "file" and Path(jvm["root"]) == tmp_path / "remote"
+            assert {(t, p): o for t, p, o in jvm["localStarts"]} == {
+                (TOPIC, r.partition): local[r.partition] for r in part.ranges
+            }
+            for t, p, segs, next_key, _ in jvm["segments"]:
+                manifest, _ = read_manifest(ObjectStore(url), t, p)
+                assert manifest is not None
+                assert next_key.endswith(f"{manifest.version + 1:020d}.json")
+                rng = next(r for r in part.ranges if r.partition == p)
+                want = [
+                    s.key for s in manifest.segments if s.base_offset < rng.end and s.next_offset > rng.start
+                ]
+                assert [s[4] for s in segs] == want
 
 
 def test_spark_reads_a_tiered_log_directory(
@@ -649,11 +701,39 @@ def test_spark_reads_a_tiered_log_directory(
             query.stop()
     finally:
         spark.conf.unset(ENABLED)
-    if HAS_JAVAC:  # the JVM reader maps local files: the query fails, saying why, and skips nothing
-        df = spark.read.format("pylog").options(**opts).option("subscribe", TOPIC).load(str(path))
-        assert "(JVM reader)" in df._jdf.queryExecution().executedPlan().toString()
-        with pytest.raises(Exception, match="pylog's JVM reader does not read"):
-            df.count()
+    if not HAS_JAVAC:
+        return
+    # pylog's JVM reader: the remote segments below the local log start, then the local ones
+    local = _local_starts(path)
+    starting = {TOPIC: {"0": 3, "1": local[1] - 1, "2": local[2] + 5}}
+    ending = {TOPIC: {"0": local[0] + 40, "1": local[1] + 1, "2": -1}}
+    spanning = {"startingOffsets": json.dumps(starting), "endingOffsets": json.dumps(ending)}
+    want = [
+        r
+        for r in model
+        if (r[0] == 0 and 3 <= r[1] < local[0] + 40)
+        or (r[0] == 1 and local[1] - 1 <= r[1] < local[1] + 1)
+        or (r[0] == 2 and r[1] >= local[2] + 5)
+    ]
+    lo, hi = TS0 + 700, TS0 + GROUPS[1][0] + 1600
+    for extra, rows in (
+        ({"minPartitions": "7"}, model),
+        ({"failOnDataLoss": "false"}, model),
+        (spanning, want),
+        ({"startingTimestamp": str(lo), "endingTimestamp": str(hi)}, [r for r in model if lo <= r[4] < hi]),
+    ):
+        df = spark.read.format("pylog").options(**opts, **extra).option("subscribe", TOPIC).load(str(path))
+        assert _on_jvm(df)
+        assert _spark_rows(df) == rows, extra
+    # pushed filters: a timestamp range inside the remote segments, one across the boundary
+    df = spark.read.format("pylog").options(**opts).option("subscribe", TOPIC).load(str(path))
+    for cond, keep in (
+        (f"timestamp < timestamp_millis({TS0 + 900})", lambda r: r[4] < TS0 + 900),
+        (f"offset >= {local[1] - 3} AND partition = 1", lambda r: r[0] == 1 and r[1] >= local[1] - 3),
+    ):
+        filtered = df.where(cond)
+        assert _on_jvm(filtered)
+        assert _spark_rows(filtered) == [r for r in model if keep(r)], cond
 
 
 def _write_transactions(tmp_path: Path, url: str, options: dict[str, Any]) -> dict[str, list[Row]]:
@@ -795,3 +875,106 @@ def test_tiered_directory_local_retention_during_a_task_reads_the_store(
     assert _rows_of(parts) == model
     assert len(calls) > at_call and calls[at_call] > 0  # the retention ran, and deleted segments
     assert all(_local_starts(path)[p] > before[p] for p in range(3))
+
+
+@pytest.mark.skipif(not HAS_JAVAC, reason="pylog's JVM reader needs javac")
+@pytest.mark.parametrize("change", ["local retention", "uploaded and deleted"])
+def test_jvm_reader_of_a_tiered_directory_reads_segments_deleted_locally_after_planning(
+    spark: Any, tmp_path: Path, store: tuple[str, dict[str, Any]], change: str
+) -> None:
+    """After the query was planned, the local retention deletes local copies: of segments the pinned manifest
+    names ("local retention"), or of segments uploaded after planning ("uploaded and deleted": the newest
+    manifest names them). The JVM reader reads them from the store, each offset once, never as data loss;
+    except that it cannot sign URLs for objects uploaded after planning on S3: that task fails, saying to
+    re-run (never fewer rows)."""
+    url, options = store
+    path, acked = _tiered_dir(tmp_path, url, options)
+    model = _dir_consumer_rows(path, options)
+    assert model == sorted(acked.values())
+    planned_starts = _local_starts(path)
+    reader = spark.read.format("pylog").options(**_spark_options(options)).option("subscribe", TOPIC)
+    planned = _Planned(
+        spark, reader.option("failOnDataLoss", "false").option("minPartitions", 5).load(str(path))
+    )
+    with pylog.open(
+        path,
+        clock=ManualClock(TS0 + GROUPS[2][0] + 2 * LOCAL_RETENTION_MS),
+        remote_storage_options=options,
+        remote_log_manager_task_interval_ms=-1,
+    ) as log:
+        if change == "uploaded and deleted":
+            for part in range(3):
+                log.topic(TOPIC).partition(part).roll()
+            log.tier()
+        assert sum(log.apply_retention().values()) > 0
+    starts = _local_starts(path)
+    assert all(starts[p] > planned_starts[p] for p in range(3))
+    if change == "uploaded and deleted" and url.startswith("s3://"):
+        with pytest.raises(
+            Exception, match=r"RemoteStorageError: offsets .* after the query was planned.*Re-run"
+        ):
+            planned.rows()
+        return
+    assert planned.rows() == model
+
+
+@pytest.mark.skipif(not HAS_JAVAC, reason="pylog's JVM reader needs javac")
+def test_jvm_reader_of_a_tiered_directory_follows_fail_on_data_loss(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pinned remote segment dropped by remote retention after planning: failOnDataLoss=true fails the task
+    with OffsetOutOfRangeError, false skips those offsets only, as the Python path does."""
+    url = (tmp_path / "remote").as_uri()
+    path, _ = _tiered_dir(tmp_path, url, {})
+    model = _dir_consumer_rows(path, {})
+    reader = spark.read.format("pylog").option("subscribe", TOPIC)
+    strict = _Planned(spark, reader.load(str(path)))
+    lenient = _Planned(spark, reader.option("failOnDataLoss", "false").load(str(path)))
+    python_lenient = _plan({"path": str(path), "subscribe": TOPIC, "failOnDataLoss": "false"})
+    lo, hi = _drop_first_segment(url, 1)
+    with pytest.raises(Exception, match=rf"OffsetOutOfRangeError: data loss reading {TOPIC}-1 .*dropped"):
+        strict.rows()
+    got = lenient.rows()
+    assert got == [r for r in model if not (r[0] == 1 and lo <= r[1] < hi)]
+    assert got == _rows_of(python_lenient)
+
+
+@pytest.mark.skipif(not HAS_JAVAC, reason="pylog's JVM reader needs javac")
+def test_jvm_reader_of_a_tiered_directory_read_committed(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "remote").as_uri()
+    path, written = _tiered_transactions_dir(tmp_path, url)
+    with pylog.open(path, clock=ManualClock(TS0), remote_log_manager_task_interval_ms=-1) as log:
+        c = log.consumer(value_deserializer=None, key_deserializer=None, isolation_level="read_committed")
+        tps = log.topic(TOPIC).partitions()
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        model = sorted((r.partition, r.offset, r.key, r.value, r.timestamp) for r in c.iterate(timeout_ms=0))
+        c.close()
+    _check_committed_model(model, written)
+    for splits in ("1", "7"):
+        df = (
+            spark.read.format("pylog")
+            .option("subscribe", TOPIC)
+            .option("kafka.isolation.level", "read_committed")
+            .option("minPartitions", splits)
+            .load(str(path))
+        )
+        assert _on_jvm(df)
+        assert _spark_rows(df) == model
+    raw = {"path": str(path), "subscribe": TOPIC, "kafka.isolation.level": "read_committed"}
+    assert _rows_of(_plan(raw)) == model  # the Python path's tasks
+
+
+@pytest.mark.skipif(not HAS_JAVAC, reason="pylog's JVM reader needs javac")
+def test_a_directory_tiering_to_a_store_the_jvm_reader_cannot_read_stays_on_the_python_path(
+    spark: Any, tmp_path: Path
+) -> None:
+    from pylog.tiered.location import write_remote_storage
+
+    url = (tmp_path / "remote").as_uri()
+    path, _ = _tiered_dir(tmp_path, url, {})
+    df = spark.read.format("pylog").option("subscribe", TOPIC).load(str(path))
+    assert _on_jvm(df)
+    write_remote_storage(str(path), "gs://bucket/prefix")
+    df = spark.read.format("pylog").option("subscribe", TOPIC).load(str(path))
+    assert not _on_jvm(df)

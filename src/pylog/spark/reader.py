@@ -54,12 +54,10 @@ class RangePartition(InputPartition):
     pushed timestamp bounds in microseconds, present only when a filter set them; the JVM reader skips segments
     and batches outside them); ``state`` is the pickled partition itself.
 
-    pylog's JVM reader maps local segment files only. A partition of a tiered log directory whose ranges
-    start below their local log start at planning cannot be read there: its plan names a ``path`` that is no
-    directory and says so, so the JVM reader fails the task with that text instead of reading it as data
-    loss (which ``failOnDataLoss=false`` would skip); its other tiered partitions carry
-    ``failOnDataLoss: true`` (offsets the local retention deletes after planning are in the object store:
-    never skipped). ``tiered`` names the store."""
+    A partition of a tiered log directory also has ``"tiered": url`` (the store): the JVM reader then finds
+    the pinned remote segments and the planned local log starts in the pickled
+    :class:`~pylog.spark.remote.RemoteRead` (:func:`~pylog.spark.remote.jvm_plan`) and reads each range as
+    :func:`_read_tiered` does."""
 
     ranges: tuple[OffsetRange, ...]
     spec: ReadSpec
@@ -73,11 +71,8 @@ class RangePartition(InputPartition):
             ],
         }
         remote = self.spec.remote
-        if remote is not None and remote.local_starts:  # a tiered log directory
+        if remote is not None and remote.local_starts:  # a tiered log directory: its store's plan too
             plan["tiered"] = remote.url
-            plan["failOnDataLoss"] = True
-            if any(r.start < remote.local_starts.get((r.topic, r.partition), r.start) for r in self.ranges):
-                plan["path"] = f"{self.spec.path} {JVM_TIERED}"
         ts = self.spec.bounds.timestamp
         if ts.active:
             plan["timestamp"] = {
@@ -86,13 +81,6 @@ class RangePartition(InputPartition):
                 "values": None if ts.values is None else sorted(ts.values),
             }
         return _restore, (json.dumps(plan), pickle.dumps((self.ranges, self.spec)))
-
-
-#: What pylog's JVM reader reports (in a path it cannot find) for a planned read of remote segments.
-JVM_TIERED = (
-    "[offsets below the local log start are in the object store, which pylog's JVM reader does not read: "
-    "spark.conf.set('spark.pylog.native.enabled', 'false') reads them on the Python path]"
-)
 
 
 def _restore(plan: str, state: bytes) -> RangePartition:

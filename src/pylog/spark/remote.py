@@ -280,9 +280,7 @@ def jvm_plan(remote: RemoteRead) -> str:
     }
     keys = [k for segs in remote.segments.values() for s in segs for k in _object_keys(s)]
     keys += list(next_manifests.values())
-    if remote.local_starts:
-        plan["reason"] = "a tiered log directory's remote segments are read on the Python path"
-    elif parsed.scheme == "file":
+    if parsed.scheme == "file":
         plan["store"] = "file"
         plan["root"] = urllib.parse.unquote(parsed.path).rstrip("/") or "/"
     elif parsed.scheme in SIGNED_SCHEMES:
@@ -293,6 +291,7 @@ def jvm_plan(remote: RemoteRead) -> str:
             plan["reason"] = f"cannot presign GET URLs for {remote.url}: {exc}"
     else:
         plan["reason"] = f"the JVM reader reads file:// and s3:// stores, not {parsed.scheme}://"
+    plan["localStarts"] = [[t, p, start] for (t, p), start in sorted(remote.local_starts.items())]
     plan["segments"] = [
         [
             topic,
@@ -453,6 +452,11 @@ class TieredPartitionView(PartitionReader):
         return self.local.log_start_offset
 
     @property
+    def manifest_version(self) -> int:
+        """The version of the manifest naming ``remote_segments`` (0: none known)."""
+        return self._remote.manifest_version
+
+    @property
     def log_start_offset(self) -> int:
         local = self.local.log_start_offset
         return min(self._remote.log_start_offset, local) if self.remote_segments else local
@@ -489,7 +493,7 @@ def pin(remote: RemoteRead | None, ranges: Sequence[OffsetRange], views: Iterabl
     versions = {
         (v.topic, v.partition): v.manifest_version
         for v in views
-        if isinstance(v, RemotePartitionView) and (v.topic, v.partition) in pinned
+        if isinstance(v, RemotePartitionView | TieredPartitionView) and (v.topic, v.partition) in pinned
     }
     return RemoteRead(remote.url, remote.options, pinned, starts, versions)
 

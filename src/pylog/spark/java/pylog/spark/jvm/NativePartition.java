@@ -139,22 +139,43 @@ final class NativePartition implements InputPartition {
      * for a {@code file://} store); absent when unknown.
      */
     final java.util.Map<String, String[]> nextManifests;
+    /**
+     * A tiered log directory: by {@code topic-partition}, the local log start when the query was planned
+     * (a range of a partition not here is read from its local files only); empty for a URL read.
+     */
+    final java.util.Map<String, Long> localStarts;
+    /** Why the store cannot be read here when {@code store} is {@code "none"} (a tiered log directory). */
+    final String reason;
 
     RemotePlan(
         String store,
         String root,
         long expirySeconds,
         java.util.Map<String, RemoteSeg[]> segments,
-        java.util.Map<String, String[]> nextManifests) {
+        java.util.Map<String, String[]> nextManifests,
+        java.util.Map<String, Long> localStarts,
+        String reason) {
       this.store = store;
       this.root = root;
       this.expirySeconds = expirySeconds;
       this.segments = segments;
       this.nextManifests = nextManifests;
+      this.localStarts = localStarts;
+      this.reason = reason;
     }
 
     boolean isFile() {
       return "file".equals(store);
+    }
+
+    /** Whether the objects can be read here at all ({@code file://} or presigned URLs). */
+    boolean readable() {
+      return "file".equals(store) || "signed".equals(store);
+    }
+
+    /** The local log start planned for a tiered partition, or null when it is not one. */
+    Long localStart(String topic, int partition) {
+      return localStarts.get(topic + "-" + partition);
     }
 
     RemoteSeg[] segments(String topic, int partition) {
@@ -168,7 +189,7 @@ final class NativePartition implements InputPartition {
   final Range[] ranges;
   /** Null when no timestamp filter was pushed. */
   final TimestampBounds timestamp;
-  /** Null for a log directory. */
+  /** Null for a log directory without tiered partitions in this partition's plan. */
   final RemotePlan remote;
 
   NativePartition(String path, boolean failOnDataLoss, Range[] ranges, TimestampBounds timestamp) {

@@ -26,7 +26,10 @@ import org.apache.spark.sql.types.StructType;
  * timestamp} only when a timestamp filter was pushed). This class reads that JSON; anything else (Spark's
  * stand-in when there is nothing to read) is an empty partition. For a URL read ({@code path} an
  * object-store URL) the store and the segments pinned for the partition come from the pickled state
- * ({@link PlanUnpickler}): the driver made them, presigned URLs included, when it planned the query.
+ * ({@link PlanUnpickler}): the driver made them, presigned URLs included, when it planned the query. A log
+ * directory with tiered topics ({@code "tiered": url} in the plan) finds its store, its pinned remote
+ * segments and the local log starts at planning there too; a store the driver could not sign for is then
+ * no error until a task needs an object from it (its local segments are read as before).
  */
 final class NativeScan implements Scan, Batch {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -94,7 +97,8 @@ final class NativeScan implements Scan, Batch {
   }
 
   /** The store and pinned segments of a URL read (see {@code pylog.spark.remote.jvm_plan}). */
-  static NativePartition.RemotePlan remotePlan(String url, byte[] state) throws IOException {
+  static NativePartition.RemotePlan remotePlan(String url, byte[] state, boolean tiered)
+      throws IOException {
     String text = state == null ? null : PlanUnpickler.find(state);
     if (text == null) {
       throw new PylogReadException(
@@ -105,7 +109,7 @@ final class NativeScan implements Scan, Batch {
     }
     JsonNode plan = JSON.readTree(text);
     String store = plan.get("store").asText();
-    if (!"file".equals(store) && !"signed".equals(store)) {
+    if (!tiered && !"file".equals(store) && !"signed".equals(store)) {
       throw new PylogReadException(
           PylogReadException.OTHER,
           "pylog's JVM reader cannot read " + url + ": " + plan.get("reason").asText()
@@ -137,8 +141,21 @@ final class NativeScan implements Scan, Batch {
       }
       byPartition.put(tp.get(0).asText() + "-" + tp.get(1).asInt(), out);
     }
+    Map<String, Long> localStarts = new HashMap<>();
+    JsonNode starts = plan.get("localStarts");
+    if (starts != null) {
+      for (JsonNode tp : starts) {
+        localStarts.put(tp.get(0).asText() + "-" + tp.get(1).asInt(), tp.get(2).asLong());
+      }
+    }
     return new NativePartition.RemotePlan(
-        store, plan.get("root").asText(), plan.get("expirySeconds").asLong(), byPartition, nextManifests);
+        store,
+        plan.get("root").asText(),
+        plan.get("expirySeconds").asLong(),
+        byPartition,
+        nextManifests,
+        localStarts,
+        text(plan.get("reason")));
   }
 
   private static String text(JsonNode n) {
@@ -174,8 +191,11 @@ final class NativeScan implements Scan, Batch {
       }
       String path = plan.get("path").asText();
       NativePartition.RemotePlan remote = null;
+      byte[] state = args.length > 1 && args[1] instanceof byte[] ? (byte[]) args[1] : null;
       if (path.contains("://")) { // a URL read: the pinned segments are in the pickled state
-        remote = remotePlan(path, args.length > 1 && args[1] instanceof byte[] ? (byte[]) args[1] : null);
+        remote = remotePlan(path, state, false);
+      } else if (plan.hasNonNull("tiered")) { // a tiered log directory: its remote segments too
+        remote = remotePlan(plan.get("tiered").asText(), state, true);
       }
       return new NativePartition(
           path,

@@ -19,7 +19,8 @@ import scala.runtime.AbstractFunction1;
  * for Kafka columns (headers included) and, with {@code valueFormat=msgpack}, value columns of the scalar
  * types {@link MsgpackValues} decodes. A path that is an object-store URL (a log in tiered storage) is
  * read here too when it is a {@code file://} store or an {@code s3://} store with signed requests ({@link
- * #readsStore}); other stores stay on the Python path.
+ * #readsStore}); other stores stay on the Python path. So does a log directory that records such a store
+ * for its tiered topics ({@link #recordedStore}): its remote segments are read from that store.
  */
 public final class NativeScanRule extends Rule<LogicalPlan> {
   /** Runtime setting: false keeps every read on the Python path. */
@@ -90,6 +91,30 @@ public final class NativeScanRule extends Rule<LogicalPlan> {
     return true;
   }
 
+  /**
+   * The object store URL a log directory records in its {@code remote_storage} file (see {@code
+   * pylog.tiered.location}: a header line, then JSON {@code {"remote_storage": url}}), or null when it
+   * records none (or the file cannot be read: the planner then reports what is wrong).
+   */
+  static String recordedStore(String dir) {
+    byte[] raw;
+    try {
+      raw = java.nio.file.Files.readAllBytes(java.nio.file.Path.of(dir, "remote_storage"));
+    } catch (java.io.IOException | RuntimeException e) {
+      return null;
+    }
+    String text = new String(raw, java.nio.charset.StandardCharsets.UTF_8);
+    int nl = text.indexOf('\n');
+    try {
+      com.fasterxml.jackson.databind.JsonNode body =
+          new com.fasterxml.jackson.databind.ObjectMapper().readTree(text.substring(nl + 1));
+      com.fasterxml.jackson.databind.JsonNode url = body.get("remote_storage");
+      return url != null && url.isTextual() && url.asText().contains("://") ? url.asText() : null;
+    } catch (java.io.IOException | RuntimeException e) {
+      return null;
+    }
+  }
+
   static boolean accepts(PythonTable table, CaseInsensitiveStringMap options) {
     if (!"pylog".equals(table.name().toLowerCase(Locale.ROOT))) {
       return false;
@@ -97,6 +122,10 @@ public final class NativeScanRule extends Rule<LogicalPlan> {
     String path = options.getOrDefault("path", "");
     if (path.contains("://") && !readsStore(path, options)) {
       return false;
+    }
+    String tiered = path.contains("://") || path.isEmpty() ? null : recordedStore(path);
+    if (tiered != null && !readsStore(tiered, options)) {
+      return false; // a log directory tiering to a store read on the Python path only
     }
     boolean msgpack = "msgpack".equalsIgnoreCase(options.getOrDefault("valueFormat", "binary"));
     for (StructField f : table.schema().fields()) {

@@ -69,6 +69,31 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private final RemoteObjects objects;
   private Iterator<NativePartition.RemoteSeg> remoteSegs;
   private RemoteWalk walk;
+  /**
+   * A range of a tiered log directory's partition, in the order read: its offsets below the local log start
+   * (from the pinned segments, then those uploaded since planning), then one piece per local segment.
+   */
+  private java.util.ArrayDeque<Piece> pieces;
+  /** The local piece being read (its segment gone before it was mapped: read from the store instead). */
+  private Piece localPiece;
+  /** The partition's segments in the newest manifest, read once per range when needed. */
+  private NativePartition.RemoteSeg[] newest;
+
+  /** Offsets {@code [start, end)} of a tiered range: from the store ({@code local} null) or one local file. */
+  private static final class Piece {
+    final long start;
+    final long end;
+    /** The pinned segments to read them from; null: the segments of the newest manifest. */
+    final NativePartition.RemoteSeg[] segs;
+    final PartitionFiles.Segment local;
+
+    Piece(long start, long end, NativePartition.RemoteSeg[] segs, PartitionFiles.Segment local) {
+      this.start = start;
+      this.end = end;
+      this.segs = segs;
+      this.local = local;
+    }
+  }
 
   SegmentReader(NativePartition partition, StructType schema) {
     this.partition = partition;
@@ -291,6 +316,10 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         openSegment(segments.next());
         continue;
       }
+      if (pieces != null && !pieces.isEmpty()) {
+        openPiece(pieces.poll());
+        continue;
+      }
       if (++rangeIndex >= partition.ranges.length) {
         return false;
       }
@@ -324,7 +353,13 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
    * pylog.spark.remote} does.
    */
   private void openRemoteRange(NativePartition.Range r) {
-    NativePartition.RemoteSeg[] segs = partition.remote.segments(r.topic, r.partition);
+    openRemoteRange(r, partition.remote.segments(r.topic, r.partition));
+  }
+
+  private void openRemoteRange(NativePartition.Range r, NativePartition.RemoteSeg[] segs) {
+    if (start < end && !partition.remote.readable()) {
+      throw notReadable(new Piece(start, end, segs, null));
+    }
     long first = segs.length > 0 ? segs[0].base : end;
     long last = segs.length > 0 ? segs[segs.length - 1].next : end;
     if (start < first && start < end) {
@@ -426,7 +461,11 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private void openRange(NativePartition.Range r) throws IOException {
     range = r;
     topicBytes = r.topic.getBytes(StandardCharsets.UTF_8);
-    if (partition.remote != null) {
+    pieces = null;
+    localPiece = null;
+    newest = null;
+    Long planned = partition.remote == null ? null : partition.remote.localStart(r.topic, r.partition);
+    if (partition.remote != null && planned == null && partition.path.contains("://")) {
       start = r.start;
       end = r.end;
       openRemoteRange(r);
@@ -435,6 +474,10 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     PartitionFiles view = new PartitionFiles(partition.path, r.topic, r.partition);
     start = r.start;
     end = r.end;
+    if (planned != null && start < end) {
+      openTieredRange(r, view, planned);
+      return;
+    }
     if (view.logStart() > start) {
       if (partition.failOnDataLoss) {
         throw lost(r, "offsets " + start + ".." + (view.logStart() - 1)
@@ -454,6 +497,95 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     segments = segs.iterator();
   }
 
+  /**
+   * A range of a tiered log directory's partition, as {@code pylog.spark.reader._read_tiered} reads it: the
+   * offsets below the local log start as it is now from the segments pinned at planning (up to their end;
+   * offsets between that end and the local log start at planning were in neither place, and are read past
+   * as the consumer does), those local at planning and deleted locally since from the newest manifest, the
+   * rest one local segment at a time ({@link #openPiece}).
+   */
+  private void openTieredRange(NativePartition.Range r, PartitionFiles view, long planned) {
+    if (view.logEnd() < end) {
+      if (partition.failOnDataLoss) {
+        throw lost(r, "the log was truncated to end at " + view.logEnd());
+      }
+      skipping(r, Math.max(view.logEnd(), start), end, "were truncated away");
+      end = Math.max(view.logEnd(), start);
+    }
+    long cut = Math.min(Math.max(start, view.logStart()), end);
+    NativePartition.RemoteSeg[] pinned = partition.remote.segments(r.topic, r.partition);
+    long pinnedEnd = pinned.length > 0 ? pinned[pinned.length - 1].next : start;
+    pieces = new java.util.ArrayDeque<>();
+    if (start < Math.min(cut, pinnedEnd)) {
+      pieces.add(new Piece(start, Math.min(cut, pinnedEnd), pinned, null));
+    }
+    long gone = Math.max(start, Math.max(pinnedEnd, planned)); // local at planning, deleted locally since
+    if (gone < cut) {
+      pieces.add(new Piece(gone, cut, null, null));
+    }
+    for (PartitionFiles.Segment seg : view.segments) {
+      if (seg.base < end && seg.next > cut) {
+        pieces.add(new Piece(Math.max(cut, seg.base), Math.min(seg.next, end), null, seg));
+      }
+    }
+    start = end; // nothing of the range itself: its pieces are read one by one
+  }
+
+  private void openPiece(Piece p) throws IOException {
+    start = p.start;
+    end = p.end;
+    localPiece = p.local == null ? null : p;
+    if (p.local != null) {
+      segments = java.util.List.of(p.local).iterator();
+      return;
+    }
+    openRemoteRange(range, p.segs != null ? p.segs : storeSegments(p));
+  }
+
+  /**
+   * The segments holding offsets of {@code p} that were local when the query was planned and are in the
+   * store only now: the pinned ones and those the newest manifest names after them.
+   */
+  private NativePartition.RemoteSeg[] storeSegments(Piece p) throws IOException {
+    NativePartition.RemotePlan plan = partition.remote;
+    NativePartition.RemoteSeg[] pinned = plan.segments(range.topic, range.partition);
+    long pinnedEnd = pinned.length > 0 ? pinned[pinned.length - 1].next : p.start;
+    if (p.end <= pinnedEnd) {
+      return pinned;
+    }
+    if (!plan.readable()) {
+      throw notReadable(p);
+    }
+    if (!plan.isFile()) {
+      throw new PylogReadException(
+          PylogReadException.REMOTE,
+          "offsets " + p.start + ".." + (p.end - 1) + " of " + range.describe() + " were uploaded to the "
+              + "object store and deleted locally after the query was planned: pylog's JVM reader reads "
+              + "only the objects presigned at planning. Re-run the query (a new plan signs them), or read "
+              + "it on the Python path: spark.conf.set('spark.pylog.native.enabled', 'false')",
+          null);
+    }
+    if (newest == null) {
+      newest = RemoteManifests.newest(plan.root, range.topic, range.partition);
+    }
+    List<NativePartition.RemoteSeg> out = new java.util.ArrayList<>(java.util.Arrays.asList(pinned));
+    for (NativePartition.RemoteSeg s : newest) {
+      if (s.base >= pinnedEnd && s.base < p.end && s.next > p.start) {
+        out.add(s);
+      }
+    }
+    return out.toArray(new NativePartition.RemoteSeg[0]);
+  }
+
+  private PylogReadException notReadable(Piece p) {
+    return new PylogReadException(
+        PylogReadException.REMOTE,
+        "offsets " + p.start + ".." + (p.end - 1) + " of " + range.describe() + " are in the object store, "
+            + "which pylog's JVM reader cannot read: " + partition.remote.reason
+            + "; spark.conf.set('spark.pylog.native.enabled', 'false') reads it on the Python path",
+        null);
+  }
+
   private void openSegment(PartitionFiles.Segment seg) throws IOException {
     segment = seg;
     NativePartition.TimestampBounds ts = partition.timestamp;
@@ -465,6 +597,14 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     try {
       buf = PartitionFiles.map(seg.path, seg.size);
     } catch (NoSuchFileException e) {
+      if (localPiece != null) { // deleted by the local retention, after its upload: read from the store
+        Piece p = localPiece;
+        localPiece = null;
+        buf = null;
+        segments = null;
+        openRemoteRange(range, storeSegments(new Piece(p.start, p.end, null, null)));
+        return;
+      }
       if (partition.failOnDataLoss) {
         throw lost(range, "segment " + seg.path + " was deleted while the query ran");
       }
