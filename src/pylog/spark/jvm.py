@@ -19,7 +19,17 @@ reset connection, a body cut short) are retried 5 times; a refused URL (403: exp
 ``pylog.errors.RemoteStorageError:`` saying to raise the expiry or re-run; a missing object is data loss
 when a manifest version after the pinned one exists (remote retention dropped it), else a
 ``RemoteStorageError``.
-Other schemes (``gs://``, ``az://``) and stores read with ``skip_signature`` stay on the Python path. The runtime setting
+A log directory whose topics are tiered is read here too, remote segments included, as on the Python path
+(:mod:`pylog.spark.reader`): each task reads the offsets below the partition's local log start as it finds
+it from the remote segments pinned at planning (those deleted locally since planning too: from the pinned
+segments, or for a ``file://`` store from the newest manifest, which the task reads), the offsets between
+the pinned remote end and the planned local log start are read past as the consumer does, the rest come
+from the local files one segment at a time (a local file deleted before it was mapped is read from the
+store, never skipped as data loss). ``failOnDataLoss`` applies as on the Python path. One case fails
+instead: on an ``s3://`` store, offsets uploaded and deleted locally after planning have no presigned URL,
+so the task fails with ``RemoteStorageError`` saying to re-run the query.
+Other schemes (``gs://``, ``az://``) and stores read with ``skip_signature`` stay on the Python path, and so
+does a log directory that records such a store. The runtime setting
 ``spark.pylog.native.enabled=false`` turns it off for a session. ``kafka.isolation.level=read_committed``
 gives the same rows on both paths: the planner ends each range at the last stable offset and hands the JVM
 the offsets of aborted batches to skip (:mod:`pylog.spark.committed`).

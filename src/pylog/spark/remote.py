@@ -34,6 +34,10 @@ same pinned segments: a :class:`RemoteRead` pickles with :func:`jvm_plan`, made 
 partitions are planned: the segments and, for S3, GET URLs presigned there (``obstore.sign``, valid for
 ``remoteStorage.presignExpirySeconds``, default :data:`DEFAULT_PRESIGN_EXPIRY_S`), so executors read the
 objects with no credentials. The Java scan finds that JSON in the pickled partition; the Python tasks ignore it.
+It reads a tiered log directory's remote segments the same way: the plan also names each tiered partition's
+local log start at planning (``localStarts``), and the JVM task splits its ranges as :func:`read_batches`'s
+caller in :mod:`pylog.spark.reader` does (below the local log start as the task finds it from the store, the
+rest from the local files).
 
 Thread-safety: the views and :class:`RemoteRead` are immutable once built; a task's source is its own; the
 executor caches are thread-safe (:class:`~pylog.tiered.fetch.RemoteCache`). Crash contract: reads only,
@@ -257,6 +261,7 @@ def jvm_plan(remote: RemoteRead) -> str:
     :class:`RemoteRead`, whose ``__reduce__`` calls this on the driver when the partitions are planned)::
 
         {"store": "file" | "signed" | "none", "root": str, "reason": str, "expirySeconds": int,
+         "localStarts": [[topic, partition, local_log_start], ...],
          "segments": [[topic, partition, [[base, next, size, max_timestamp, key, url, index_key,
                        index_url, index_size], ...], next_manifest_key, next_manifest_url], ...]}
 
@@ -268,7 +273,10 @@ def jvm_plan(remote: RemoteRead) -> str:
     hint). ``next_manifest_key`` is the manifest version after the pinned one (null when unknown): a pinned
     object that is gone is data loss when that version exists (remote retention publishes a manifest
     without a segment before deleting it), else a ``RemoteStorageError`` (missing while the newest manifest
-    names it), as the Python path tells them apart."""
+    names it), as the Python path tells them apart. ``localStarts`` (a tiered log directory; else empty):
+    each tiered partition's local log start at planning. Its pinned segments are every remote segment holding
+    offsets of its ranges, those still local at planning too: the task reads below the local log start as it
+    finds it (:mod:`pylog.spark.jvm`), so it may need them."""
     parsed = urllib.parse.urlparse(remote.url)
     expiry = int(remote.options.get(PRESIGN_KEY, DEFAULT_PRESIGN_EXPIRY_S))
     plan: dict[str, Any] = {"store": "none", "root": "", "reason": "", "expirySeconds": expiry}
