@@ -551,3 +551,100 @@ def test_stores_the_jvm_reader_cannot_read_say_why() -> None:
         [TOPIC, 0, [[0, 10, 100, TS0, seg.key, signed["segments"][0][2][0][5], None, None, 0]], None, None]
     ]
     assert "X-Amz-Expires=3600" in signed["segments"][0][2][0][5]
+
+
+@pytest.mark.parametrize("fail", ["true", "false"])
+def test_a_tiered_directory_local_segment_deleted_during_the_task_is_read_from_the_store(
+    spark: Any, moto_s3: tuple[str, dict[str, Any]], proxy: FaultProxy, tmp_path: Path, fail: str
+) -> None:
+    """A tiered log directory read on the JVM: the task lists the local segments, reads the offsets below
+    the local log start from S3 first, and while its first GET is held the local retention deletes the local
+    copies of the uploaded segments it listed. Those are read from the store (the pinned segments), every
+    offset once, never as data loss (with failOnDataLoss=false too); the rows are the consumer's."""
+    bucket, options = moto_s3
+    url = f"s3://{bucket}/{tmp_path.name}-tiered"
+    options = {**options, "endpoint": proxy.endpoint}
+    path = tmp_path / "log"
+    retention = 600_000
+    clock = ManualClock(TS0)
+    with pylog.open(
+        path,
+        clock=clock,
+        remote_storage=url,
+        remote_storage_options=options,
+        remote_log_manager_task_interval_ms=-1,
+    ) as log:
+        log.create_topic(
+            TOPIC, 1, segment_bytes=4096, remote_storage_enable=True, local_retention_ms=retention
+        )
+        p = log.producer(key_serializer=None, batch_size=700)
+        for group, (ts, n) in enumerate(((TS0, 600), (TS0 + 1_000_000, 600), (TS0 + 2_000_000, 200))):
+            for i in range(n):
+                p.send(TOPIC, {"n": i, "g": group}, key=b"k%d" % (i % 13), timestamp_ms=ts + i)
+            p.flush()
+            if group < 2:
+                log.topic(TOPIC).partition(0).roll()
+                log.tier()
+        p.close()
+        clock.advance(1_000_000 + retention // 2)  # the first group's local copies go
+        log.apply_retention()
+        planned = log.topic(TOPIC).partition(0).local_log_start_offset
+        assert planned > 0
+    with pylog.open(path, read_only=True, remote_storage_options=options, clock=ManualClock(TS0)) as replica:
+        c = replica.consumer(value_deserializer=None, key_deserializer=None)
+        c.assign(replica.topic(TOPIC).partitions())
+        c.seek_to_beginning(*replica.topic(TOPIC).partitions())
+        model = sorted((r.partition, r.offset, r.key, r.value) for r in c.iterate(timeout_ms=0))
+        c.close()
+    assert [r[1] for r in model] == list(range(1400))
+    manifest, _ = read_manifest(open_store(url, options), TOPIC, 0)
+    assert manifest is not None
+    first = re.escape(manifest.segments[0].key) + "$"
+    reader_options = _spark_options(options)
+    df = (
+        spark.read.format("pylog")
+        .options(**reader_options)
+        .option("subscribe", TOPIC)
+        .option("failOnDataLoss", fail)
+        .load(str(path))
+        .select("partition", "offset", "key", "value")
+    )
+    assert _on_jvm(df)
+    proxy.clear()
+    release = threading.Event()
+    proxy.add(Rule(method="GET", path=first, times=1, hold=release))
+    result: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            result["rows"] = df.collect()
+        except Exception as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    try:
+        for _ in range(1200):  # the task's request is held (not a timing assumption: up to a minute)
+            if proxy.seen("GET", first) or not thread.is_alive():
+                break
+            time.sleep(0.05)
+        assert proxy.seen("GET", first), "the query never read the first remote segment"
+        before = {f.name for f in (path / f"{TOPIC}-0").glob("*.log")}
+        with pylog.open(
+            path,
+            clock=ManualClock(TS0 + 4_000_000),
+            remote_storage_options=options,
+            remote_log_manager_task_interval_ms=-1,
+        ) as log:
+            log.apply_retention()  # the second group's local copies (uploaded) go while the task runs
+        after = {f.name for f in (path / f"{TOPIC}-0").glob("*.log")}
+        assert before - after, "the local retention deleted nothing"
+    finally:
+        release.set()
+        thread.join(120)
+    assert "rows" in result, result
+    got = sorted((r[0], r[1], _b(r[2]), _b(r[3])) for r in result["rows"])
+    assert got == model, fail
+    # the deleted local segments' offsets came from the store: GETs of segments above the planned start
+    above = [s for s in manifest.segments if s.base_offset >= planned]
+    assert above and all(proxy.seen("GET", re.escape(s.key) + "$") for s in above)
