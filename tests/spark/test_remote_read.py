@@ -725,6 +725,9 @@ def test_spark_reads_a_tiered_log_directory(
         df = spark.read.format("pylog").options(**opts, **extra).option("subscribe", TOPIC).load(str(path))
         assert _on_jvm(df)
         assert _spark_rows(df) == rows, extra
+        assert (
+            _rows_of(_plan({"path": str(path), "subscribe": TOPIC, **opts, **extra})) == rows
+        )  # Python path
     # pushed filters: a timestamp range inside the remote segments, one across the boundary
     df = spark.read.format("pylog").options(**opts).option("subscribe", TOPIC).load(str(path))
     for cond, keep in (
