@@ -26,7 +26,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * names the file and position. With pushed timestamp filters, sealed segments whose time index ends before
  * them and batches whose header's timestamp span misses them are skipped without decoding (Spark applies
  * the filters to the rows). A {@code read_committed} range leaves out the batches its planner marked
- * skipped (see {@link NativePartition.Range}). Not thread-safe: one reader per task, as Spark uses it.
+ * skipped (see {@link NativePartition.Range}). A URL read reads the pinned remote segments ({@link
+ * RemoteWalk}); a tiered log directory's partition reads below its local log start from the store and the
+ * rest from its local files ({@link #openTieredRange}). Not thread-safe: one reader per task, as Spark uses
+ * it.
  */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private static final Logger LOG = LoggerFactory.getLogger(SegmentReader.class);
