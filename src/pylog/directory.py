@@ -86,14 +86,13 @@ from pylog.errors import (
     TopicExistsError,
     UnknownEntryWarning,
     UnknownTopicError,
-    UnsupportedFormatError,
 )
+from pylog.framing import frame, unframe
 from pylog.partition import files
 from pylog.partition.log import HandleBudget, PartitionLog, RecoveryReport
 from pylog.partition.recovery import repair_partition
 from pylog.partition.remote import RemoteSegments
 from pylog.partition.segment import MapCache
-from pylog.record import crc32c
 from pylog.topic import Topic, TopicEnv
 from pylog.transactions import TxnDecisions, TxnLog
 
@@ -102,7 +101,8 @@ __all__ = ["FORK_GENERATION", "LogDirectory", "decode_manifest", "repair", "vali
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _MANIFEST = "manifest"
 _MANIFEST_CHECK_MS = 1000  # how often Log.topic() looks for topic changes made by other processes
-_MAGIC = b"pylog-manifest 1 "
+_MAGIC = b"pylog-manifest"
+_FORMAT = 1
 FORK_GENERATION = [0]
 _MARKER = ".clean-shutdown"
 _HEADER = struct.Struct("<qqqq")  # the session header in .lock: opens, session, clean, checked mtime
@@ -748,21 +748,14 @@ class LogDirectory:
 
 def _encode_manifest(manifest: dict[str, Any]) -> bytes:
     body = json.dumps(manifest, sort_keys=True, indent=1).encode()
-    return _MAGIC + f"{crc32c(body):08x}\n".encode() + body
+    return frame(_MAGIC, _FORMAT, body)
 
 
 def decode_manifest(raw: bytes, path: str) -> dict[str, Any]:
-    head, _, body = raw.partition(b"\n")
-    if not head.startswith(b"pylog-manifest "):
-        raise CorruptRecordError(f"{path} is not a pylog manifest", path=path)
-    if not head.startswith(_MAGIC):
-        raise UnsupportedFormatError(f"{path} has an unknown manifest format: {head[:40]!r}")
     try:
-        crc = int(head[len(_MAGIC) :], 16)
-    except ValueError:
-        raise CorruptRecordError(f"{path}: bad manifest header", path=path) from None
-    if crc32c(body) != crc:
-        raise CorruptRecordError(f"{path}: manifest CRC mismatch", path=path)
+        body = unframe(raw, _MAGIC, _FORMAT, f"pylog manifest {path}")
+    except ValueError as exc:
+        raise CorruptRecordError(f"{path}: {exc}", path=path) from None
     try:
         manifest = json.loads(body)
         for meta in manifest["topics"].values():

@@ -54,11 +54,12 @@ import msgpack
 
 from pylog import fs, journal
 from pylog.errors import CorruptRecordError, IllegalStateError, ProducerFencedError
-from pylog.record import crc32c
+from pylog.framing import frame, unframe
 
 __all__ = ["ABORTED", "COMMITTED", "MAX_EPOCH", "OPEN", "TXN_DIR", "TxnDecisions", "TxnLog"]
 
 TXN_DIR = "__transactions"
+_PRODUCERS_MAGIC = b"pylog-producers"
 MAX_EPOCH = 32767  # producer_epoch is an i16 in a batch header
 COMMITTED, ABORTED, OPEN = "committed", "aborted", "open"
 
@@ -195,15 +196,16 @@ class TxnLog(TxnDecisions):
                 raw = f.read()
         except FileNotFoundError:
             return {"next_pid": 0, "ids": {}}
-        head, _, body = raw.partition(b"\n")
-        if head != b"pylog-producers 1 %08x" % crc32c(body):
-            raise CorruptRecordError(f"{self._producers_path}: bad header or CRC", path=self._producers_path)
+        try:
+            body = unframe(raw, _PRODUCERS_MAGIC, 1, f"producers file {self._producers_path}")
+        except ValueError as exc:
+            raise CorruptRecordError(str(exc), path=self._producers_path) from None
         state: dict[str, Any] = json.loads(body)
         return state
 
     def _store(self, state: dict[str, Any]) -> None:
         body = json.dumps(state, sort_keys=True).encode()
-        fs.atomic_write(self._producers_path, b"pylog-producers 1 %08x\n" % crc32c(body) + body)
+        fs.atomic_write(self._producers_path, frame(_PRODUCERS_MAGIC, 1, body))
 
     def snapshot(self, known: int = 0) -> tuple[dict[str, Any], bytes]:
         """The producers state and the valid bytes of ``decisions.log`` (a torn last record left out) as of one

@@ -36,10 +36,9 @@ import fcntl
 import json
 import os
 
-import crc32c
-
 from pylog import fs
-from pylog.errors import ConfigError, ReadOnlyLogError, UnsupportedFormatError
+from pylog.errors import ConfigError, ReadOnlyLogError
+from pylog.framing import frame, unframe
 from pylog.groups.store import GROUPS_DIR
 
 __all__ = ["FILE_NAME", "open_groups_dir", "read_replica_of"]
@@ -64,14 +63,8 @@ def read_replica_of(path: str) -> str | None:
         raw = fs.FS.read_file(record)
     except FileNotFoundError:
         return None
-    head, _, body = raw.partition(b"\n")
-    parts = head.split(b" ")
-    if len(parts) == 3 and parts[0] == _MAGIC and parts[1] != b"%d" % _FORMAT:
-        raise UnsupportedFormatError(f"{record}: format {parts[1]!r} is not known to this pylog")
     try:
-        if len(parts) != 3 or parts[0] != _MAGIC or parts[2] != b"%08x" % crc32c.crc32c(body):
-            raise ValueError("bad header or CRC")
-        url = json.loads(body)["url"]
+        url = json.loads(unframe(raw, _MAGIC, _FORMAT, f"replica groups record {record}"))["url"]
         if not isinstance(url, str):
             raise ValueError("the URL is not a string")
     except (ValueError, KeyError, TypeError) as exc:
@@ -140,9 +133,7 @@ def _check_and_record(path: str, url: str) -> None:
     _check_writable(path, path)
     if recorded is None:
         body = json.dumps({"url": url}, sort_keys=True).encode()
-        fs.atomic_write(
-            os.path.join(path, FILE_NAME), b"%s %d %08x\n" % (_MAGIC, _FORMAT, crc32c.crc32c(body)) + body
-        )
+        fs.atomic_write(os.path.join(path, FILE_NAME), frame(_MAGIC, _FORMAT, body))
 
 
 def _check_writable(directory: str, groups_dir: str) -> None:

@@ -77,7 +77,8 @@ from typing import Any
 import crc32c
 
 from pylog.clock import Clock
-from pylog.errors import CorruptRecordError, IllegalStateError, RemoteStorageError, UnsupportedFormatError
+from pylog.errors import CorruptRecordError, IllegalStateError, RemoteStorageError
+from pylog.framing import frame, unframe
 from pylog.tiered.store import ObjectStore
 from pylog.transactions import TxnDecisions, TxnLog
 
@@ -149,20 +150,13 @@ def chunk_key(start: int, end: int, upload_id: str) -> str:
 
 def encode_manifest(manifest: DecisionsManifest) -> bytes:
     body = json.dumps(asdict(manifest), sort_keys=True, separators=(",", ":")).encode()
-    return b"%s %d %08x\n" % (_MAGIC, _FORMAT, crc32c.crc32c(body)) + body
+    return frame(_MAGIC, _FORMAT, body)
 
 
 def decode_manifest(raw: bytes) -> DecisionsManifest:
     """Parse a decisions manifest. :class:`ValueError` if it does not check; :class:`UnsupportedFormatError`
     for a format version this pylog does not know."""
-    head, sep, body = raw.partition(b"\n")
-    parts = head.split(b" ")
-    if not sep or len(parts) != 3 or parts[0] != _MAGIC:
-        raise ValueError("not a pylog decisions manifest")
-    if parts[1] != b"%d" % _FORMAT:
-        raise UnsupportedFormatError(f"decisions manifest format {parts[1]!r} is not known to this pylog")
-    if parts[2] != b"%08x" % crc32c.crc32c(body):
-        raise ValueError("decisions manifest CRC mismatch")
+    body = unframe(raw, _MAGIC, _FORMAT, "decisions manifest")
     try:
         data = json.loads(body)
         chunks = tuple(

@@ -25,10 +25,8 @@ import json
 import os
 import warnings
 
-import crc32c
-
 from pylog import fs
-from pylog.errors import UnsupportedFormatError
+from pylog.framing import frame, unframe
 
 __all__ = ["FILE_NAME", "read_remote_storage", "write_remote_storage"]
 
@@ -44,14 +42,8 @@ def read_remote_storage(root: str) -> str | None:
         raw = fs.FS.read_file(path)
     except FileNotFoundError:
         return None
-    head, _, body = raw.partition(b"\n")
-    parts = head.split(b" ")
-    if len(parts) == 3 and parts[0] == _MAGIC and parts[1] != b"%d" % _FORMAT:
-        raise UnsupportedFormatError(f"{path}: format {parts[1]!r} is not known to this pylog")
     try:
-        if len(parts) != 3 or parts[0] != _MAGIC or parts[2] != b"%08x" % crc32c.crc32c(body):
-            raise ValueError("header or CRC")
-        url = json.loads(body)["remote_storage"]
+        url = json.loads(unframe(raw, _MAGIC, _FORMAT, f"remote storage record {path}"))["remote_storage"]
         if not isinstance(url, str):
             raise ValueError("not a string")
     except (ValueError, KeyError, TypeError) as exc:
@@ -63,5 +55,4 @@ def read_remote_storage(root: str) -> str | None:
 def write_remote_storage(root: str, url: str) -> None:
     """Record ``url`` in the log directory ``root`` (two-phase, see the module docstring)."""
     body = json.dumps({"remote_storage": url}, sort_keys=True).encode()
-    data = b"%s %d %08x\n" % (_MAGIC, _FORMAT, crc32c.crc32c(body)) + body
-    fs.atomic_write(os.path.join(root, FILE_NAME), data)
+    fs.atomic_write(os.path.join(root, FILE_NAME), frame(_MAGIC, _FORMAT, body))

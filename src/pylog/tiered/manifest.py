@@ -71,9 +71,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import crc32c
-
-from pylog.errors import UnsupportedFormatError
+from pylog.framing import frame, unframe
 from pylog.tiered.store import ObjectStore
 
 __all__ = [
@@ -159,20 +157,13 @@ def encode_manifest(manifest: PartitionManifest) -> bytes:
     if not manifest.deleted:
         del fields["deleted"]  # only a tombstone has the field
     body = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    return b"%s %d %08x\n" % (_MAGIC, _FORMAT, crc32c.crc32c(body)) + body
+    return frame(_MAGIC, _FORMAT, body)
 
 
 def decode_manifest(raw: bytes) -> PartitionManifest:
     """Parse a manifest object. :class:`ValueError` if it does not check; :class:`UnsupportedFormatError`
     for a format version this pylog does not know."""
-    head, sep, body = raw.partition(b"\n")
-    parts = head.split(b" ")
-    if not sep or len(parts) != 3 or parts[0] != _MAGIC:
-        raise ValueError("not a pylog remote manifest")
-    if parts[1] != b"%d" % _FORMAT:
-        raise UnsupportedFormatError(f"remote manifest format {parts[1]!r} is not known to this pylog")
-    if parts[2] != b"%08x" % crc32c.crc32c(body):
-        raise ValueError("remote manifest CRC mismatch")
+    body = unframe(raw, _MAGIC, _FORMAT, "remote manifest")
     try:
         data = json.loads(body)
         segments = tuple(_segment(s) for s in data["segments"])

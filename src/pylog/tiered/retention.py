@@ -77,11 +77,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-import crc32c
-
 from pylog import fs
 from pylog.config import TopicConfig
 from pylog.errors import CorruptRecordError, RemoteStorageError, UnsupportedFormatError
+from pylog.framing import frame, unframe
 from pylog.tiered.manifest import (
     PartitionManifest,
     RemoteSegment,
@@ -319,13 +318,8 @@ def pending_deletions(root: str) -> dict[str, str | None]:
         raw = fs.FS.read_file(path)
     except FileNotFoundError:
         return {}
-    head, _, body = raw.partition(b"\n")
-    parts = head.split(b" ")
-    if len(parts) == 3 and parts[0] == _PENDING_MAGIC and parts[1] != b"%d" % _PENDING_FORMAT:
-        raise UnsupportedFormatError(f"{path}: format {parts[1]!r} is not known to this pylog")
     try:
-        if len(parts) != 3 or parts[0] != _PENDING_MAGIC or parts[2] != b"%08x" % crc32c.crc32c(body):
-            raise ValueError("header or CRC")
+        body = unframe(raw, _PENDING_MAGIC, _PENDING_FORMAT, f"pending remote deletions record {path}")
         topics: dict[str, Any] = json.loads(body)["topics"]
         return {str(name): (None if meta["id"] is None else str(meta["id"])) for name, meta in topics.items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -357,5 +351,4 @@ def remove_pending_deletion(root: str, topic: str) -> None:
 
 def _write_pending(root: str, pending: dict[str, str | None]) -> None:
     body = json.dumps({"topics": {name: {"id": tid} for name, tid in sorted(pending.items())}}).encode()
-    data = b"%s %d %08x\n" % (_PENDING_MAGIC, _PENDING_FORMAT, crc32c.crc32c(body)) + body
-    fs.atomic_write(os.path.join(root, PENDING_FILE), data)
+    fs.atomic_write(os.path.join(root, PENDING_FILE), frame(_PENDING_MAGIC, _PENDING_FORMAT, body))
