@@ -1,6 +1,6 @@
 """Render benchmark results (``benchmarks/results/*.json``) into ``docs/benchmarks.md`` and bar charts.
 
-    python benchmarks/render.py                       # default.json and spark.json, when present
+    python benchmarks/render.py                       # default.json, spark.json, then any other results/*.json
     python benchmarks/render.py results/custom.json   # named files, in this order
 
 Charts are PNG files in ``docs/img/`` (matplotlib, Agg backend: no display needed).
@@ -305,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", nargs="*", type=Path, help="result JSON files (default: results/*.json)")
     parser.add_argument("--out", type=Path, default=DOC, help="the Markdown file to write")
     args = parser.parse_args(argv)
-    paths = args.results or [p for p in (RESULTS / "default.json", RESULTS / "spark.json") if p.exists()]
+    main_suites = [p for p in (RESULTS / "default.json", RESULTS / "spark.json") if p.exists()]
+    # then the runs of chosen cases kept beside them (their own date, command and machine load)
+    paths = args.results or main_suites + sorted(set(RESULTS.glob("*.json")) - set(main_suites))
     if not paths:
         print("no results: run python benchmarks/run.py first", file=sys.stderr)
         return 1
