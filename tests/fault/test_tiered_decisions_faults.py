@@ -22,6 +22,7 @@ import pylog
 from pylog.clock import ManualClock
 from pylog.structs import TopicPartition
 from pylog.tiered import decisions
+from pylog.tiered import manifest as tiered_manifest
 from pylog.tiered.restore import restore
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import tier_partition
@@ -247,10 +248,14 @@ def test_sigkill_mid_decisions_upload_leaves_a_consistent_store(
             c.close()
 
 
-def test_concurrent_uploaders_publish_one_growing_sequence_of_versions(tmp_path: Path) -> None:
+def test_concurrent_uploaders_publish_one_growing_sequence_of_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Three threads upload the decisions at once (each with its own store client, as processes would) while
     transactions are decided: every version published is a whole manifest whose bytes extend the version
-    before it, no version is published twice, and the last one holds the whole file."""
+    before it, no version is published twice, and the last one holds the whole file. (Every version is kept
+    here, so that all of them can be checked; a publish normally deletes the old ones.)"""
+    monkeypatch.setattr(tiered_manifest, "KEEP_VERSIONS", 1 << 30)
     url = (tmp_path / "remote").as_uri()
     with pylog.open(
         tmp_path / "log", clock=ManualClock(TS0), remote_storage=url, remote_log_manager_task_interval_ms=-1

@@ -22,7 +22,14 @@ import pylog
 from pylog.clock import ManualClock
 from pylog.errors import CorruptRecordError, RemoteStorageError
 from pylog.tiered import uploader
-from pylog.tiered.manifest import PartitionManifest, decode_manifest, manifest_key, read_manifest
+from pylog.tiered.manifest import (
+    KEEP_VERSIONS,
+    PartitionManifest,
+    decode_manifest,
+    listed_versions,
+    manifest_key,
+    read_manifest,
+)
 from pylog.tiered.restore import restore
 from pylog.tiered.store import ObjectStore
 from pylog.tiered.uploader import tier_partition
@@ -242,8 +249,12 @@ def test_two_processes_never_publish_the_same_manifest_version(tmp_path: Path) -
     assert not won[1] & won[2]
     assert won[1] | won[2] == set(range(1, versions + 1))  # every version was taken, by exactly one
     store = ObjectStore(url)
+    present = set(listed_versions(store, "t/0/manifest/"))
+    assert present == set(
+        range(versions - KEEP_VERSIONS + 1, versions + 1)
+    )  # publishes deleted the older ones
     for wid, mine in won.items():
-        for v in mine:
+        for v in mine & present:
             manifest = decode_manifest(store.get(manifest_key("t", 0, v)))
             assert manifest == PartitionManifest("t", 0, 1, {"writer": wid}, (), v)
 

@@ -32,7 +32,7 @@ from pylog.spark import jvm
 from pylog.spark.reader import PylogReader
 from pylog.spark.remote import PRESIGN_KEY, RemoteRead, jvm_plan, open_store
 from pylog.spark.source import read_options
-from pylog.tiered.manifest import publish_manifest, read_manifest
+from pylog.tiered.manifest import KEEP_VERSIONS, listed_versions, publish_manifest, read_manifest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fault"))
 from fault_proxy import FaultProxy, Rule
@@ -289,10 +289,13 @@ def test_a_bit_flip_in_a_remote_object_is_a_corrupt_record_error_naming_it(
     assert key in str(e.value)
 
 
-def _drop_while_read(st: Store, partition: int, run: Any) -> tuple[Any, dict[str, Any]]:
+def _drop_while_read(
+    st: Store, partition: int, run: Any, later_publishes: int = 0
+) -> tuple[Any, dict[str, Any]]:
     """Run ``run()`` (a Spark query) in a thread; when its task asks the store for the partition's first
     segment, remote retention drops that segment (a manifest version without it is published, then the
-    object deleted) and the request goes on. The segment and ``{"rows": ...}`` or ``{"error": ...}``."""
+    object deleted), ``later_publishes`` more versions are published (uploads after it, which delete the
+    older versions), and the request goes on. The segment and ``{"rows": ...}`` or ``{"error": ...}``."""
     assert st.proxy is not None
     objects = open_store(st.url, st.options)
     manifest, _ = read_manifest(objects, TOPIC, partition)
@@ -317,10 +320,16 @@ def _drop_while_read(st: Store, partition: int, run: Any) -> tuple[Any, dict[str
                 break
             time.sleep(0.05)
         assert st.proxy.seen("GET", path), "the query never read the segment"
-        assert publish_manifest(
+        dropped = publish_manifest(
             objects, replace(manifest, segments=manifest.segments[1:]), manifest.version + 1
         )
+        assert dropped is not None
         objects.delete(first.key)
+        for n in range(later_publishes):
+            assert publish_manifest(objects, dropped, dropped.version + 1 + n)
+        if later_publishes > KEEP_VERSIONS:  # the version right after the pinned one is gone too
+            prefix = f"{TOPIC}/{partition}/manifest/"
+            assert manifest.version + 1 not in listed_versions(objects, prefix)
     finally:
         release.set()
         thread.join(120)
@@ -338,7 +347,9 @@ def test_a_segment_dropped_after_planning_follows_fail_on_data_loss(
     assert "pylog.errors.OffsetOutOfRangeError: data loss" in error and gone.key in error, result
     assert "failOnDataLoss=false" in error
     lenient = _read(spark, st, failOnDataLoss="false").select("partition", "offset")
-    gone, result = _drop_while_read(st, 2, lenient.collect)  # the next segment, the first one now
+    assert _on_jvm(lenient)
+    # the next segment, the first one now; then enough uploads that the versions the plan knew of are deleted
+    gone, result = _drop_while_read(st, 2, lenient.collect, later_publishes=3 * KEEP_VERSIONS)
     assert "rows" in result, result
     want = [
         (r[0], r[1])
@@ -415,13 +426,13 @@ def test_the_plan_carries_presigned_urls_and_no_credentials(store: Store) -> Non
     plan = json.loads(jvm_plan(remote))
     segs = [s for tp in plan["segments"] for s in tp[2]]
     assert segs and plan["expirySeconds"] == 900
-    for topic, partition, _, next_key, next_url in plan["segments"]:  # the version after the pinned one
+    for topic, partition, _, newer in plan["segments"]:  # versions after the pinned one, KEEP_VERSIONS apart
         manifest, _ = read_manifest(open_store(store.url, store.options), topic, partition)
-        assert (
-            manifest is not None
-            and next_key == f"{topic}/{partition}/manifest/{manifest.version + 1:020d}.json"
-        )
-        assert (next_url is None) == (store.proxy is None)
+        assert manifest is not None and [key for key, _ in newer] == [
+            f"{topic}/{partition}/manifest/{manifest.version + 1 + j * KEEP_VERSIONS:020d}.json"
+            for j in range(len(newer))
+        ]
+        assert len(newer) > 1 and all((url is None) == (store.proxy is None) for _, url in newer)
     if store.proxy is None:
         assert plan["store"] == "file" and all(s[5] is None for s in segs)
         assert Path(plan["root"], segs[0][4]).is_file()
@@ -548,7 +559,7 @@ def test_stores_the_jvm_reader_cannot_read_say_why() -> None:
     )
     assert signed["store"] == "signed" and signed["expirySeconds"] == 3600 and signed["localStarts"] == []
     assert signed["segments"] == [
-        [TOPIC, 0, [[0, 10, 100, TS0, seg.key, signed["segments"][0][2][0][5], None, None, 0]], None, None]
+        [TOPIC, 0, [[0, 10, 100, TS0, seg.key, signed["segments"][0][2][0][5], None, None, 0]], []]
     ]
     assert "X-Amz-Expires=3600" in signed["segments"][0][2][0][5]
 

@@ -657,10 +657,10 @@ def test_tiered_directory_plans_carry_the_store_for_the_jvm_reader(tmp_path: Pat
             assert {(t, p): o for t, p, o in jvm["localStarts"]} == {
                 (TOPIC, r.partition): local[r.partition] for r in part.ranges
             }
-            for t, p, segs, next_key, _ in jvm["segments"]:
+            for t, p, segs, newer in jvm["segments"]:
                 manifest, _ = read_manifest(ObjectStore(url), t, p)
                 assert manifest is not None
-                assert next_key.endswith(f"{manifest.version + 1:020d}.json")
+                assert newer[0][0].endswith(f"{manifest.version + 1:020d}.json")
                 rng = next(r for r in part.ranges if r.partition == p)
                 want = [
                     s.key for s in manifest.segments if s.base_offset < rng.end and s.next_offset > rng.start

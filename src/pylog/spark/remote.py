@@ -65,7 +65,14 @@ from pylog.partition.remote import offset_for_time, read_raw, segment_at
 from pylog.partition.visibility import is_skipped
 from pylog.record import DecodedBatch, decode_batch, decode_header
 from pylog.tiered.fetch import RemoteCache, RemotePartition
-from pylog.tiered.manifest import PartitionManifest, RemoteSegment, manifest_key, read_manifest, remote_topics
+from pylog.tiered.manifest import (
+    KEEP_VERSIONS,
+    PartitionManifest,
+    RemoteSegment,
+    manifest_key,
+    read_manifest,
+    remote_topics,
+)
 from pylog.tiered.store import ObjectStore
 
 if TYPE_CHECKING:
@@ -263,17 +270,21 @@ def jvm_plan(remote: RemoteRead) -> str:
         {"store": "file" | "signed" | "none", "root": str, "reason": str, "expirySeconds": int,
          "localStarts": [[topic, partition, local_log_start], ...],
          "segments": [[topic, partition, [[base, next, size, max_timestamp, key, url, index_key,
-                       index_url, index_size], ...], next_manifest_key, next_manifest_url], ...]}
+                       index_url, index_size], ...], [[newer_manifest_key, newer_manifest_url], ...]], ...]}
 
     ``file``: the objects are the files ``root/key`` (``url``/``index_url`` null). ``signed``: ``url`` and
     ``index_url`` are presigned GET URLs (``obstore.sign``, valid for ``expirySeconds``, the reader option
     ``remoteStorage.presignExpirySeconds``), so the store's credentials stay on the driver. ``none``: the
     JVM reader cannot read this store (``reason`` says why; the task fails with it). ``index_key``,
     ``index_url`` and ``index_size`` are null/0 when the segment has no index object (the index is only a
-    hint). ``next_manifest_key`` is the manifest version after the pinned one (null when unknown): a pinned
-    object that is gone is data loss when that version exists (remote retention publishes a manifest
-    without a segment before deleting it), else a ``RemoteStorageError`` (missing while the newest manifest
-    names it), as the Python path tells them apart. ``localStarts`` (a tiered log directory; else empty):
+    hint). The newer manifest keys are versions after the pinned one ``v`` (none when it is unknown): a
+    pinned object that is gone is data loss when a newer version exists (remote retention publishes a
+    manifest without a segment before deleting it), else a ``RemoteStorageError`` (missing while the newest
+    manifest names it), as the Python path tells them apart. A publish deletes the versions more than
+    ``KEEP_VERSIONS`` below it, so the versions present are the newest ``KEEP_VERSIONS`` (a contiguous run):
+    probing ``v + 1 + j * KEEP_VERSIONS`` for ``j < _NEWER_PROBES`` finds one of them whenever any version
+    up to ``v + _NEWER_PROBES * KEEP_VERSIONS`` was published; past that the task errs on the safe side
+    (``RemoteStorageError``, never a skip). ``localStarts`` (a tiered log directory; else empty):
     each tiered partition's local log start at planning. Its pinned segments are every remote segment holding
     offsets of its ranges, those still local at planning too: the task reads below the local log start as it
     finds it (:mod:`pylog.spark.jvm`), so it may need them."""
@@ -281,13 +292,16 @@ def jvm_plan(remote: RemoteRead) -> str:
     expiry = int(remote.options.get(PRESIGN_KEY, DEFAULT_PRESIGN_EXPIRY_S))
     plan: dict[str, Any] = {"store": "none", "root": "", "reason": "", "expirySeconds": expiry}
     urls: dict[str, str] = {}
-    next_manifests = {
-        tp: manifest_key(tp[0], tp[1], remote.versions[tp] + 1)
+    newer_manifests = {
+        tp: [
+            manifest_key(tp[0], tp[1], remote.versions[tp] + 1 + j * KEEP_VERSIONS)
+            for j in range(_NEWER_PROBES)
+        ]
         for tp in remote.segments
         if tp in remote.versions
     }
     keys = [k for segs in remote.segments.values() for s in segs for k in _object_keys(s)]
-    keys += list(next_manifests.values())
+    keys += [k for probes in newer_manifests.values() for k in probes]
     if parsed.scheme == "file":
         plan["store"] = "file"
         plan["root"] = urllib.parse.unquote(parsed.path).rstrip("/") or "/"
@@ -318,8 +332,7 @@ def jvm_plan(remote: RemoteRead) -> str:
                 ]
                 for s in segs
             ],
-            next_manifests.get((topic, partition)),
-            urls.get(next_manifests.get((topic, partition), "")),
+            [[k, urls.get(k)] for k in newer_manifests.get((topic, partition), [])],
         ]
         for (topic, partition), segs in sorted(remote.segments.items())
     ]
@@ -574,6 +587,10 @@ class PinnedSegments:
         except OffsetOutOfRangeError as exc:
             raise _SegmentGone(segment, str(exc)) from exc
 
+
+_NEWER_PROBES = 16
+"""Newer manifest versions a JVM task may probe for per partition (see :func:`jvm_plan`): they find a newer
+version when up to ``_NEWER_PROBES * KEEP_VERSIONS`` were published after planning."""
 
 _caches: dict[str, RemoteCache] = {}
 _caches_lock = threading.Lock()

@@ -79,6 +79,7 @@ import crc32c
 from pylog.clock import Clock
 from pylog.errors import CorruptRecordError, IllegalStateError, RemoteStorageError
 from pylog.framing import frame, unframe
+from pylog.tiered.manifest import listed_versions, prune_versions
 from pylog.tiered.store import ObjectStore
 from pylog.transactions import TxnDecisions, TxnLog
 
@@ -104,7 +105,6 @@ REFRESH_MS = 1000  # a remote reader reads the newest manifest at most this ofte
 _MAGIC = b"pylog-remote-decisions"
 _FORMAT = 1
 _PUBLISH_ATTEMPTS = 16
-_MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
 _CHUNK_NAME = re.compile(r"^(\d{20})-(\d{20})-[0-9a-f]{16}\.log$")
 _NO_PRODUCERS: dict[str, Any] = {"next_pid": 0, "ids": {}}
 
@@ -188,10 +188,7 @@ def _check_chunks(manifest: DecisionsManifest) -> None:
 def read_manifest(store: ObjectStore) -> tuple[DecisionsManifest | None, int]:
     """``(manifest, highest_version_present)``: the highest version that parses (None if none does) and the
     highest version number any object has (0 if none): the next publish must use a higher one."""
-    prefix = f"{PREFIX}manifest/"
-    versions = sorted(
-        int(m.group(1)) for info in store.list(prefix) if (m := _MANIFEST_NAME.match(info.key[len(prefix) :]))
-    )
+    versions = listed_versions(store, f"{PREFIX}manifest/")
     for version in reversed(versions):
         try:
             manifest = decode_manifest(store.get(manifest_key(version)))
@@ -211,7 +208,10 @@ def publish_manifest(
         raise ValueError(f"decisions manifest versions start at 1, got {version}")
     _check_chunks(manifest)
     published = DecisionsManifest(manifest.end, manifest.crc32c, manifest.chunks, manifest.producers, version)
-    return published if store.put(manifest_key(version), encode_manifest(published), if_absent=True) else None
+    if not store.put(manifest_key(version), encode_manifest(published), if_absent=True):
+        return None
+    prune_versions(store, f"{PREFIX}manifest/", version)
+    return published
 
 
 def upload_decisions(store: ObjectStore, txns: TxnLog) -> DecisionsResult:

@@ -67,10 +67,12 @@ decides). Crash contract: publishing is one atomic put; nothing else is ever cha
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pylog.errors import RemoteStorageError
 from pylog.framing import frame, unframe
 from pylog.tiered.store import ObjectStore
 
@@ -92,6 +94,11 @@ __all__ = [
 _MAGIC = b"pylog-remote-manifest"
 _FORMAT = 1
 _MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
+KEEP_VERSIONS = 8
+"""Manifest versions kept below a newly published one: a reader falls back to them when newer ones are torn,
+and a reader that listed the versions a moment before still finds the one it picked. A publish deletes the
+versions older than that (:func:`prune_versions`), so a partition's manifest listing stays short."""
+_log = logging.getLogger("pylog.tiered")
 _MANIFEST_KEY = re.compile(r"^([^/]+)/(0|[1-9]\d*)/manifest/(\d{20})\.json$")
 
 
@@ -208,13 +215,32 @@ def _check_contiguous(segments: tuple[RemoteSegment, ...]) -> None:
 
 def _versions(store: ObjectStore, topic: str, partition: int) -> list[int]:
     """Every manifest version number present (parseable or not), ascending."""
-    prefix = f"{partition_prefix(topic, partition)}manifest/"
+    return listed_versions(store, f"{partition_prefix(topic, partition)}manifest/")
+
+
+def listed_versions(store: ObjectStore, prefix: str) -> list[int]:
+    """The version numbers of the manifest objects (``<version:020d>.json``) directly under ``prefix``, ascending."""
     found = []
     for info in store.list(prefix):
         m = _MANIFEST_NAME.match(info.key[len(prefix) :])
         if m:
             found.append(int(m.group(1)))
     return sorted(found)
+
+
+def prune_versions(store: ObjectStore, prefix: str, published: int) -> list[int]:
+    """Delete the manifest versions under ``prefix`` at or below ``published - KEEP_VERSIONS`` (pylog's version
+    names only; ``published`` was just written): the versions a publish leaves behind. Returns the versions
+    deleted. A failure is logged and left to the next publish, which lists the old versions again."""
+    try:
+        old = [v for v in listed_versions(store, prefix) if v <= published - KEEP_VERSIONS]
+        store.delete_many([f"{prefix}{v:020d}.json" for v in old])
+    except RemoteStorageError as exc:
+        _log.warning(
+            "could not delete old manifest versions under %s (the next publish retries): %s", prefix, exc
+        )
+        return []
+    return old
 
 
 def read_manifest(
@@ -252,7 +278,10 @@ def publish_manifest(
         manifest.deleted,
     )
     key = manifest_key(manifest.topic, manifest.partition, version)
-    return published if store.put(key, encode_manifest(published), if_absent=True) else None
+    if not store.put(key, encode_manifest(published), if_absent=True):
+        return None
+    prune_versions(store, f"{partition_prefix(manifest.topic, manifest.partition)}manifest/", version)
+    return published
 
 
 def remote_partitions(store: ObjectStore) -> dict[str, list[int]]:

@@ -135,8 +135,8 @@ final class NativePartition implements InputPartition {
     final long expirySeconds;
     final java.util.Map<String, RemoteSeg[]> segments;
     /**
-     * By {@code topic-partition}: {@code [key, url]} of the manifest version after the pinned one (url null
-     * for a {@code file://} store); absent when unknown.
+     * By {@code topic-partition}: {@code [key, url, key, url, ...]} of manifest versions after the pinned one,
+     * {@code KEEP_VERSIONS} apart (url null for a {@code file://} store); absent when unknown.
      */
     final java.util.Map<String, String[]> nextManifests;
     /**

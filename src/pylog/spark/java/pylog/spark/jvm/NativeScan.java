@@ -119,9 +119,14 @@ final class NativeScan implements Scan, Batch {
     Map<String, NativePartition.RemoteSeg[]> byPartition = new HashMap<>();
     Map<String, String[]> nextManifests = new HashMap<>();
     for (JsonNode tp : plan.get("segments")) {
-      String nextKey = text(tp.get(3));
-      if (nextKey != null) {
-        nextManifests.put(tp.get(0).asText() + "-" + tp.get(1).asInt(), new String[] {nextKey, text(tp.get(4))});
+      JsonNode probes = tp.get(3); // [[key, url], ...]: manifest versions after the pinned one
+      if (probes != null && probes.isArray() && probes.size() > 0) {
+        String[] flat = new String[probes.size() * 2]; // key, url, key, url, ...
+        for (int j = 0; j < probes.size(); j++) {
+          flat[2 * j] = text(probes.get(j).get(0));
+          flat[2 * j + 1] = text(probes.get(j).get(1));
+        }
+        nextManifests.put(tp.get(0).asText() + "-" + tp.get(1).asInt(), flat);
       }
       JsonNode segs = tp.get(2);
       NativePartition.RemoteSeg[] out = new NativePartition.RemoteSeg[segs.size()];

@@ -409,10 +409,16 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     String[] next = partition.remote.nextManifests.get(range.topic + "-" + range.partition);
     boolean newer = true; // unknown: as before the check existed
     if (next != null) {
-      try {
-        objects.read(next[0], next[1], 0, 1);
-      } catch (RemoteObjects.Gone g) {
-        newer = false;
+      // versions after the pinned one, KEEP_VERSIONS apart: publishes keep only the newest KEEP_VERSIONS, so
+      // one of these is present whenever a newer version was published (up to the probes' reach)
+      newer = false;
+      for (int j = 0; j + 1 < next.length && !newer; j += 2) {
+        try {
+          objects.read(next[j], next[j + 1], 0, 1);
+          newer = true;
+        } catch (RemoteObjects.Gone g) {
+          // not this version: the next probe
+        }
       }
     }
     if (!newer) {
