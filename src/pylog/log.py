@@ -87,9 +87,6 @@ class Log(LogDirectory):
                 "groups_dir is for a log opened from an object store (pylog.open(url, read_only=True, "
                 "groups_dir=...)); a log directory keeps its consumer groups in itself"
             )
-        replica_root = (
-            open_groups_dir(groups_dir, url) if groups_dir is not None and url is not None else None
-        )
         self.remote_storage = remote_storage
         self.remote_storage_options = dict(remote_storage_options or {})
         self.remote_cache_bytes = remote_cache_bytes
@@ -99,6 +96,10 @@ class Log(LogDirectory):
         if remote_storage is not None:
             RemoteCache.check(remote_cache_bytes)
         manifest = remote_topics(self._store()) if url is not None else None
+        # after the store answered: a URL that cannot be opened leaves no groups directory behind
+        replica_root = (
+            open_groups_dir(groups_dir, url) if groups_dir is not None and url is not None else None
+        )
         super().__init__(
             path,
             remote_segments=self._remote_segments if remote_storage is not None else None,

@@ -24,8 +24,15 @@ from typing import Any
 import pytest
 
 import pylog
+import pylog.log
 from pylog.clock import ManualClock
-from pylog.errors import ConfigError, GroupNotEmptyError, ReadOnlyLogError, UnknownGroupError
+from pylog.errors import (
+    ConfigError,
+    GroupNotEmptyError,
+    ReadOnlyLogError,
+    RemoteStorageError,
+    UnknownGroupError,
+)
 from pylog.structs import TopicPartition
 
 TS0 = 1_700_000_000_000
@@ -492,6 +499,23 @@ def test_a_groups_dir_serves_one_url_only(tmp_path: Path, tiered: tuple[str, dic
     (groups / "replica_of").write_bytes(b"something else\n{}")
     with pytest.raises(ConfigError, match="replica_of"):
         _replica(tiered, groups)
+
+
+def test_a_url_that_cannot_be_opened_leaves_no_groups_dir(
+    tmp_path: Path, tiered: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(store: Any) -> Any:
+        raise RemoteStorageError("list: the store cannot be reached", key="")
+
+    monkeypatch.setattr(pylog.log, "remote_topics", unreachable)
+    groups = tmp_path / "groups"
+    with pytest.raises(RemoteStorageError, match="cannot be reached"):
+        _replica(tiered, groups)
+    assert not groups.exists()
+    monkeypatch.undo()
+    with _replica(tiered, groups) as ro:  # the store answers: the directory is set up
+        _member(ro).close()
+    assert (groups / "replica_of").is_file()
 
 
 def test_an_unwritable_groups_dir_is_refused(
