@@ -254,7 +254,7 @@ class KafkaTimeoutError(PylogError, TimeoutError):
 
 class DeliveryError(PylogError):
     """Records accepted by ``send()`` could not be written and nobody looked at their futures (``get()``,
-    ``exception()``, an errback). Raised by the next ``flush()`` or ``close()`` of the producer (and by
+    ``exception``, an errback). Raised by the next ``flush()`` or ``close()`` of the producer (and by
     ``Log.close()`` for the producers it closes), so a failed record never goes unnoticed. ``count`` is how many
     records failed, ``errors`` the distinct errors (the first is chained as ``__cause__``). The records were not
     written: send them again if they are still wanted."""

@@ -51,6 +51,7 @@ from pylog.errors import (
     SerializationError,
     UnknownPartitionError,
 )
+from pylog.future import is_retriable
 from pylog.producer_config import ProducerConfig
 from pylog.record import encode_headers
 from pylog.sender import SENDER_IDLE_S, Sender
@@ -80,7 +81,14 @@ def _default_key(key: Any) -> bytes:
 
 
 class FutureRecordMetadata(tuple[Any, ...]):
-    """The result of :meth:`Producer.send`. ``get()`` waits for the write and returns RecordMetadata.
+    """The result of :meth:`Producer.send`, with kafka-python's ``FutureRecordMetadata`` API: ``get(timeout)``
+    waits for the write and returns the :class:`~pylog.structs.RecordMetadata` (or raises the record's error);
+    ``is_done``, ``value`` and ``exception`` are attributes (``value``: the metadata once written, else None;
+    ``exception``: the error once failed, else None); ``succeeded()``, ``failed()``, ``retriable()``;
+    ``add_callback``/``add_errback``/``add_both``/``chain``, each returning the future.
+
+    Looking at ``exception`` (or ``get()``, an errback) counts as seeing a failure: it is then not raised again
+    as a :class:`~pylog.errors.DeliveryError` by ``flush()``/``close()``.
 
     It is a pair ``(queue, record)`` (see :mod:`pylog.accumulator`), a tuple so that ``send`` builds it
     without running Python code; futures compare and hash by identity, like other objects."""
@@ -106,6 +114,11 @@ class FutureRecordMetadata(tuple[Any, ...]):
         if p.error is not None and not p.written(record):
             p.observed.add(id(record))
             raise p.error
+        return self._metadata()
+
+    def _metadata(self) -> RecordMetadata:
+        p: QueuedRecords = self[0]
+        record: tuple[Any, ...] = self[1]
         i = p.index_of(record)
         key, value = record[0], record[1]
         return RecordMetadata(
@@ -117,8 +130,25 @@ class FutureRecordMetadata(tuple[Any, ...]):
             -1 if value is None else len(value),
         )
 
+    @property
     def is_done(self) -> bool:
+        """True once the record was written (with ``acks="all"``: fsynced) or failed."""
         return bool(self[0].finished)
+
+    @property
+    def value(self) -> RecordMetadata | None:
+        """The record's metadata once it was written, else None (as kafka-python's ``future.value``)."""
+        if not self[0].finished or self._error() is not None:
+            return None
+        return self._metadata()
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The record's error once it failed, else None. Looking at it counts as seeing the failure."""
+        error = self._error()
+        if error is not None:
+            self[0].observed.add(id(self[1]))
+        return error
 
     def succeeded(self) -> bool:
         return bool(self[0].finished) and self._error() is None
@@ -126,11 +156,9 @@ class FutureRecordMetadata(tuple[Any, ...]):
     def failed(self) -> bool:
         return bool(self[0].finished) and self._error() is not None
 
-    def exception(self) -> BaseException | None:
-        error = self._error()
-        if error is not None:
-            self[0].observed.add(id(self[1]))
-        return error
+    def retriable(self) -> bool:
+        """True if the record failed with an error whose ``retriable`` flag is set (sending again may work)."""
+        return bool(self[0].finished) and is_retriable(self._error())
 
     def _error(self) -> BaseException | None:
         """The error of this record: its drain failed and it was not among the batches written before."""
@@ -140,20 +168,36 @@ class FutureRecordMetadata(tuple[Any, ...]):
         return p.error
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
-        """Call ``fn(*args, metadata, **kwargs)`` once the record is acknowledged (as kafka-python does; at
-        the next flush or from the sender thread if it already is)."""
-        acc = self[0].queue.acc
-        acc.callbacks.append((self, functools.partial(fn, *args, **kwargs), None))
-        acc.on_callback()
-        return self
+        """Call ``fn(*args, metadata, **kwargs)`` once the record is written: in the producer's background
+        thread or in a ``flush()``, and at once in this thread if it already is (as kafka-python does)."""
+        return self._on_done(functools.partial(fn, *args, **kwargs), None)
 
     def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
         """Call ``fn(*args, exception, **kwargs)`` if the record fails. The failure counts as seen: it is
         not raised again by ``flush()``/``close()``."""
+        return self._on_done(None, functools.partial(fn, *args, **kwargs))
+
+    def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
+        """``fn`` as both callback and errback: called with the metadata or the exception."""
+        call = functools.partial(fn, *args, **kwargs)
+        return self._on_done(call, call)
+
+    def chain(self, future: Any) -> FutureRecordMetadata:
+        """Resolve ``future`` (anything with ``success(value)``/``failure(exception)``: a
+        :class:`pylog.future.Future`, a kafka-python future) with this record's metadata or error."""
+        return self._on_done(future.success, future.failure)
+
+    def _on_done(
+        self, ok: Callable[[Any], Any] | None, err: Callable[[Any], Any] | None
+    ) -> FutureRecordMetadata:
         p: QueuedRecords = self[0]
-        p.observed.add(id(self[1]))
-        p.queue.acc.callbacks.append((self, None, functools.partial(fn, *args, **kwargs)))
-        p.queue.acc.on_callback()
+        if err is not None:
+            p.observed.add(id(self[1]))
+        if p.finished:  # already written or failed: run it now, in this thread
+            _run_callback(self, ok, err)
+        else:
+            p.queue.acc.callbacks.append((self, ok, err))
+            p.queue.acc.on_callback()
         return self
 
 
@@ -174,8 +218,10 @@ class BatchResult:
 class BatchFuture:
     """The result of ``send_batch(..., wait=False)``: the records are queued; ``get()`` writes them (in the
     caller's thread, with whatever else is queued) if no drain did yet, and returns their
-    :class:`BatchResult`. A failure reaches the caller through ``get()`` or ``exception()``, or else as a
-    :class:`~pylog.errors.DeliveryError` from the producer's next ``flush()``/``close()``."""
+    :class:`BatchResult`. As on a record's future, ``is_done``, ``value`` and ``exception`` are attributes,
+    with ``succeeded()``, ``failed()``, ``retriable()``. A failure reaches the caller through ``get()`` or
+    ``exception``, or else as a :class:`~pylog.errors.DeliveryError` from the producer's next
+    ``flush()``/``close()``."""
 
     __slots__ = ("_c",)
 
@@ -185,8 +231,41 @@ class BatchFuture:
     def __len__(self) -> int:
         return self._c.n
 
+    @property
     def is_done(self) -> bool:
+        """True once the records were written (with ``acks="all"``: fsynced) or failed."""
         return self._c.finished
+
+    @property
+    def value(self) -> BatchResult | None:
+        """The records' :class:`BatchResult` once written, else None."""
+        c = self._c
+        if not c.finished or self._error() is not None or c.partitions is None or c.offsets is None:
+            return None
+        return BatchResult(c.topic, c.partitions, c.offsets)
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The write's error once finished (None while queued or if it succeeded); it then counts as seen."""
+        error = self._error()
+        if error is not None:
+            self._c.observed.update(range(self._c.n))
+        return error
+
+    def succeeded(self) -> bool:
+        return self._c.finished and self._error() is None
+
+    def failed(self) -> bool:
+        return self._c.finished and self._error() is not None
+
+    def retriable(self) -> bool:
+        return self._c.finished and is_retriable(self._error())
+
+    def _error(self) -> BaseException | None:
+        c = self._c
+        if c.error is None or not c.unwritten():
+            return None
+        return c.error
 
     def get(self, timeout: float | None = None) -> BatchResult:
         """Wait until the records are written (with ``acks="all"``: fsynced); raises the write's error."""
@@ -196,20 +275,12 @@ class BatchFuture:
             acc.drain_columns_for(c)
             if not c.finished and not acc.wait_finished(c, timeout):
                 raise KafkaTimeoutError(f"records not acknowledged within {timeout} s")
-        error = self.exception()
+        error = self.exception
         if error is not None:
             raise error
         if c.partitions is None or c.offsets is None:  # finished without an error: both are set
             raise LogClosedError("the records were not written")
         return BatchResult(c.topic, c.partitions, c.offsets)
-
-    def exception(self) -> BaseException | None:
-        """The write's error once finished (None while queued or if it succeeded); it then counts as seen."""
-        c = self._c
-        if c.error is None or not c.unwritten():
-            return None
-        c.observed.update(range(c.n))
-        return c.error
 
 
 class Producer:
@@ -470,22 +541,13 @@ class Producer:
         if not self._acc.callbacks:
             return
         callbacks = self._acc.callbacks
-        ready = [c for c in callbacks if c[0].is_done()]
+        ready = [c for c in callbacks if c[0].is_done]
         for c in ready:
             try:  # claims the callback: list.remove is atomic, so of two threads running callbacks (two
                 callbacks.remove(c)  # flushes, or a flush beside the sender thread) exactly one runs it
             except ValueError:
                 continue
-            future, ok, err = c
-            try:
-                if future.succeeded() and ok is not None:
-                    ok(future.get())
-                elif future.failed() and err is not None:
-                    exc = future.exception()
-                    if exc is not None:
-                        err(exc)
-            except Exception as exc:
-                _log.warning("producer callback raised: %s", exc)
+            _run_callback(*c)
 
     def flush(self, timeout: float | None = None) -> None:
         """Write (and with ``acks="all"`` fsync) every queued record; callbacks run before it returns.
@@ -604,6 +666,20 @@ def _record_options(
     else:
         ts = timestamp_ms
     return ts, encode_headers(headers) if headers else b"", part
+
+
+def _run_callback(future: Any, ok: Callable[[Any], Any] | None, err: Callable[[Any], Any] | None) -> None:
+    """Run the callback or the errback of a finished future, as its outcome says; an exception it raises is
+    logged (as kafka-python does) and does not stop the others."""
+    try:
+        if future.succeeded() and ok is not None:
+            ok(future.get())
+        elif future.failed() and err is not None:
+            exc = future.exception
+            if exc is not None:
+                err(exc)
+    except Exception as exc:
+        _log.warning("producer callback raised: %s", exc)
 
 
 def _fork_now() -> int:

@@ -419,7 +419,7 @@ def test_records_sent_without_waiting_reach_the_log_by_themselves(log: pylog.Log
         time.sleep(idle_after / 10)
     future = p.send("t", b"after idle")
     wait_for(6)
-    assert future.is_done() or future.get(timeout=5).offset == 5
+    assert future.is_done or future.get(timeout=5).offset == 5
     p.close()
     assert [
         r.value

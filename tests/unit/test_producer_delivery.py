@@ -170,7 +170,7 @@ def test_failures_seen_through_futures_or_errbacks_are_not_raised_again(log: pyl
     with fs.install(FailingWrites()):
         with pytest.raises(errors.StorageError):
             futures[1].get()
-        assert futures[2].exception() is not None
+        assert futures[2].exception is not None
         with pytest.raises(errors.DeliveryError) as info:
             p.flush()
     assert info.value.count == 7  # 10 records, 3 of which were seen
@@ -197,7 +197,7 @@ def test_a_producer_closed_after_its_log_fails_its_queued_records_loudly(tmp_pat
     with pytest.raises(errors.DeliveryError) as info:
         p.close()
     assert info.value.count == 7 and isinstance(info.value.__cause__, errors.LogClosedError)
-    assert all(isinstance(f.exception(), errors.LogClosedError) for f in futures)
+    assert all(isinstance(f.exception, errors.LogClosedError) for f in futures)
 
 
 def test_callbacks_take_extra_arguments_like_kafka_python(log: pylog.Log) -> None:
@@ -387,7 +387,7 @@ def test_acks_all_futures_wait_for_their_fsync_and_callers_share_the_next_one(lo
         getters = [threading.Thread(target=f.get) for f in later]
         for g in getters:
             g.start()
-        assert not first.is_done() and not any(f.is_done() for f in later)  # appended, not yet durable
+        assert not first.is_done and not any(f.is_done for f in later)  # appended, not yet durable
         layer.release.set()
         waiter.join(30)
         for g in getters:

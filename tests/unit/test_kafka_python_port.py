@@ -1,0 +1,168 @@
+"""kafka-python 3 idioms run against pylog: a program ported by changing its imports keeps its behaviour.
+
+Each test runs an idiom of a kafka-python program (futures, structs, errors, consumer and producer calls) and
+checks what kafka-python does. Where kafka-python itself can be imported (it is in the dev extra), the
+comparison is made against the real package: its futures, namedtuples and error classes."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import pytest
+
+import pylog
+from pylog import errors, fs
+from pylog.future import Future
+
+try:
+    with warnings.catch_warnings():  # kafka-python's import warns of its own deprecated calls
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+        import kafka.errors
+        import kafka.future
+        import kafka.structs
+except ImportError:  # the comparisons with the real package are skipped
+    kafka = None
+
+needs_kafka_python = pytest.mark.skipif(kafka is None, reason="kafka-python is not installed")
+
+
+class _FailingWrites(fs.FileSystem):
+    """Fails every write to segment files with EIO (a retriable StorageError)."""
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log") and len(data) > 8:
+            raise errors.StorageError(5, "injected EIO")
+        super().pwrite(fd, data, offset)
+
+
+# -- futures: is_done, value and exception are attributes --------------------------------------------------
+
+
+def test_a_record_future_has_kafka_pythons_attributes(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer(linger_ms=60_000, value_serializer=None)
+    fut = producer.send("t", b"v", key=b"k")
+    # `if fut.is_done:` and `fut.exception is None` are the idioms that silently broke with methods
+    assert fut.is_done is False
+    assert fut.value is None and fut.exception is None
+    assert not fut.succeeded() and not fut.failed() and not fut.retriable()
+    producer.flush()
+    assert fut.is_done is True
+    assert fut.exception is None
+    assert fut.value == fut.get() and fut.value.offset == 0
+    assert fut.succeeded() and not fut.failed() and not fut.retriable()
+    producer.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_failed_record_future_is_retriable_and_reaches_errbacks(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer(linger_ms=60_000)
+    futures = [producer.send("t", {"i": i}) for i in range(3)]
+    both: list[Any] = []
+    futures[0].add_both(both.append)
+    chained = Future()
+    futures[1].chain(chained)
+    with fs.install(_FailingWrites()):
+        assert futures[2].exception is None  # still queued: nothing to see yet
+        with pytest.raises(errors.DeliveryError) as info:
+            producer.flush()
+    assert info.value.count == 1  # the failures reached add_both and chain: seen; the third was not
+    assert all(f.is_done and f.failed() and f.retriable() for f in futures)
+    assert isinstance(futures[2].exception, errors.StorageError) and futures[2].value is None
+    assert len(both) == 1 and isinstance(both[0], errors.StorageError)
+    assert chained.is_done and chained.failed() and chained.retriable()
+    assert isinstance(chained.exception, errors.StorageError)
+    producer.close()
+
+
+def test_callbacks_chain_and_add_both_receive_the_metadata(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer(value_serializer=None)
+    got: list[Any] = []
+    chained = Future()
+    fut = producer.send("t", b"v").add_callback(got.append).add_both(got.append).chain(chained)
+    meta = fut.get(timeout=10)
+    producer.flush()  # callbacks have run when flush returns
+    assert got == [meta, meta]
+    assert chained.is_done and chained.value == meta and chained.exception is None
+    producer.close()
+
+
+def test_a_callback_added_to_a_finished_future_runs_at_once(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer()
+    fut = producer.send("t", {"a": 1})
+    meta = fut.get(timeout=10)
+    got: list[Any] = []
+    fut.add_callback(got.append).add_errback(got.append)
+    assert got == [meta]  # at once, in this thread, as kafka-python runs it
+    producer.close()
+
+
+def test_a_batch_future_has_the_same_attributes(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer(linger_ms=60_000)
+    fut = producer.send_batch("t", values=[b"a", b"b"], wait=False)
+    assert fut.is_done is False and fut.value is None and fut.exception is None
+    result = fut.get(timeout=10)
+    assert fut.is_done is True and fut.exception is None and fut.succeeded()
+    assert fut.value is not None and fut.value.offsets.tolist() == result.offsets.tolist() == [0, 1]
+    producer.close()
+
+
+def _future_script(f: Any, fail: bool, error: BaseException) -> list[Any]:
+    """What a program observes of a future through kafka-python's API, before and after it resolves."""
+    seen: list[Any] = []
+    seen.append((f.is_done, f.value, f.exception, f.succeeded(), f.failed(), f.retriable()))
+    early: list[Any] = []
+    assert f.add_callback(early.append, "cb") is f
+    assert f.add_errback(early.append, "eb") is f
+    assert f.add_both(early.append) is f
+    if fail:
+        f.failure(error)
+    else:
+        f.success(42)
+    late: list[Any] = []
+    f.add_callback(late.append).add_errback(late.append)
+    exc = f.exception
+    seen.append((f.is_done, f.value, type(exc).__name__, f.succeeded(), f.failed(), f.retriable()))
+    norm = [type(x).__name__ if isinstance(x, BaseException) else x for x in early + late]
+    seen.append(norm)
+    return seen
+
+
+@needs_kafka_python
+@pytest.mark.parametrize("fail", [False, True])
+@pytest.mark.parametrize("retriable", [False, True])
+def test_pylog_future_behaves_as_kafka_pythons(fail: bool, retriable: bool) -> None:
+    theirs = kafka.errors.KafkaTimeoutError if retriable else kafka.errors.IllegalStateError
+    ours = errors.KafkaTimeoutError if retriable else errors.IllegalStateError
+    want = _future_script(kafka.future.Future(), fail, theirs("x"))
+    got = _future_script(Future(), fail, ours("x"))
+    assert got == want
+
+
+@needs_kafka_python
+def test_a_pylog_future_chains_into_a_kafka_python_future(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer()
+    theirs = kafka.future.Future()
+    producer.send("t", {"a": 1}).chain(theirs)
+    producer.flush()
+    assert theirs.is_done and theirs.succeeded() and theirs.value.topic == "t"
+    producer.close()
+
+
+def test_future_get_waits_and_raises() -> None:
+    f = Future()
+    with pytest.raises(errors.KafkaTimeoutError):
+        f.get(timeout=0)
+    f.failure(errors.CommitFailedError)  # a class is instantiated, as in kafka-python
+    with pytest.raises(errors.CommitFailedError):
+        f.get()
+    with pytest.raises(errors.IllegalStateError):
+        f.success(1)  # resolved once
