@@ -65,7 +65,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
@@ -96,7 +96,14 @@ from pylog.partition.segment import MapCache
 from pylog.topic import Topic, TopicEnv
 from pylog.transactions import TxnDecisions, TxnLog
 
-__all__ = ["FORK_GENERATION", "LogDirectory", "decode_manifest", "repair", "validate_topic_name"]
+__all__ = [
+    "FORK_GENERATION",
+    "LogDirectory",
+    "abandon_logs",
+    "decode_manifest",
+    "repair",
+    "validate_topic_name",
+]
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _MANIFEST = "manifest"
@@ -850,6 +857,23 @@ def _close_at_exit() -> None:
 
 
 atexit.register(_close_at_exit)
+
+
+def abandon_logs(paths: Collection[str]) -> list[str]:
+    """End the open logs that hold a file at one of ``paths`` as the death of their process would: they are
+    marked closed without a single file operation and are not closed at interpreter exit. Returns their paths.
+
+    For fault injection only (:meth:`pylog.testing.FaultyFileSystem.kill`): a simulated crash closes the
+    descriptors of ``paths`` under the logs that hold them, and the numbers go to the files opened next. A
+    later ``close()`` of such a log, or the one at exit, would close those files instead of its own."""
+    held = {os.path.abspath(p) for p in paths}
+    dead = []
+    for log in list(_OPEN_LOGS):
+        if log.path and any(p.startswith(os.path.join(os.path.abspath(log.path), "")) for p in held):
+            log._closed = True
+            _OPEN_LOGS.discard(log)
+            dead.append(log.path)
+    return dead
 
 
 def _try_flock(fd: int, flags: int) -> bool:

@@ -11,7 +11,9 @@
 A :class:`FaultyFileSystem` is thread-safe (one lock around each call and its bookkeeping). It takes effect
 through :func:`pylog.fs.install`, which is process-wide: every thread's pylog file operations go through
 it while installed. Objects that were open when it crashed or lost power must not be used again: their file
-descriptors were closed (as the death of the process would) and the numbers may be reused.
+descriptors were closed (as the death of the process would) and the numbers may be reused; the logs among
+them are ended with the "process" (:func:`pylog.directory.abandon_logs`), so that neither their ``close()``
+nor the one at interpreter exit closes a descriptor that now belongs to another file.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Literal, TypeAlias
 
 from pylog import fs
 from pylog.clock import Clock
+from pylog.directory import abandon_logs
 from pylog.errors import PylogError
 from pylog.log import Log, open_log
 
@@ -497,10 +500,13 @@ class FaultyFileSystem(fs.FileSystem):
     # -- crashes --------------------------------------------------------------------------------------
 
     def kill(self) -> None:
-        """The process dies: every descriptor opened through this layer is closed; later calls raise
-        :class:`SimulatedCrash` until :meth:`power_loss` rebuilds the directory."""
+        """The process dies: every descriptor opened through this layer is closed, and the logs holding them
+        are ended with it (marked closed, not closed again at interpreter exit: their descriptor numbers
+        now belong to the files opened next); later calls raise :class:`SimulatedCrash` until
+        :meth:`power_loss` rebuilds the directory."""
         with self._lock:
             self.crashed = True
+            held = set(self._fd_paths.values())
             for fd in list(self._fds):
                 try:
                     os.close(fd)
@@ -508,6 +514,7 @@ class FaultyFileSystem(fs.FileSystem):
                     pass
             self._fds.clear()
             self._fd_paths.clear()
+            abandon_logs(held)
 
     def _real_contents(self) -> dict[int, bytes]:
         """What the files hold on disk now (including writes made around the layer, such as the shared
