@@ -22,7 +22,7 @@ import pylog
 from pylog.clock import ManualClock
 from pylog.errors import RemoteStorageError
 from pylog.structs import TopicPartition
-from pylog.tiered.manifest import manifest_key, read_manifest, remote_topics
+from pylog.tiered.manifest import fence_key, manifest_key, read_manifest, remote_topics
 from pylog.tiered.restore import restore
 from pylog.tiered.store import ObjectStore
 
@@ -423,7 +423,11 @@ def test_a_topic_deleted_while_the_store_refuses_deletes_is_hidden_at_once_and_e
         # in two DeleteObjects requests: the segment objects, then the older manifest versions
         assert len(proxy.seen("POST", r"^/[^/]+$")) == 2
         assert store.list("t/0/segments/") == []
-        assert [o.key for o in store.list("t/")] == [manifest_key("t", 0, 2)]  # only the tombstone
+        # only the tombstone, and the fence of the version below it (its number stays taken)
+        assert [o.key for o in store.list("t/")] == [
+            fence_key("t/0/manifest/", 1),
+            manifest_key("t", 0, 2),
+        ]
         assert TopicPartition("t", 0) not in log.tier_status()
     assert _restored(net, tmp_path / "r") == {}
 

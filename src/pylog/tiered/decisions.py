@@ -11,6 +11,7 @@ Remote layout (keys relative to the ``remote_storage`` URL; ``__transactions/dec
 partition's prefix, whose second part is a partition number)::
 
     __transactions/decisions/manifest/<version:020d>.json          decisions manifest versions, immutable
+    __transactions/decisions/fences/<version:020d>                 fences of deleted versions (never reused)
     __transactions/decisions/chunks/<start:020d>-<end:020d>-<id>.log bytes [start, end) of decisions.log
 
 ``decisions.log`` only grows, so a pass (:func:`upload_decisions`) uploads the bytes the newest manifest does
@@ -79,7 +80,7 @@ import crc32c
 from pylog.clock import Clock
 from pylog.errors import CorruptRecordError, IllegalStateError, RemoteStorageError
 from pylog.framing import frame, unframe
-from pylog.tiered.manifest import listed_versions, prune_versions
+from pylog.tiered.manifest import create_version, listed_versions
 from pylog.tiered.store import ObjectStore
 from pylog.transactions import TxnDecisions, TxnLog
 
@@ -202,15 +203,15 @@ def read_manifest(store: ObjectStore) -> tuple[DecisionsManifest | None, int]:
 def publish_manifest(
     store: ObjectStore, manifest: DecisionsManifest, version: int
 ) -> DecisionsManifest | None:
-    """Write ``manifest`` as ``version`` if no object of that version exists; the published manifest, or None
-    if another writer took the version first."""
+    """Publish ``manifest`` as ``version`` if that version number was never used
+    (:func:`pylog.tiered.manifest.create_version`); the published manifest, or None if another writer took
+    the version."""
     if version <= 0:
         raise ValueError(f"decisions manifest versions start at 1, got {version}")
     _check_chunks(manifest)
     published = DecisionsManifest(manifest.end, manifest.crc32c, manifest.chunks, manifest.producers, version)
-    if not store.put(manifest_key(version), encode_manifest(published), if_absent=True):
+    if not create_version(store, f"{PREFIX}manifest/", version, encode_manifest(published)):
         return None
-    prune_versions(store, f"{PREFIX}manifest/", version)
     return published
 
 

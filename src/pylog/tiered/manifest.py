@@ -11,6 +11,7 @@ names.
 Remote layout (keys relative to the ``remote_storage`` URL)::
 
     <topic>/<partition>/manifest/<version:020d>.json        manifest versions (this module)
+    <topic>/<partition>/fences/<version:020d>               the fence of each deleted version (this module)
     <topic>/<partition>/segments/<base:020d>-<id>.log        a segment's record batches, byte-identical
     <topic>/<partition>/segments/<base:020d>-<id>.index      its offset index (pylog.partition.index)
     <topic>/<partition>/segments/<base:020d>-<id>.timeindex  its time index
@@ -60,8 +61,44 @@ A manifest whose header, CRC, JSON, version or segment order does not check does
 one of a format version this pylog does not know raises :class:`~pylog.errors.UnsupportedFormatError` (it was
 written by a newer pylog: skipping it would lose what it names).
 
+**Version numbers are never used twice.** A publish deletes the versions at or below ``version -
+KEEP_VERSIONS`` (so a reader's listing stays short), and a topic deletion the versions below its tombstone.
+Create-if-absent alone would then let a writer that lags behind (it read the versions before others published
+``KEEP_VERSIONS`` more, or it is a restored copy of the log tiering to the same prefix as the original) create
+a version number that was published and deleted, and believe it published, though no reader ever takes that
+version again: it could then delete local copies no manifest keeps. So a version's object is deleted only
+after its **fence** ``<topic>/<partition>/fences/<version:020d>`` is written (create-if-absent, never
+deleted, also not by a topic deletion), naming the entity tag (ETag, :mod:`pylog.tiered.store`) the deleting
+writer listed for the object. A publish of ``v`` (:func:`create_version`):
+
+1. creates ``manifest/<v>.json`` create-if-absent; if it exists, another writer has the version;
+2. lists the manifest versions; when none is above ``v``, the number was never used before (a version is
+   deleted only while a higher one exists, and the highest version ever published is never deleted), and
+   the publish is done;
+3. else reads the fence of ``v``: none, or one naming the entity tag this writer's put returned (the others
+   went on and deleted this very object), and the publish is done; a fence naming another tag (or a damaged
+   one, or a store that reports no tags) means the number was used before: this writer deletes the object it
+   just made and reports the version taken, so it reads the newest version and merges again;
+4. deletes the versions at or below ``v - KEEP_VERSIONS``, each after writing its fence (a failure is logged
+   and left to the next publish).
+
+This needs a store whose listing sees every completed put and delete (S3, GCS and Azure since 2020,
+``file://``, ``memory://``). Two writers whose versions have identical bytes may both be told they published
+one (S3's tag is the MD5 of the bytes): each did, in effect, as those bytes are what later versions were
+built on. A fence is about 80 bytes; one is left per version ever deleted. The decisions manifest
+(:mod:`pylog.tiered.decisions`) uses the same protocol under ``__transactions/decisions/``.
+
+Fence object:
+
+| part | bytes | content |
+|---|---|---|
+| header | 1 line | ``b"pylog-remote-fence 1 <crc32c of the body, 8 lowercase hex digits>\\n"`` |
+| body | rest | UTF-8 JSON object ``{"etag": "<entity tag listed, quotes removed>", "version": <version>}`` |
+
 Thread-safety: the functions are thread-safe; several processes may publish concurrently (create-if-absent
-decides). Crash contract: publishing is one atomic put; nothing else is ever changed.
+decides, and the fence tells a number used before). Crash contract: publishing is one atomic put; pruning
+writes a fence before each deletion, so a crash leaves every deleted version fenced (a fence without a
+deletion is harmless: the publish above it fences again, create-if-absent, and deletes).
 """
 
 from __future__ import annotations
@@ -69,19 +106,25 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pylog.errors import RemoteStorageError
 from pylog.framing import frame, unframe
-from pylog.tiered.store import ObjectStore
+from pylog.tiered.store import ObjectInfo, ObjectStore, Written
 
 __all__ = [
     "PartitionManifest",
     "RemoteFile",
     "RemoteSegment",
+    "create_version",
+    "decode_fence",
     "decode_manifest",
+    "delete_versions",
+    "encode_fence",
     "encode_manifest",
+    "fence_key",
     "manifest_key",
     "partition_prefix",
     "publish_manifest",
@@ -89,15 +132,18 @@ __all__ = [
     "remote_partitions",
     "remote_topics",
     "segment_key",
+    "version_key",
 ]
 
 _MAGIC = b"pylog-remote-manifest"
 _FORMAT = 1
+_FENCE_MAGIC = b"pylog-remote-fence"
+_FENCE_FORMAT = 1
 _MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
 KEEP_VERSIONS = 8
 """Manifest versions kept below a newly published one: a reader falls back to them when newer ones are torn,
 and a reader that listed the versions a moment before still finds the one it picked. A publish deletes the
-versions older than that (:func:`prune_versions`), so a partition's manifest listing stays short."""
+versions older than that (:func:`create_version`), so a partition's manifest listing stays short."""
 _log = logging.getLogger("pylog.tiered")
 _MANIFEST_KEY = re.compile(r"^([^/]+)/(0|[1-9]\d*)/manifest/(\d{20})\.json$")
 
@@ -228,19 +274,109 @@ def listed_versions(store: ObjectStore, prefix: str) -> list[int]:
     return sorted(found)
 
 
-def prune_versions(store: ObjectStore, prefix: str, published: int) -> list[int]:
-    """Delete the manifest versions under ``prefix`` at or below ``published - KEEP_VERSIONS`` (pylog's version
-    names only; ``published`` was just written): the versions a publish leaves behind. Returns the versions
-    deleted. A failure is logged and left to the next publish, which lists the old versions again."""
+def version_key(prefix: str, version: int) -> str:
+    """Key of manifest version ``version`` under the manifest folder ``prefix`` (``<base>manifest/``)."""
+    return f"{prefix}{version:020d}.json"
+
+
+def fence_key(prefix: str, version: int) -> str:
+    """Key of the fence of manifest version ``version`` of the manifest folder ``prefix`` (``<base>manifest/``):
+    ``<base>fences/<version:020d>`` (see the module docstring)."""
+    if not prefix.endswith("manifest/"):
+        raise ValueError(f"a manifest folder ends with manifest/, got {prefix!r}")
+    return f"{prefix[: -len('manifest/')]}fences/{version:020d}"
+
+
+def encode_fence(version: int, etag: str) -> bytes:
+    body = json.dumps({"etag": etag, "version": version}, sort_keys=True, separators=(",", ":")).encode()
+    return frame(_FENCE_MAGIC, _FENCE_FORMAT, body)
+
+
+def decode_fence(raw: bytes) -> tuple[int, str]:
+    """``(version, etag)`` of a fence object; :class:`ValueError` if it does not check."""
+    body = unframe(raw, _FENCE_MAGIC, _FENCE_FORMAT, "remote manifest fence")
     try:
-        old = [v for v in listed_versions(store, prefix) if v <= published - KEEP_VERSIONS]
-        store.delete_many([f"{prefix}{v:020d}.json" for v in old])
+        data = json.loads(body)
+        return int(data["version"]), str(data["etag"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"remote manifest fence fields do not check: {exc!r}") from exc
+
+
+def _listed(store: ObjectStore, prefix: str) -> list[tuple[int, ObjectInfo]]:
+    found = []
+    for info in store.list(prefix):
+        m = _MANIFEST_NAME.match(info.key[len(prefix) :])
+        if m:
+            found.append((int(m.group(1)), info))
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def create_version(store: ObjectStore, prefix: str, version: int, data: bytes) -> bool:
+    """Publish ``data`` as manifest version ``version`` under the manifest folder ``prefix`` if that version
+    number was never used: True when published, False when another writer took it (now, or before and the
+    version was deleted since). Then delete the versions at or below ``version - KEEP_VERSIONS`` (fenced
+    first; a failure is logged and left to the next publish). The protocol is in the module docstring.
+    :class:`RemoteStorageError` when the store fails before this can be told (the version's object may then
+    exist: a version nobody reads if it reused a number, else a manifest like any other)."""
+    key = version_key(prefix, version)
+    written = store.put(key, data, if_absent=True)
+    if not written:
+        return False
+    etag = written.etag if isinstance(written, Written) else ""
+    try:
+        listed: list[tuple[int, ObjectInfo]] | None = _listed(store, prefix)
+    except RemoteStorageError:
+        listed = None  # the fence tells
+    if listed is None or any(v > version for v, _ in listed):
+        # a higher version exists: this number may have been published and deleted before (a writer that
+        # lagged behind), or the other writers simply went on meanwhile; the fence tells which
+        raw = store.get_if_exists(fence_key(prefix, version))
+        if raw is not None:
+            try:
+                fenced_etag = decode_fence(raw)[1]
+            except ValueError:
+                fenced_etag = ""  # a damaged fence still fences: the number was used
+            if not etag or fenced_etag != etag:
+                _withdraw(store, key, version)
+                return False
+    if listed is not None:
+        try:
+            delete_versions(store, prefix, [(v, info) for v, info in listed if v <= version - KEEP_VERSIONS])
+        except RemoteStorageError as exc:
+            _log.warning(
+                "could not delete old manifest versions under %s (the next publish retries): %s", prefix, exc
+            )
+    return True
+
+
+def _withdraw(store: ObjectStore, key: str, version: int) -> None:
+    """Delete the object this writer just created under a version number that was used before (readers never
+    take it: a higher version exists); a failure leaves it to the next publish's pruning."""
+    _log.warning(
+        "manifest version %d (%s) was published and deleted before: this writer's copy is withdrawn and it "
+        "reads the newest version again",
+        version,
+        key,
+    )
+    try:
+        store.delete(key)
     except RemoteStorageError as exc:
-        _log.warning(
-            "could not delete old manifest versions under %s (the next publish retries): %s", prefix, exc
-        )
-        return []
-    return old
+        _log.warning("could not delete %s (a later publish deletes it): %s", key, exc)
+
+
+def delete_versions(store: ObjectStore, prefix: str, versions: Sequence[tuple[int, ObjectInfo]]) -> list[int]:
+    """Delete the listed manifest versions ``(version, listing entry)`` under ``prefix``, each after its fence
+    (create-if-absent, naming the entity tag listed) is written; the versions deleted. A failure raises
+    :class:`RemoteStorageError` after deleting the versions fenced before it."""
+    fenced: list[int] = []
+    try:
+        for version, info in versions:
+            store.put(fence_key(prefix, version), encode_fence(version, info.etag), if_absent=True)
+            fenced.append(version)
+    finally:
+        store.delete_many([version_key(prefix, v) for v in fenced])
+    return fenced
 
 
 def read_manifest(
@@ -263,8 +399,9 @@ def read_manifest(
 def publish_manifest(
     store: ObjectStore, manifest: PartitionManifest, version: int
 ) -> PartitionManifest | None:
-    """Write ``manifest`` as ``version`` if no object of that version exists; the published manifest, or
-    None if another writer took the version first (read again and retry with a higher one)."""
+    """Publish ``manifest`` as ``version`` if that version number was never used (:func:`create_version`);
+    the published manifest, or None if another writer took the version (read again and retry with a higher
+    one)."""
     if version <= 0:
         raise ValueError(f"manifest versions start at 1, got {version}")
     _check_contiguous(manifest.segments)
@@ -277,10 +414,9 @@ def publish_manifest(
         version,
         manifest.deleted,
     )
-    key = manifest_key(manifest.topic, manifest.partition, version)
-    if not store.put(key, encode_manifest(published), if_absent=True):
+    prefix = f"{partition_prefix(manifest.topic, manifest.partition)}manifest/"
+    if not create_version(store, prefix, version, encode_manifest(published)):
         return None
-    prune_versions(store, f"{partition_prefix(manifest.topic, manifest.partition)}manifest/", version)
     return published
 
 

@@ -85,12 +85,13 @@ from pylog.tiered.manifest import (
     PartitionManifest,
     RemoteSegment,
     decode_manifest,
+    delete_versions,
     manifest_key,
     partition_prefix,
     publish_manifest,
     read_manifest,
 )
-from pylog.tiered.store import ObjectStore
+from pylog.tiered.store import ObjectInfo, ObjectStore
 
 __all__ = [
     "PENDING_FILE",
@@ -279,13 +280,14 @@ def _delete_below(store: ObjectStore, topic: str, partition: int, tombstone: int
     ``segments/``, then the manifest versions below ``tombstone``; the keys deleted."""
     base = partition_prefix(topic, partition)
     listed = store.list(base)
-    old_manifests = []
+    old_versions: list[tuple[int, ObjectInfo]] = []
     for info in listed:
         rest = info.key[len(base) :]
         if rest.startswith("manifest/"):
             m = _MANIFEST_NAME.match(rest[len("manifest/") :])
             if m and int(m.group(1)) < tombstone:
-                old_manifests.append(info.key)
+                old_versions.append((int(m.group(1)), info))
+    old_manifests = [info.key for _, info in old_versions]
     segments = [info.key for info in listed if _is_segment_object(base, info.key)]
     named: list[str] = []
     for key in old_manifests:
@@ -301,7 +303,9 @@ def _delete_below(store: ObjectStore, topic: str, partition: int, tombstone: int
     present = set(segments)
     objects = [key for key in dict.fromkeys(named + segments) if key in present]  # named first
     store.delete_many(objects)
-    store.delete_many(old_manifests)  # last: until here a crash leaves them to find what they name
+    # last: until here a crash leaves them to find what they name; each is fenced before it goes, so its
+    # version number is never published again (see pylog.tiered.manifest)
+    delete_versions(store, f"{base}manifest/", old_versions)
     return objects + old_manifests
 
 

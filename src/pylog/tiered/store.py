@@ -5,10 +5,18 @@ A store is opened from a URL: ``file:///abs/path`` (a local or mounted directory
 variables), or any other scheme obstore knows (``gs://``, ``az://``, ``memory:///``). Keys are ``/``-separated
 and relative to the URL's prefix.
 
-Operations: :meth:`~ObjectStore.put` (whole object, optionally create-if-absent), :meth:`~ObjectStore.put_file`
-(streams part of a local file, returning its size and CRC-32C), :meth:`~ObjectStore.get`,
-:meth:`~ObjectStore.get_range`, :meth:`~ObjectStore.checksum` (streams an object back: size and CRC-32C),
-:meth:`~ObjectStore.list`, :meth:`~ObjectStore.delete`, :meth:`~ObjectStore.delete_many`.
+Operations: :meth:`~ObjectStore.put` (whole object, optionally create-if-absent; returns the object's entity
+tag), :meth:`~ObjectStore.put_file` (streams part of a local file, returning its size and CRC-32C),
+:meth:`~ObjectStore.get`, :meth:`~ObjectStore.get_if_exists`, :meth:`~ObjectStore.get_range`,
+:meth:`~ObjectStore.checksum` (streams an object back: size and CRC-32C), :meth:`~ObjectStore.list` (keys, sizes
+and entity tags), :meth:`~ObjectStore.delete`, :meth:`~ObjectStore.delete_many`.
+
+Entity tags (the store's ``ETag``: an MD5 or another opaque tag on S3, GCS and Azure; inode, modification time
+and size on ``file://``; a counter on ``memory://``) are compared only with each other, as the store reports
+them for one key: :meth:`~ObjectStore.put` and :meth:`~ObjectStore.list` report the same tag for the same
+object (measured with obstore 0.12.1 on ``file://``, ``memory://`` and moto S3); two objects written one after
+the other under one key get different tags unless their bytes are equal (S3's MD5). Quotes and a weak
+validator's ``W/`` are removed; a store that reports none gives ``""``.
 
 Why obstore: of the clients pylog could use (pyarrow's file systems, fsspec/s3fs, obstore) it is the one with
 a create-if-absent put on every backend through one call (S3 ``If-None-Match: *``, an exclusive create on a
@@ -61,7 +69,7 @@ from pylog.errors import RemoteStorageError
 if TYPE_CHECKING:
     from obstore.store import ObjectStore as _ObstoreStore
 
-__all__ = ["DEFAULT_RETRY", "ObjectInfo", "ObjectStore", "open_store"]
+__all__ = ["DEFAULT_RETRY", "ObjectInfo", "ObjectStore", "Written", "open_store"]
 
 _CHUNK = 8 << 20  # bytes per chunk streamed to or from the store
 
@@ -76,10 +84,21 @@ DEFAULT_RETRY: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One object of a listing: its key (relative to the store's prefix) and size in bytes."""
+    """One object of a listing: its key (relative to the store's prefix), size in bytes and entity tag (see
+    the module docstring; ``""`` when the store reports none)."""
 
     key: str
     size: int
+    etag: str = ""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What :meth:`ObjectStore.put` returns when it wrote the object (always true): its key and entity tag
+    (``""`` when the store reports none)."""
+
+    key: str
+    etag: str = ""
 
 
 class ObjectStore:
@@ -101,19 +120,19 @@ class ObjectStore:
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
 
-    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
-        """Write ``data`` as ``key`` (atomically). With ``if_absent``, only if no object ``key`` exists:
-        returns False (and writes nothing) when one does; True when written."""
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> Written | None:
+        """Write ``data`` as ``key`` (atomically): a :class:`Written` (true) with the new object's entity tag.
+        With ``if_absent``, only if no object ``key`` exists: returns None (and writes nothing) when one does."""
         import obstore
 
         try:
-            obstore.put(self._store, key, data, mode="create" if if_absent else "overwrite")
+            result = obstore.put(self._store, key, data, mode="create" if if_absent else "overwrite")
         except Exception as exc:
             if if_absent and _already_exists(exc):
-                return False
+                return None
             raise _error("put", key, exc) from exc
         self._sync(key)
-        return True
+        return Written(key, _etag(result.get("e_tag")))
 
     def put_file(self, key: str, path: str, length: int, *, if_absent: bool = True) -> tuple[int, int]:
         """Stream the first ``length`` bytes of the local file ``path`` to ``key``; ``(size, crc32c)`` of the
@@ -166,6 +185,17 @@ class ObjectStore:
 
         try:
             return bytes(obstore.get(self._store, key).bytes())
+        except Exception as exc:
+            raise _error("get", key, exc) from exc
+
+    def get_if_exists(self, key: str) -> bytes | None:
+        """The whole object ``key``, or None when there is no such object."""
+        import obstore
+
+        try:
+            return bytes(obstore.get(self._store, key).bytes())
+        except FileNotFoundError:
+            return None
         except Exception as exc:
             raise _error("get", key, exc) from exc
 
@@ -224,7 +254,7 @@ class ObjectStore:
 
         try:
             found = [
-                ObjectInfo(str(meta["path"]), int(meta["size"]))
+                ObjectInfo(str(meta["path"]), int(meta["size"]), _etag(meta.get("e_tag")))
                 for batch in obstore.list(self._store, prefix=prefix or None)
                 for meta in batch
             ]
@@ -276,6 +306,8 @@ class ObjectStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        except FileNotFoundError:
+            pass  # deleted by another writer right after the put (an old manifest version pruned): nothing to keep
         except OSError as exc:
             raise RemoteStorageError(f"cannot fsync {path}: {exc}", key=key) from exc
         self._fsync_dirs(os.path.dirname(path), up_to_root=True)
@@ -332,6 +364,16 @@ def _local_root(url: str) -> str | None:
     if parsed.scheme != "file":
         return None
     return urllib.parse.unquote(parsed.path).rstrip("/") or "/"
+
+
+def _etag(tag: object) -> str:
+    """An entity tag as the store reported it, without quotes or a weak validator's ``W/`` ("" for none)."""
+    if not isinstance(tag, str):
+        return ""
+    tag = tag.strip()
+    if tag.startswith("W/"):
+        tag = tag[2:]
+    return tag.strip('"')
 
 
 def _already_exists(exc: Exception) -> bool:

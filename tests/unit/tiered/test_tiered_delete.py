@@ -22,6 +22,7 @@ from pylog.structs import TopicPartition
 from pylog.tiered.manifest import (
     decode_manifest,
     encode_manifest,
+    fence_key,
     manifest_key,
     read_manifest,
     remote_topics,
@@ -101,7 +102,8 @@ def _keys(store: ObjectStore, prefix: str) -> set[str]:
 
 
 def _tombstones(store: ObjectStore, topic: str, partitions: int) -> set[str]:
-    """The keys of the tombstones of ``topic``, checked to be tombstones."""
+    """The keys of the tombstones of ``topic``, checked to be tombstones, and of the fences of every version
+    below them (each deleted version's number stays taken)."""
     keys = set()
     for p in range(partitions):
         manifest, highest = read_manifest(store, topic, p, tombstones=True)
@@ -109,6 +111,7 @@ def _tombstones(store: ObjectStore, topic: str, partitions: int) -> set[str]:
         assert manifest.version == highest
         assert read_manifest(store, topic, p) == (None, highest)
         keys.add(manifest_key(topic, p, manifest.version))
+        keys.update(fence_key(f"{topic}/{p}/manifest/", v) for v in range(1, manifest.version))
     return keys
 
 
