@@ -2,7 +2,9 @@
 
 ``Producer.send`` adds each record to its topic's queue without a lock; a drain takes a topic's whole queue,
 partitions the records in bulk (murmur2 vectorized with numpy), cuts them into batches (framing and CRC in
-:mod:`pylog.batching` / :mod:`pylog.record`) and appends them, per partition in the order they were sent.
+:mod:`pylog.batching` / :mod:`pylog.record`) and appends them, per partition in the order they were sent. A
+drain of a few records that fit one batch (a caller waiting on each send) takes a path without numpy, whose
+per-call cost would be most of the drain's: the scalar murmur2, one batch per partition the records go to.
 Drains run under one lock, which keeps the queues of a topic in order; with ``acks="all"`` the fsync that makes
 a drain durable runs after that lock is released, so that drains of other threads append meanwhile and the
 partition's next fsync covers them all (group commit, in :meth:`PartitionLog.flush`).
@@ -57,7 +59,13 @@ from pylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from pylog.partitioner import KEYLESS_RUN_BYTES, StickyPartitioner, partitions_for_keys
+from pylog.partitioner import (
+    KEYLESS_RUN_BYTES,
+    StickyPartitioner,
+    murmur2,
+    partition_list,
+    partitions_for_keys,
+)
 from pylog.producer_config import ProducerConfig
 from pylog.record import HEADER_SIZE, LAYOUT_SIZE, encode_batch, encode_columns, encode_one
 from pylog.structs import TopicPartition
@@ -476,7 +484,7 @@ class RecordAccumulator:
         t = self.log.topic(p.queue.name)  # checks the manifest: a topic deleted (and created again) meanwhile
         now = self.log.clock.time_ms()
         n = len(p.taken)
-        if n <= SMALL_BATCH and t.num_partitions == 1 and (n == 1 or self._fits_one_batch(t, p, n)):
+        if n <= SMALL_BATCH and (n == 1 or self._fits_one_batch(t, p, n)):
             self._write_small(t, p, now, durable)
             return
         p.split()
@@ -498,8 +506,10 @@ class RecordAccumulator:
     def _write_small(
         self, t: Topic, p: QueuedRecords, now: int, durable: list[tuple[PartitionLog, int]]
     ) -> None:
-        """:meth:`_write` for a few records to a one-partition topic (a caller waiting on each send): one
-        batch, built and acknowledged without numpy, whose per-call overhead would dominate."""
+        """:meth:`_write` for a few records that fit one batch together (a caller waiting on each send):
+        partitioned with the scalar murmur2 and built without numpy, whose per-call overhead (microseconds a
+        call) would dominate; one batch for each partition they go to, in partition order as
+        :meth:`_append_groups` writes them."""
         records = p.taken
         n = len(records)
         headers: list[bytes] | None = None
@@ -512,22 +522,86 @@ class RecordAccumulator:
             p.split()
             p.ts = [now] * n if t.config.log_append_time else [now if x < 0 else x for x in p.ts]
             headers = p.headers if any(p.headers) else None
-        p.partitions = [0] * n
-        plog = t.partition(0)
-        tp = p.queue.first_partition
+        parts = p.partitions = self._small_partitions(t, p)
+        first = parts[0]
+        if n == 1 or parts.count(first) == n:
+            info = self._append_small(t, p, first, None, headers, durable)
+            if info.log_append_time >= 0:
+                p.ts = [info.log_append_time] * n
+            p.offsets = range(info.base_offset, info.last_offset + 1)
+            return
+        offsets = np.full(n, -1, dtype=np.int64)
+        p.offsets = offsets  # filled batch by batch: a failure part way fails only the rest
+        by_partition: dict[int, list[int]] = {}
+        for i, part in enumerate(parts):
+            by_partition.setdefault(part, []).append(i)
+        for part in sorted(by_partition):
+            idx = by_partition[part]
+            info = self._append_small(t, p, part, idx, headers, durable)
+            offsets[idx] = range(info.base_offset, info.last_offset + 1)
+            if info.log_append_time >= 0:
+                for i in idx:
+                    p.ts[i] = info.log_append_time
+
+    def _append_small(
+        self,
+        t: Topic,
+        p: QueuedRecords,
+        part: int,
+        idx: list[int] | None,
+        headers: list[bytes] | None,
+        durable: list[tuple[PartitionLog, int]],
+    ) -> AppendInfo:
+        """Append the records ``idx`` of ``p`` (None: all of them) to partition ``part``, as one batch."""
+        keys, values, ts = p.keys, p.values, p.ts
+        if idx is not None:
+            keys, values, ts = [keys[i] for i in idx], [values[i] for i in idx], [ts[i] for i in idx]
+            if headers is not None:
+                headers = [headers[i] for i in idx]
+                if not any(headers):
+                    headers = None
+        plog = t.partition(part)
+        tp = p.queue.first_partition if part == 0 else TopicPartition(p.queue.name, part)
         fields = self._batch_fields(tp)
         compression = self.compression(t)
         batch: bytes | bytearray
-        if n == 1 and headers is None and compression == "none":
-            batch = encode_one(p.keys[0], p.values[0], p.ts[0], **fields)
+        if len(keys) == 1 and headers is None and compression == "none":
+            batch = encode_one(keys[0], values[0], ts[0], **fields)
         else:
-            batch = encode_batch(0, p.keys, p.values, p.ts, headers, compression=compression, **fields)
+            batch = encode_batch(0, keys, values, ts, headers, compression=compression, **fields)
         info = self._append_batch(plog, tp, batch, fields)
-        if info.log_append_time >= 0:
-            p.ts = [info.log_append_time] * n
-        p.offsets = range(info.base_offset, info.last_offset + 1)
         if self.acks == "all":
             durable.append((plog, info.last_offset + 1))
+        return info
+
+    def _small_partitions(self, t: Topic, p: QueuedRecords) -> list[int]:
+        """Partitions of the few records of ``p`` (split), as :meth:`_assign_partitions` computes them, without
+        numpy for keyed records: the scalar murmur2 of each key."""
+        num = t.num_partitions
+        n = len(p.keys)
+        if num == 1:
+            return [0] * n
+        keys = p.keys
+        if p.plain and None not in keys:  # every record keyed, none with a partition of its own
+            return partition_list(keys, num)  # type: ignore[arg-type]
+        parts = [-1] * n if p.plain else list(p.partitions)
+        keyless: list[int] = []
+        for i, part in enumerate(parts):
+            if part < 0:
+                key = keys[i]
+                if key is None:
+                    keyless.append(i)
+                else:
+                    parts[i] = (murmur2(key) & 0x7FFFFFFF) % num
+        if keyless:
+            values, headers = p.values, p.headers
+            sizes = [len(values[i] or b"") + len(headers[i]) + PER_RECORD for i in keyless]
+            chosen = self._sticky.partition_list(
+                t.name, num, sizes, lambda q: t.partition(q).log_end_offset, t
+            )
+            for i, part in zip(keyless, chosen, strict=True):
+                parts[i] = part
+        return parts
 
     def _fits_one_batch(self, t: Topic, p: QueuedRecords, n: int) -> bool:
         """The ``n`` (a few) records of ``p`` fit one batch (``send()`` checked each fits on its own)."""
@@ -635,6 +709,8 @@ class RecordAccumulator:
             ts = np.asarray(timestamps, dtype=np.int64)
             if ts.shape != (n,) or (ts < 0).any():
                 raise InvalidTimestampError("timestamps must be n integers >= 0")
+            if n:  # outside the topic's window: the call is refused whole, before anything is queued
+                t.config.check_timestamps(int(ts.min()), int(ts.max()), t.env.clock.time_ms(), "send_batch")
             if t.config.log_append_time:
                 ts = None
         if largest + HEADER_SIZE + LAYOUT_SIZE > t.config.max_message_bytes:

@@ -27,6 +27,7 @@ from pylog.partitioner import (
     murmur2_fixed,
     murmur2_many,
     partition_for_key,
+    partition_list,
     partitions_for_keys,
     shared_loads,
     to_positive,
@@ -120,6 +121,24 @@ def test_murmur2_many_kafka_vectors() -> None:
     assert murmur2_many(many).tolist() == [KAFKA_VECTORS[k] for k in many]
 
 
+@pytest.mark.parametrize("scalar_keys", [0, 16, 1000])
+def test_kafka_vectors_one_key_at_a_time_on_every_path(
+    monkeypatch: pytest.MonkeyPatch, scalar_keys: int
+) -> None:
+    # One key per call, as a drain of one record hashes it: vectorized (0), the scalar path of calls with a few
+    # keys (16, the default), scalar for any call (1000).
+    monkeypatch.setattr(partitioner, "_SCALAR_KEYS", scalar_keys)
+    for key, expected in KAFKA_VECTORS.items():
+        assert murmur2_many([key]).tolist() == [expected]
+        assert murmur2_fixed(np.frombuffer(key, dtype=np.uint8).reshape(1, -1)).tolist() == [expected]
+        for n in (2, 7, 8, 10, 1000):
+            assert partitions_for_keys([key], n).tolist() == [to_positive(expected) % n]
+            assert partition_list([key], n) == [to_positive(expected) % n]
+    keys = list(KAFKA_VECTORS)
+    assert murmur2_many(keys).tolist() == list(KAFKA_VECTORS.values())
+    assert partition_list(keys, 12) == [to_positive(h) % 12 for h in KAFKA_VECTORS.values()]
+
+
 def test_murmur2_is_signed_32_bit() -> None:
     # Kafka's vectors include negative results: the hash is Java's signed int, not an unsigned value.
     assert murmur2(b"21") < 0 < murmur2(b"abc")
@@ -170,17 +189,20 @@ def test_murmur2_matches_reference(key: bytes) -> None:
     chunk_rows=st.sampled_from([1, 3, 17, 65536]),
     budget=st.sampled_from([4, 64, 1 << 24]),
     min_vector_rows=st.sampled_from([0, 2, 64]),
+    scalar_keys=st.sampled_from([0, 16, 1000]),
 )
 def test_murmur2_many_matches_reference(
-    keys: list[bytes], chunk_rows: int, budget: int, min_vector_rows: int
+    keys: list[bytes], chunk_rows: int, budget: int, min_vector_rows: int, scalar_keys: int
 ) -> None:
     expected = [reference_murmur2(k) for k in keys]
-    # Default tuning, then small chunks, tiny matrix budgets, and the scalar fallback switched on or off.
+    # Default tuning, then small chunks, tiny matrix budgets, the scalar fallback switched on or off, and
+    # calls of a few keys vectorized (0) or every call scalar (1000).
     assert murmur2_many(keys).tolist() == expected
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(partitioner, "_CHUNK_ROWS", chunk_rows)
         mp.setattr(partitioner, "_MATRIX_BUDGET", budget)
         mp.setattr(partitioner, "_MIN_VECTOR_ROWS", min_vector_rows)
+        mp.setattr(partitioner, "_SCALAR_KEYS", scalar_keys)
         result = murmur2_many(keys)
     assert result.dtype == np.int32
     assert result.shape == (len(keys),)
@@ -194,9 +216,10 @@ def test_murmur2_many_matches_reference(
     offset=st.integers(0, 3),
     seed=st.integers(0, 2**32 - 1),
     chunk_rows=st.sampled_from([1, 7, 65536]),
+    scalar_keys=st.sampled_from([0, 16, 1000]),
 )
 def test_murmur2_fixed_matches_reference(
-    length: int, rows: int, offset: int, seed: int, chunk_rows: int
+    length: int, rows: int, offset: int, seed: int, chunk_rows: int, scalar_keys: int
 ) -> None:
     rng = np.random.default_rng(seed)
     wide = rng.integers(0, 256, size=(rows, length + offset), dtype=np.uint8)
@@ -206,6 +229,7 @@ def test_murmur2_fixed_matches_reference(
     assert murmur2_fixed(np.ascontiguousarray(matrix)).tolist() == expected
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(partitioner, "_CHUNK_ROWS", chunk_rows)
+        mp.setattr(partitioner, "_SCALAR_KEYS", scalar_keys)
         assert murmur2_fixed(matrix).tolist() == expected
         # All keys the same length: murmur2_many takes the fixed-length path.
         assert murmur2_many([bytes(row) for row in matrix]).tolist() == expected
@@ -274,6 +298,24 @@ def test_partitions_are_in_range_and_agree(keys: list[bytes], n: int) -> None:
     assert vector.tolist() == scalar
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    keys=st.lists(st.binary(max_size=70), max_size=40),
+    n=st.integers(1, 5000),
+    scalar_keys=st.sampled_from([0, 1000]),
+)
+def test_scalar_and_vectorized_partitions_agree(keys: list[bytes], n: int, scalar_keys: int) -> None:
+    expected = [to_positive(reference_murmur2(k)) % n for k in keys]
+    assert partition_list(keys, n) == expected  # the scalar path, whatever the number of keys
+    assert partitions_for_keys(keys, n).tolist() == expected  # default: scalar below 16 keys
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(partitioner, "_SCALAR_KEYS", scalar_keys)  # every call vectorized (0) or scalar (1000)
+        vector = partitions_for_keys(keys, n)
+        assert vector.dtype == np.int32
+        assert vector.tolist() == expected
+        assert murmur2_many(keys).tolist() == [reference_murmur2(k) for k in keys]
+
+
 def test_partitions_use_every_partition() -> None:
     keys = [b"order-%d" % i for i in range(10_000)]
     counts = np.bincount(partitions_for_keys(keys, 12), minlength=12)
@@ -286,6 +328,8 @@ def test_partition_count_must_be_positive() -> None:
         partition_for_key(b"k", 0)
     with pytest.raises(ValueError):
         partitions_for_keys([b"k"], 0)
+    with pytest.raises(ValueError):
+        partition_list([b"k"], 0)
 
 
 # --- StickyPartitioner: the rule, against a model --------------------------------------------------------
@@ -384,6 +428,41 @@ def test_sticky_runs_go_to_a_least_loaded_partition(
         assigned[chosen] += len(run)
     # Each run read every partition's log end offset once, and nothing else did.
     assert sorted(q for chunk in reads for q in chunk) == sorted(list(range(n)) * len(runs))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(1, 3 * SCAN_ALL),  # every partition a candidate, or two random ones
+    batch_size=st.integers(1, 400),
+    # Sizes of a few values, so that runs often reach batch_size exactly.
+    calls=st.lists(st.lists(st.sampled_from([0, 1, 10, 50, 100]), max_size=40), max_size=25),
+    initial=st.lists(st.integers(0, 40), min_size=3 * SCAN_ALL, max_size=3 * SCAN_ALL),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_sticky_record_loop_and_vectorized_runs_agree(
+    n: int, batch_size: int, calls: list[list[int]], initial: list[int], seed: int
+) -> None:
+    # partition_list (a loop over a few records, without numpy) and partitions (numpy, forced for every call)
+    # make the same runs and choices: with the same seed and loads, the same partitions from the same reads.
+    results = []
+    for vectorized in (True, False):
+        topic = _Topic(initial[:n])
+        sticky = StickyPartitioner(batch_size, rng=random.Random(seed))
+        scope = _Scope()
+        got = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(partitioner, "_SCALAR_KEYS", 0)
+            for k, sizes in enumerate(calls):
+                if vectorized:
+                    parts = sticky.partitions("t", n, sizes, topic.log_end_offset, scope).tolist()
+                else:
+                    parts = sticky.partition_list("t", n, sizes, topic.log_end_offset, scope)
+                got.append(parts)
+                topic.unwritten += parts
+                if k % 2 == 0:
+                    topic.write()
+        results.append((got, topic.reads))
+    assert results[0] == results[1]
 
 
 @settings(max_examples=40, deadline=None)
@@ -510,6 +589,11 @@ def test_sticky_rejects_bad_arguments() -> None:
     with pytest.raises(InvalidRecordError):
         sticky.partitions("t", 3, [[10]], lambda q: 0, _Scope())
     assert sticky.partitions("t", 3, [], lambda q: 0, _Scope()).tolist() == []
+    with pytest.raises(ConfigError):
+        sticky.partition_list("t", 0, [10], lambda q: 0, _Scope())
+    with pytest.raises(InvalidRecordError):
+        sticky.partition_list("t", 3, [10, -1], lambda q: 0, _Scope())
+    assert sticky.partition_list("t", 3, [], lambda q: 0, _Scope()) == []
 
 
 # --- Keyless records through the producer, on a real log ------------------------------------------------
