@@ -41,6 +41,7 @@ from pylog.producer import Producer
 
 if TYPE_CHECKING:
     from pylog.directory import LogDirectory
+    from pylog.structs import Headers
 
 __all__ = ["POLICIES", "DeadLetters"]
 
@@ -65,7 +66,7 @@ class DeadLetters:
         partition: int,
         offset: int,
         timestamp: int,
-        raw: tuple[bytes | None, bytes | None, list[tuple[str, bytes]]],
+        raw: tuple[bytes | None, bytes | None, Headers],
         error: BaseException,
         stage: str,
     ) -> None:

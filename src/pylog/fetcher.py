@@ -41,7 +41,7 @@ from pylog.deadletter import DeadLetters
 from pylog.errors import DeserializationError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from pylog.partition.visibility import OPEN, VISIBLE, Visibility
 from pylog.record import ATTR_COMPRESSION_MASK, DecodedBatch, decode_batch, decode_header, decode_lists
-from pylog.structs import ConsumerRecord, TopicPartition
+from pylog.structs import ConsumerRecord, Headers, TopicPartition
 
 if TYPE_CHECKING:
     from pylog.directory import LogDirectory
@@ -58,7 +58,7 @@ _new_tuple = tuple.__new__
 _T = TypeVar("_T")
 _first = operator.itemgetter(0)
 
-RawRecord = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
+RawRecord = tuple[bytes | None, bytes | None, Headers]
 
 
 class _Columns:
@@ -108,7 +108,7 @@ class _Columns:
         self.value_data = None
 
     def raw(self, i: int) -> RawRecord:
-        return (self.keys[i], self.values[i], list(self.headers[i] or ()))
+        return (self.keys[i], self.values[i], list(self.headers[i]))
 
 
 class Fetcher:
@@ -273,7 +273,7 @@ class Fetcher:
             b = decode_lists(buf, at)
             for i, off in enumerate(b.offsets):
                 if off == offset:
-                    return (b.keys[i], b.values[i], list(b.headers[i] or ()))
+                    return (b.keys[i], b.values[i], list(b.headers[i]))
         raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition} offset {offset} is no longer in the log")
 
     # -- read_committed ---------------------------------------------------------------------------------
@@ -297,7 +297,11 @@ class Fetcher:
 
 
 def _build(tp: TopicPartition, c: _Columns, keys: list[Any], values: list[Any]) -> list[ConsumerRecord]:
-    """The records, with ``tuple.__new__`` straight from zip's tuples: no Python-level call per record."""
+    """The records, with ``tuple.__new__`` straight from zip's tuples: no Python-level call per record. The
+    fields are kafka-python's, in its order: leader_epoch -1 and checksum None (unknown), the header sizes
+    computed only for a batch that has headers."""
+    headers = c.headers
+    hsizes: Any = map(_header_size, headers) if any(headers) else repeat(-1)
     return list(
         map(
             _new_tuple,
@@ -305,17 +309,27 @@ def _build(tp: TopicPartition, c: _Columns, keys: list[Any], values: list[Any]) 
             zip(
                 repeat(tp.topic),
                 repeat(tp.partition),
+                repeat(-1),
                 c.offsets,
                 c.timestamps,
                 repeat(c.header.timestamp_type),
                 keys,
                 values,
-                c.headers,
+                headers,
+                repeat(None),
                 c.ksizes,
                 c.vsizes,
+                hsizes,
             ),
         )
     )
+
+
+def _header_size(headers: Headers) -> int:
+    """kafka-python's ``serialized_header_size``: the UTF-8 bytes of the keys plus the value bytes, -1 for none."""
+    if not headers:
+        return -1
+    return sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in headers)
 
 
 def _split(data: memoryview, offsets: Any, valid: Any) -> tuple[list[bytes | None], list[int]]:

@@ -53,7 +53,7 @@ from pylog.errors import (
 )
 from pylog.future import is_retriable
 from pylog.producer_config import ProducerConfig
-from pylog.record import encode_headers
+from pylog.record import decode_headers, encode_headers
 from pylog.sender import SENDER_IDLE_S, Sender
 from pylog.structs import RecordMetadata, TopicPartition
 
@@ -121,13 +121,17 @@ class FutureRecordMetadata(tuple[Any, ...]):
         record: tuple[Any, ...] = self[1]
         i = p.index_of(record)
         key, value = record[0], record[1]
+        topic, partition = p.queue.name, int(p.partitions[i])
         return RecordMetadata(
-            p.queue.name,
-            p.partitions[i],
+            topic,
+            partition,
+            TopicPartition(topic, partition),
             -1 if p.offsets is None else int(p.offsets[i]),
             p.ts[i],
+            None,
             -1 if key is None else len(key),
             -1 if value is None else len(value),
+            _header_size(record[3]) if len(record) > 3 and record[3] else -1,
         )
 
     @property
@@ -320,7 +324,7 @@ class Producer:
         topic: str,
         value: Any = None,
         key: Any = None,
-        headers: Sequence[tuple[str, bytes]] | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
@@ -371,7 +375,7 @@ class Producer:
         topic: str,
         value: Any,
         key: Any,
-        headers: Sequence[tuple[str, bytes]] | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
         partition: int | None,
         timestamp_ms: int | None,
         *,
@@ -680,6 +684,12 @@ def _run_callback(future: Any, ok: Callable[[Any], Any] | None, err: Callable[[A
                 err(exc)
     except Exception as exc:
         _log.warning("producer callback raised: %s", exc)
+
+
+def _header_size(encoded: bytes) -> int:
+    """kafka-python's ``serialized_header_size`` of headers stored as ``encoded``: the UTF-8 bytes of the keys
+    plus the value bytes."""
+    return sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in decode_headers(encoded))
 
 
 def _fork_now() -> int:

@@ -68,6 +68,7 @@ import numpy.typing as npt
 import zstandard as _zstd
 
 from pylog.errors import CorruptRecordError, InvalidRecordError, UnsupportedFormatError
+from pylog.structs import NO_HEADERS, Headers
 
 __all__ = [
     "HEADER",
@@ -183,17 +184,18 @@ class DecodedBatch:
     def values(self) -> list[bytes | None]:
         return _slices(self.value_data, self.value_offsets, self.value_valid)
 
-    def headers(self) -> list[Sequence[tuple[str, bytes]]]:
-        """Per record its headers; records without headers share one empty tuple."""
+    def headers(self) -> list[Headers]:
+        """Per record its headers: a list of ``(str, bytes)`` pairs; records without headers share the read-only
+        empty list :data:`~pylog.structs.NO_HEADERS`."""
         n = self.header.record_count
         if self.header_offsets is None:
-            return [()] * n
+            return [NO_HEADERS] * n
         raw = bytes(self.header_data)
         bounds = self.header_offsets.tolist()
-        out: list[Sequence[tuple[str, bytes]]] = []
+        out: list[Headers] = []
         for i in range(n):
             start, end = bounds[i], bounds[i + 1]
-            out.append(decode_headers(raw[start:end]) if end > start else ())
+            out.append(decode_headers(raw[start:end]) if end > start else NO_HEADERS)
         return out
 
 
@@ -246,7 +248,7 @@ def encode_headers(headers: Any) -> bytes:
     return bytes(_PACK(pairs)) if pairs else b""
 
 
-def decode_headers(raw: bytes) -> list[tuple[str, bytes]]:
+def decode_headers(raw: bytes) -> Headers:
     try:
         pairs = msgpack.unpackb(raw, use_list=True, raw=False, strict_map_key=True)
         return [(str(k), v) for k, v in pairs]
@@ -760,7 +762,7 @@ class RecordLists(NamedTuple):
     timestamps: list[int]
     keys: list[bytes | None]
     values: list[bytes | None]
-    headers: list[Sequence[tuple[str, bytes]]]
+    headers: list[Headers]
 
 
 def decode_lists(buf: bytes | memoryview | bytearray, position: int = 0) -> RecordLists:
@@ -836,13 +838,13 @@ def _small_lists(h: BatchHeader, payload: bytes) -> RecordLists:
     for v in value_lens:
         values.append(None if v < 0 else payload[at : at + v])
         at += max(v, 0)
-    headers: list[Sequence[tuple[str, bytes]]]
+    headers: list[Headers]
     if header_lens is None:
-        headers = [()] * n
+        headers = [NO_HEADERS] * n
     else:
         headers = []
         for hl in header_lens:
-            headers.append(decode_headers(payload[at : at + hl]) if hl else ())
+            headers.append(decode_headers(payload[at : at + hl]) if hl else NO_HEADERS)
             at += hl
     return RecordLists(h, offsets, timestamps, keys, values, headers)
 

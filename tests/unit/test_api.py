@@ -111,7 +111,7 @@ def test_seek_position_pause_and_offsets_for_times(log: pylog.Log, clock: pylog.
     assert c.position(tp) == 42
     assert c.poll(max_records=1)[tp][0].value == 42
     assert c.position(tp) == 43
-    assert c.offsets_for_times({tp: 10_000 + 55 * 10 - 3})[tp] == (55, 10_550)
+    assert c.offsets_for_times({tp: 10_000 + 55 * 10 - 3})[tp] == (55, 10_550, -1)
     assert c.offsets_for_times({tp: 99_999_999})[tp] is None
     c.pause(tp)
     assert c.poll() == {}

@@ -44,14 +44,17 @@ def _model(
                     ConsumerRecord(
                         "t",
                         0,
+                        -1,
                         int(b.offsets[i]),
                         int(b.timestamps[i]),
                         h.timestamp_type,
                         key if key is None or key_fn is None else key_fn(key),
                         value if value is None or value_fn is None else value_fn(value),
-                        headers[i],
+                        list(headers[i]),
+                        None,
                         -1 if key is None else len(key),
                         -1 if value is None else len(value),
+                        sum(len(k.encode()) + len(v or b"") for k, v in headers[i]) if headers[i] else -1,
                     )
                 )
     return out

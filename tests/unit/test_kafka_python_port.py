@@ -166,3 +166,97 @@ def test_future_get_waits_and_raises() -> None:
         f.get()
     with pytest.raises(errors.IllegalStateError):
         f.success(1)  # resolved once
+
+
+# -- structs: kafka-python 3's fields, in its order ---------------------------------------------------------
+
+
+def test_consumer_records_unpack_by_position_as_in_kafka_python(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer(value_serializer=None)
+    producer.send("t", b"plain", key=b"k", timestamp_ms=1000)
+    producer.send("t", b"with", key=None, headers=[("h", b"12"), ("é", b"")], timestamp_ms=2000)
+    producer.close()
+    consumer = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None)
+    first, second = list(consumer)
+    consumer.close()
+    topic, partition, leader_epoch, offset, timestamp, timestamp_type, key, value, headers, *rest = first
+    checksum, key_size, value_size, header_size = rest
+    assert (topic, partition, leader_epoch, offset, timestamp, timestamp_type) == ("t", 0, -1, 0, 1000, 0)
+    assert (key, value, checksum, key_size, value_size) == (b"k", b"plain", None, 1, 5)
+    assert headers == [] and isinstance(headers, list) and header_size == -1
+    assert second.headers == [("h", b"12"), ("é", b"")]
+    assert second.serialized_header_size == 1 + 2 + 2  # UTF-8 key bytes plus value bytes, as kafka-python
+    assert (second.offset, second.key, second.serialized_key_size) == (1, None, -1)
+
+
+def test_empty_headers_are_a_read_only_shared_list(log: pylog.Log) -> None:
+    import pickle
+
+    log.create_topic("t")
+    producer = log.producer()
+    producer.send("t", 1)
+    producer.send("t", 2)
+    producer.close()
+    consumer = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+    a, b = list(consumer)
+    consumer.close()
+    with pytest.raises(TypeError, match=r"list\(record.headers\)"):
+        a.headers.append(("k", b"v"))
+    assert b.headers == [] and a.headers + [("k", b"v")] == [("k", b"v")]  # noqa: RUF005  # building a new list works
+    copied = list(a.headers)
+    copied.append(("k", b"v"))
+    assert type(pickle.loads(pickle.dumps(a)).headers) is list
+
+
+def test_record_metadata_unpacks_by_position_as_in_kafka_python(log: pylog.Log) -> None:
+    log.create_topic("t", partitions=2)
+    producer = log.producer(value_serializer=None)
+    meta = producer.send("t", b"abc", key=b"k", partition=1, headers=[("h", b"xy")], timestamp_ms=7).get()
+    producer.close()
+    topic, partition, tp, offset, timestamp, checksum, key_size, value_size, header_size = meta
+    assert (topic, partition, tp, offset, timestamp) == ("t", 1, pylog.TopicPartition("t", 1), 0, 7)
+    assert (checksum, key_size, value_size, header_size) == (None, 1, 3, 3)
+    assert meta.topic_partition == tp
+
+
+def test_offset_structs_take_a_leader_epoch(log: pylog.Log) -> None:
+    om = pylog.OffsetAndMetadata(1, "", -1)  # kafka-python 3's three fields
+    assert om == (1, "", -1) and pylog.OffsetAndMetadata(1) == om
+    log.create_topic("t")
+    producer = log.producer()
+    producer.send("t", 1, timestamp_ms=50).get()
+    producer.close()
+    consumer = log.consumer()
+    tp = pylog.TopicPartition("t", 0)
+    offset, timestamp, leader_epoch = consumer.offsets_for_times({tp: 10})[tp]
+    assert (offset, timestamp, leader_epoch) == (0, 50, -1)
+    consumer.close()
+
+
+@needs_kafka_python
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        ("TopicPartition", "kafka.structs.TopicPartition"),
+        ("OffsetAndMetadata", "kafka.structs.OffsetAndMetadata"),
+        ("OffsetAndTimestamp", "kafka.structs.OffsetAndTimestamp"),
+        ("ConsumerGroupMetadata", "kafka.structs.ConsumerGroupMetadata"),
+        ("ConsumerRecord", "kafka.consumer.fetcher.ConsumerRecord"),
+        ("RecordMetadata", "kafka.producer.future.RecordMetadata"),
+    ],
+)
+def test_named_tuples_have_kafka_pythons_fields_in_its_order(ours: str, theirs: str) -> None:
+    import importlib
+
+    import pylog.structs
+
+    module, _, name = theirs.rpartition(".")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        their_class = getattr(importlib.import_module(module), name)
+    our_class = getattr(pylog.structs, ours)
+    assert our_class._fields == their_class._fields
+    if ours in ("ConsumerGroupMetadata", "OffsetAndMetadata"):  # defaults a program relies on
+        common = {k: v for k, v in their_class._field_defaults.items() if k != "offset"}
+        assert {k: our_class._field_defaults[k] for k in common} == common
