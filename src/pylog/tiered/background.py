@@ -218,7 +218,10 @@ class RemoteLogManager:
                 last_error=f"{prefix}{type(exc).__name__}: {exc}",
                 last_error_ms=self._clock.time_ms(),
             )
-        log.warning("%s %s-%d failed (retried next pass): %s", what, tp.topic, tp.partition, exc)
+        if self._stop.is_set():  # close() stopped it: a normal close says nothing
+            log.debug("%s %s-%d stopped by close: %s", what, tp.topic, tp.partition, exc)
+        else:
+            log.warning("%s %s-%d failed (retried next pass): %s", what, tp.topic, tp.partition, exc)
 
     # -- passes -----------------------------------------------------------------------------------------
 
@@ -314,7 +317,10 @@ class RemoteLogManager:
                     last_error=f"{type(exc).__name__}: {exc}",
                     last_error_ms=self._clock.time_ms(),
                 )
-            log.warning("uploading the transaction decisions failed (retried next pass): %s", exc)
+            if self._stop.is_set():  # close() stopped it: a normal close says nothing
+                log.debug("uploading the transaction decisions stopped by close: %s", exc)
+            else:
+                log.warning("uploading the transaction decisions failed (retried next pass): %s", exc)
             if strict:
                 raise
             return None
@@ -493,7 +499,10 @@ def _loop(
         try:
             manager.run_once()
         except Exception as exc:  # a bug, or the log closed under it: never end the thread
-            log.warning("tiering pass failed: %r", exc)
+            if stop.is_set():
+                log.debug("tiering pass stopped by close: %r", exc)
+            else:
+                log.warning("tiering pass failed: %r", exc)
         del manager
         due = clock.monotonic_ms() + interval_ms
 

@@ -3,6 +3,7 @@ survives store failures (reported, retried), never blocks the writer, and stops 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -144,7 +145,7 @@ def test_close_stops_the_thread_within_its_bound_during_a_slow_upload(tmp_path: 
 
 
 def test_close_stops_an_upload_in_progress_at_its_next_chunk_boundary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import types
 
@@ -184,11 +185,15 @@ def test_close_stops_an_upload_in_progress_at_its_next_chunk_boundary(
     clock.advance(1000)
     manager.wake()
     _wait(lambda: len(chunks) == 2, "the upload's second chunk")
+    caplog.set_level("DEBUG", logger="pylog")
     assert manager.close(timeout=10) is True  # the upload stopped at the next chunk boundary
     assert len(chunks) == 2  # no chunk was read after close
     status = manager.status()[TopicPartition("t", 0)]
     assert status.last_error is not None and "the log is closing" in status.last_error
     log.close()
+    # a normal close says nothing: the stop is logged at DEBUG, never as a failure
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("stopped by close" in r.getMessage() for r in caplog.records)
     monkeypatch.setattr(store_module, "crc32c", crc32c)
     store = ObjectStore(url)
     assert store.list("t/0/segments/") == []  # nothing of the stopped upload is visible
