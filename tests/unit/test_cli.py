@@ -517,6 +517,49 @@ def test_groups_reset_offsets_modes(
     assert admin.reset_calls == [("busy", {TopicPartition("t", p): o for p, o in expected.items()})]
 
 
+def test_groups_reset_offsets_says_when_it_moves_an_offset_into_the_log(
+    admin: AdminLog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An offset outside [log start, log end] is moved into it, and the output says so in Kafka's words
+    (kafka-consumer-groups' warning), on stderr before the table and in the JSON document."""
+    higher = "WARN New offset (1000) is higher than latest offset for topic partition t-{}. Value will be set to {}"
+    code, out, err = _main(capsys, "groups", "reset-offsets", "busy", "--topic", "t", "--to-offset", "1000")
+    assert (
+        code == 0
+        and re.search(r"busy\s+t\s+0\s+7\s+10\s*\n", out)
+        and re.search(r"busy\s+t\s+1\s+-\s+4\s*\n", out)
+    )
+    assert err.splitlines() == [
+        higher.format(0, 10),
+        higher.format(1, 4),
+        "Dry run: nothing was changed. Add --execute to commit these offsets.",
+    ]
+    code, out, err = _main(
+        capsys, "--json", "groups", "reset-offsets", "busy", "--topic", "t", "--to-offset", "1000"
+    )
+    got = json.loads(out)
+    assert got["partitions"] == [
+        {"topic": "t", "partition": 0, "current_offset": 7, "new_offset": 10, "requested_offset": 1000,
+         "clamped_to": "log_end_offset"},
+        {"topic": "t", "partition": 1, "current_offset": None, "new_offset": 4, "requested_offset": 1000,
+         "clamped_to": "log_end_offset"},
+    ]  # fmt: skip
+    assert got["warnings"] == [higher.format(0, 10)[5:], higher.format(1, 4)[5:]]
+    code, out, err = _main(
+        capsys, "groups", "reset-offsets", "busy", "--topic", "t:0", "--shift-by", "-20", "--execute"
+    )
+    lower = (
+        "WARN New offset (-13) is lower than earliest offset for topic partition t-0. Value will be set to 0"
+    )
+    assert code == 0 and err.splitlines() == [lower]
+    assert admin.reset_calls == [("busy", {TopicPartition("t", 0): 0})]
+    code, out, err = _main(
+        capsys, "--json", "groups", "reset-offsets", "busy", "--topic", "t:0", "--to-offset", "3"
+    )
+    got = json.loads(out)
+    assert got["warnings"] == [] and got["partitions"][0]["clamped_to"] is None and "WARN" not in err
+
+
 def test_groups_reset_shift_by_and_its_errors(admin: AdminLog, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _main(capsys, "groups", "reset-offsets", "busy", "--all-topics", "--shift-by", "-2")
     assert code == 0 and re.search(r"busy\s+t\s+0\s+7\s+5", out)

@@ -17,7 +17,8 @@ CURRENT-OFFSET is the committed offset (the next to read) and LAG = LOG-END-OFFS
 deleted (an unknown group, a group with live members), as ``kafka-consumer-groups --delete`` does.
 
 ``reset-offsets`` computes new committed offsets per partition and only prints them (a dry run) unless
-``--execute`` is given. Offsets outside a partition's range are moved into it. ``--to-datetime`` takes ISO
+``--execute`` is given. Offsets outside a partition's range are moved into it, with kafka-consumer-groups'
+warning ("New offset (N) is higher than latest offset ..."). ``--to-datetime`` takes ISO
 8601 (``2024-05-01T12:00:00Z``; local time without an offset) and picks the earliest offset whose timestamp is
 at or after it (the log end when there is none).
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pylog.cli._common import (
     CliError,
@@ -272,15 +273,27 @@ def reset_offsets(args: argparse.Namespace) -> int:
         tps = sorted(committed) if args.all_topics else _named_partitions(log, args.topic)
         if not tps:
             raise CliError(f"group {args.group!r} has no committed offsets; name topics with --topic")
-        planned = {tp: _new_offset(log, tp, args, committed.get(tp)) for tp in tps}
+        targets = {tp: _target(log, tp, args, committed.get(tp)) for tp in tps}
+        planned = {tp: target.new_offset for tp, target in targets.items()}
         if reset is not None:
             reset(args.group, planned)
     rows = [
-        {"topic": tp.topic, "partition": tp.partition, "current_offset": committed.get(tp), "new_offset": new}
-        for tp, new in planned.items()
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "current_offset": committed.get(tp),
+            "new_offset": target.new_offset,
+            "requested_offset": target.requested,
+            "clamped_to": target.clamped_to,
+        }
+        for tp, target in targets.items()
     ]
+    warnings = [w for w in (target.warning(tp) for tp, target in targets.items()) if w is not None]
+    for warning in warnings:  # before the table, as kafka-consumer-groups logs them
+        note(f"WARN {warning}")
     if out.json:
-        out.document({"group": args.group, "executed": bool(args.execute), "partitions": rows})
+        document = {"group": args.group, "executed": bool(args.execute), "partitions": rows}
+        out.document({**document, "warnings": warnings})
     else:
         out.table(
             ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
@@ -289,6 +302,36 @@ def reset_offsets(args: argparse.Namespace) -> int:
     if not args.execute:
         note("Dry run: nothing was changed. Add --execute to commit these offsets.")
     return 0
+
+
+class _Target(NamedTuple):
+    """Where ``reset-offsets`` puts one partition: the offset asked for, and the one it gets once moved
+    into ``[log start, log end]``."""
+
+    requested: int
+    start: int
+    end: int
+
+    @property
+    def new_offset(self) -> int:
+        return min(max(self.requested, self.start), self.end)
+
+    @property
+    def clamped_to(self) -> str | None:
+        if self.requested > self.end:
+            return "log_end_offset"
+        if self.requested < self.start:
+            return "log_start_offset"
+        return None
+
+    def warning(self, tp: TopicPartition) -> str | None:
+        """Kafka's words (kafka-consumer-groups) for an offset moved into the partition's range."""
+        where = f"for topic partition {tp.topic}-{tp.partition}. Value will be set to {self.new_offset}"
+        if self.requested > self.end:
+            return f"New offset ({self.requested}) is higher than latest offset {where}"
+        if self.requested < self.start:
+            return f"New offset ({self.requested}) is lower than earliest offset {where}"
+        return None
 
 
 def _named_partitions(log: Log, specs: list[str]) -> list[TopicPartition]:
@@ -309,15 +352,15 @@ def _named_partitions(log: Log, specs: list[str]) -> list[TopicPartition]:
     return sorted(set(tps))
 
 
-def _new_offset(log: Log, tp: TopicPartition, args: argparse.Namespace, current: int | None) -> int:
+def _target(log: Log, tp: TopicPartition, args: argparse.Namespace, current: int | None) -> _Target:
     plog = log.topic(tp.topic).partition(tp.partition)
     start, end = plog.log_start_offset, plog.log_end_offset
-    if args.to_earliest:
-        return start
-    if args.to_latest:
-        return end
     target: int
-    if args.to_offset is not None:
+    if args.to_earliest:
+        target = start
+    elif args.to_latest:
+        target = end
+    elif args.to_offset is not None:
         target = args.to_offset
     elif args.shift_by is not None:
         if current is None:
@@ -326,7 +369,7 @@ def _new_offset(log: Log, tp: TopicPartition, args: argparse.Namespace, current:
     else:
         hit = plog.offset_for_time(parse_datetime_ms(args.to_datetime))
         target = end if hit is None else hit[0]
-    return min(max(target, start), end)
+    return _Target(target, start, end)
 
 
 def delete(args: argparse.Namespace) -> int:
