@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from pylog import errors
+from pylog.broker import serve
 from pylog.clock import Clock, ManualClock, SystemClock
 from pylog.config import TopicConfig
 from pylog.consumer import Consumer
@@ -55,4 +56,5 @@ __all__ = [
     "errors",
     "open",
     "repair",
+    "serve",
 ]

@@ -19,6 +19,7 @@ LAZY = {
     ("pylog.consumer", "pylog.arrow"),  # pyarrow
     ("pylog.demo", "pylog.spark.jvm"),  # pyspark
     ("pylog.spark", "pylog.spark.source"),  # pyspark, when the source is registered
+    ("pylog.broker", "pylog.broker.broker"),  # kio and cramjam (the broker extra), when pylog.serve is called
 }
 
 

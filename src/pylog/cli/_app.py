@@ -16,17 +16,25 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pylog import __version__
-from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _tiered, _topics
+from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _serve, _tiered, _topics
 from pylog.cli._common import DEFAULT_DIR, CliError, Parents, UsageError, describe_error
 from pylog.errors import PylogError
 
 __all__ = ["build_parser", "main"]
 
 _EPILOG = f"""\
-The log directory is --dir, else $PYLOG_DIR, else {DEFAULT_DIR}.
---dir and --json may be given before or after the command (for `produce`, --json after the command means
+The log directory is --dir, else $PYLOG_DIR, else {DEFAULT_DIR}. A command that opens it recovers it first
+if it was not shut down cleanly (a torn tail past the durable point is truncated, damaged indexes are
+rebuilt); 'pylog verify' reports what recovery did.
+
+--dir and --json may be given before or after the command (for 'produce', --json after the command means
 "values are JSON"; put it before the command for a JSON summary).
-Run `pylog COMMAND --help` for the options of a command."""
+
+Exit status: 0 success; 1 an error, printed as one line on stderr ('pylog: error: ...'); 2 a usage error
+or a feature this pylog does not have; 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM where a command
+handles it.
+
+Run 'pylog COMMAND --help' for what a command does, what it changes on disk and its exit status."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dump.register(sub, parents)
     _maintenance.register(sub, parents)
     _tiered.register(sub, parents)
+    _serve.register(sub, parents)
     return parser
 
 

@@ -1,0 +1,201 @@
+"""Broker: a single-node Kafka broker over a pylog log directory (``pylog serve``, :func:`pylog.serve`).
+
+The directory stays a normal pylog log while the broker runs: embedded producers and consumers of other
+processes use it as before. One broker per log directory: the broker holds an open-file-description lock
+(``F_OFD_SETLK``) on one byte far past the end of the directory's ``.lock`` file (byte :data:`LOCK_BYTE`,
+which holds no data and never will: the file stays 32 bytes), so a second broker, in this process or another,
+is refused with :class:`~pylog.errors.LockError`; the kernel releases the lock when the broker's process
+dies, however it dies.
+
+Security: Kafka clients authenticate with SASL, which pylog's broker does not implement yet; it therefore
+listens on loopback addresses only unless told ``allow_anonymous=True`` (``--allow-anonymous``), so that
+starting it never exposes a log to the network by accident.
+
+Thread-safety: :meth:`Broker.close` may be called from any thread, more than once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Final, Self
+
+from pylog.broker.context import Context, Options
+from pylog.broker.server import Server
+from pylog.broker.waiting import FetchWaiters
+from pylog.errors import ConfigError, LockError
+from pylog.log import Log, open_log
+
+__all__ = ["LOCK_BYTE", "Broker", "check_listen", "parse_address", "serve"]
+
+LOCK_BYTE: Final = 1 << 40
+DEFAULT_LISTEN: Final = "127.0.0.1:9092"
+_LOCK: Final = struct.Struct("hhqqi")  # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid
+_WORKERS: Final = 8
+
+
+def parse_address(address: str, what: str = "listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as (host, port). Raises :class:`~pylog.errors.ConfigError`."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{what} address {address!r} is not HOST:PORT (port 0-65535)")
+    return host.strip("[]"), int(port)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(listen: str, allow_anonymous: bool) -> tuple[str, int]:
+    """The (host, port) of ``listen``, refused unless loopback or ``allow_anonymous``."""
+    host, port = parse_address(listen)
+    if not _loopback(host) and not allow_anonymous:
+        raise ConfigError(
+            f"refusing to listen on {host}: pylog's broker has no authentication yet, so it listens on "
+            "loopback addresses only (127.0.0.1, ::1, localhost); pass allow_anonymous=True "
+            "(--allow-anonymous) to serve the log to anyone who can reach that address"
+        )
+    return host, port
+
+
+class Broker:
+    """A running broker. Use :func:`serve` (or ``pylog --dir DIR serve``). A context manager.
+
+    ``bootstrap_servers`` is what Kafka clients are given (``"127.0.0.1:PORT"``)."""
+
+    def __init__(
+        self,
+        log: Log,
+        *,
+        listen: str = "127.0.0.1:0",
+        advertise: str | None = None,
+        auto_create_topics: bool = True,
+        num_partitions: int = 1,
+        allow_anonymous: bool = False,
+        max_request_bytes: int = 100 << 20,
+        owns_log: bool = False,
+    ) -> None:
+        host, port = check_listen(listen, allow_anonymous)
+        if type(num_partitions) is not int or num_partitions < 1:
+            raise ConfigError(f"num_partitions must be a positive int, got {num_partitions!r}")
+        if type(max_request_bytes) is not int or max_request_bytes < 1024:
+            raise ConfigError(f"max_request_bytes must be an int >= 1024, got {max_request_bytes!r}")
+        log.check_writable("serve the log to Kafka clients")
+        self.log = log
+        self._owns_log = owns_log
+        self._closed = False
+        self._lock_fd = _lock_directory(log.path)
+        try:
+            self._sock = socket.create_server(
+                (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, reuse_port=False
+            )
+        except OSError as exc:
+            os.close(self._lock_fd)
+            raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from exc
+        bound_host, bound_port = self._sock.getsockname()[:2]
+        self.host = bound_host
+        self.port = int(bound_port)
+        if advertise is not None:
+            adv_host, adv_port = parse_address(advertise, "advertise")
+        else:
+            adv_host, adv_port = host if host != "0.0.0.0" else "127.0.0.1", self.port
+        self.advertised = f"{adv_host}:{adv_port or self.port}"
+        options = Options(
+            host=adv_host,
+            port=adv_port or self.port,
+            auto_create_topics=auto_create_topics,
+            num_partitions=num_partitions,
+            max_request_bytes=max_request_bytes,
+        )
+        self._executor = ThreadPoolExecutor(_WORKERS, thread_name_prefix="pylog-broker-io")
+        self._ctx = Context(log, options, self._executor, FetchWaiters())
+        self._server = Server(self._ctx, self._sock)
+        try:
+            self._server.start()
+        except BaseException:
+            self._shutdown()
+            raise
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``HOST:PORT`` of the listening socket, for a Kafka client's ``bootstrap.servers``."""
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        return f"{host}:{self.port}"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop accepting connections, answer the requests being handled, close the connections, write
+        everything acknowledged (and close the log when :func:`serve` opened it). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.close()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        try:
+            self._executor.shutdown(wait=True)
+            self._ctx.close()
+            self._ctx.waiters.close()
+        finally:
+            self._sock.close()
+            os.close(self._lock_fd)
+            if self._owns_log:
+                self.log.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Broker({self.log.path!r}, bootstrap_servers={self.bootstrap_servers!r})"
+
+
+def _lock_directory(path: str) -> int:
+    """An OFD lock on :data:`LOCK_BYTE` of ``path/.lock``: the one broker of this directory."""
+    fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _LOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, LOCK_BYTE, 1, 0))
+    except OSError as exc:
+        os.close(fd)
+        raise LockError(
+            f"another broker serves {path} (pylog serve allows one broker per log directory): stop it, or use "
+            "its address"
+        ) from exc
+    return fd
+
+
+def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0", **options: Any) -> Broker:
+    """Start a Kafka broker over a log directory (a path, opened and closed by the broker, or an open
+    :class:`~pylog.Log`, left open) listening on ``listen`` (``HOST:PORT``; port 0 picks a free one).
+    Returns a running :class:`Broker` (its ``bootstrap_servers`` is the address to give Kafka clients).
+
+    ``options``: ``advertise`` (``HOST:PORT`` put in metadata), ``auto_create_topics`` (True),
+    ``num_partitions`` (1, for auto-created topics), ``allow_anonymous`` (False: only loopback addresses),
+    ``max_request_bytes`` (100 MiB)."""
+    if isinstance(path_or_log, Log):
+        return Broker(path_or_log, listen=listen, **options)
+    check_listen(listen, bool(options.get("allow_anonymous")))  # before a directory is created
+    log = open_log(path_or_log)
+    try:
+        return Broker(log, listen=listen, owns_log=True, **options)
+    except BaseException:
+        log.close()
+        raise

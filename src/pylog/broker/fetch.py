@@ -1,0 +1,183 @@
+"""Fetch and ListOffsets: reading pylog partitions as Kafka record batches.
+
+A Fetch reads each partition from its fetch offset, up to ``partition_max_bytes`` (and ``max_bytes`` in all),
+whole pylog batches, the first one the batch that contains the fetch offset (clients skip the records before
+it), always at least one batch so that a batch larger than the limits is still returned (Kafka's KIP-74). Each
+pylog batch becomes one Kafka batch with the same offsets (:func:`pylog.broker.records.encode_batch`).
+
+Long polling: when fewer than ``min_bytes`` were found, the fetch waits up to ``max_wait_ms`` for a writer to
+publish in one of its partitions (the doorbell, :mod:`pylog.broker.waiting`), then reads again.
+
+``isolation_level`` 1 (read_committed) applies pylog's transaction rule (:mod:`pylog.partition.visibility`):
+a batch of an aborted transaction is not returned, and reading stops before a transaction still open (its
+base offset is the last stable offset). The offsets of batches left out are covered by an empty Kafka batch
+so that the client moves past them. ``high_watermark`` is the log end offset.
+
+Thread-safety: handlers run in the event loop; the reads run in the context's thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from pylog.broker.context import Context
+from pylog.broker.protocol import ErrorCode, Request
+from pylog.broker.records import empty_batch, encode_batch
+from pylog.errors import OffsetOutOfRangeError, PylogError, UnknownPartitionError, UnknownTopicError
+from pylog.partition.visibility import OPEN, VISIBLE, Visibility
+from pylog.record import decode_header, decode_lists
+
+__all__ = ["fetch", "list_offsets"]
+
+EARLIEST = -2
+LATEST = -1
+
+
+@dataclass
+class _Part:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+async def fetch(ctx: Context, request: Request) -> dict[str, Any]:
+    body = request.body
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(int(body.max_wait.total_seconds() * 1000), 0) / 1000
+    min_bytes = int(body.min_bytes)
+    max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
+    committed = int(getattr(body, "isolation_level", 0)) == 1
+    parts = [
+        _Part(t.topic, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
+        for t in body.topics
+        for p in t.partitions
+    ]
+    while True:
+        marks = ctx.waiters.marks(await ctx.run(_directories, ctx, parts))
+        responses, size = await ctx.run(_read_all, ctx, parts, max_bytes, committed)
+        left = deadline - loop.time()
+        if size >= min_bytes or left <= 0 or ctx.waiters.released:
+            return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
+        await ctx.waiters.wait(marks, left)
+
+
+def _directories(ctx: Context, parts: list[_Part]) -> list[str]:
+    out = []
+    for p in parts:
+        try:
+            out.append(ctx.log.topic(p.topic).partition(p.partition).directory)
+        except (UnknownTopicError, UnknownPartitionError):
+            pass
+    return out
+
+
+def _read_all(
+    ctx: Context, parts: list[_Part], max_bytes: int, committed: bool
+) -> tuple[list[dict[str, Any]], int]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    total = 0
+    visibility = Visibility(ctx.log.txn_decisions().status) if committed else None
+    for p in parts:
+        limit = min(p.max_bytes, max_bytes - total) if total else p.max_bytes
+        data = _read_partition(ctx, p, max(limit, 0), visibility)
+        total += len(data.get("records") or b"")
+        by_topic.setdefault(p.topic, []).append(data)
+    return [{"topic": t, "partitions": ps} for t, ps in by_topic.items()], total
+
+
+def _read_partition(ctx: Context, p: _Part, limit: int, visibility: Visibility | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "partition_index": p.partition,
+        "error_code": ErrorCode.none,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": None,
+    }
+    try:
+        plog = ctx.log.topic(p.topic).partition(p.partition)
+        end = plog.log_end_offset
+        out["high_watermark"] = out["last_stable_offset"] = end
+        out["log_start_offset"] = plog.log_start_offset
+        if p.offset == end or limit <= 0:
+            out["records"] = b""
+            return out
+        raw = plog.read_raw(p.offset, max(limit, 1))
+    except (UnknownTopicError, UnknownPartitionError):
+        out["error_code"] = ErrorCode.unknown_topic_or_partition
+        return out
+    except OffsetOutOfRangeError:
+        out["error_code"] = ErrorCode.offset_out_of_range
+        return out
+    except PylogError:
+        out["error_code"] = ErrorCode.kafka_storage_error
+        return out
+    chunks: list[bytes] = []
+    skipped: tuple[int, int, int] | None = None  # first offset, last offset, timestamp of batches left out
+    for buf, at in raw:
+        header = decode_header(buf, at)
+        if visibility is not None:
+            verdict = visibility.classify(header)
+            if verdict == OPEN:
+                out["last_stable_offset"] = header.base_offset
+                break
+            if verdict != VISIBLE:
+                first = header.base_offset if skipped is None else skipped[0]
+                skipped = (first, header.last_offset, header.max_timestamp)
+                continue
+        if skipped is not None:
+            chunks.append(empty_batch(skipped[0], skipped[1] - skipped[0], skipped[2]))
+            skipped = None
+        chunks.append(encode_batch(decode_lists(buf, at)))
+    if skipped is not None:
+        chunks.append(empty_batch(skipped[0], skipped[1] - skipped[0], skipped[2]))
+    out["records"] = b"".join(chunks)
+    if visibility is not None:
+        out["aborted_transactions"] = []
+    return out
+
+
+async def list_offsets(ctx: Context, request: Request) -> dict[str, Any]:
+    topics = await ctx.run(_list_offsets, ctx, request.body)
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _list_offsets(ctx: Context, body: Any) -> list[dict[str, Any]]:
+    out = []
+    for t in body.topics:
+        parts = [_offset_for(ctx, t.name, int(p.partition_index), int(p.timestamp)) for p in t.partitions]
+        out.append({"name": t.name, "partitions": parts})
+    return out
+
+
+def _offset_for(ctx: Context, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "partition_index": partition,
+        "error_code": ErrorCode.none,
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": 0,
+        "old_style_offsets": [],
+    }
+    try:
+        plog = ctx.log.topic(topic).partition(partition)
+        if timestamp == LATEST:
+            out["offset"] = plog.log_end_offset
+        elif timestamp == EARLIEST:
+            out["offset"] = plog.log_start_offset
+        elif timestamp >= 0:
+            found = plog.offset_for_time(timestamp)
+            if found is not None:
+                out["offset"], out["timestamp"] = found
+        else:
+            out["error_code"] = ErrorCode.invalid_request
+    except (UnknownTopicError, UnknownPartitionError):
+        out["error_code"] = ErrorCode.unknown_topic_or_partition
+    except PylogError:
+        out["error_code"] = ErrorCode.kafka_storage_error
+    return out

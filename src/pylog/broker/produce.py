@@ -1,0 +1,132 @@
+"""Produce: Kafka record batches written to pylog partitions.
+
+Each partition's batches are decoded (:mod:`pylog.broker.records`) and appended through a pylog producer of
+the broker's that stores keys, values and headers as the bytes the client sent (no serializer), with the
+partition the client chose and the records' own timestamps. ``acks``:
+
+- ``0``: written like ``1``; no response is sent (the client does not wait for one);
+- ``1``: answered once the records are written to the operating system (they survive a crash of the
+  broker's process, not a power loss);
+- ``-1`` (``all``): answered once they are fsynced (pylog's ``acks="all"``), so an acknowledged record survives
+  a power loss too: the single node is the whole in-sync replica set.
+
+The broker writes a Kafka batch as one write of consecutive offsets (one partition write at a time), and
+answers with the offset of its first record, as Kafka does.
+
+Thread-safety: handlers run in the event loop; the writes run in the context's thread pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pylog.broker.context import Context
+from pylog.broker.protocol import ErrorCode, Request
+from pylog.broker.records import InvalidBatchError, KafkaBatch, decode_batches
+from pylog.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogClosedError,
+    PylogError,
+    RecordTooLargeError,
+    StorageError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+
+__all__ = ["produce"]
+
+
+async def produce(ctx: Context, request: Request) -> dict[str, Any] | None:
+    body = request.body
+    acks = int(body.acks)
+    responses = await ctx.run(_produce_all, ctx, body, acks)
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time": 0}
+
+
+def _produce_all(ctx: Context, body: Any, acks: int) -> list[dict[str, Any]]:
+    out = []
+    for topic_data in body.topic_data:
+        parts = []
+        for pd in topic_data.partition_data:
+            code, base, start, message = _produce_partition(
+                ctx, topic_data.name, int(pd.index), pd.records, acks
+            )
+            parts.append(
+                {
+                    "index": pd.index,
+                    "error_code": code,
+                    "base_offset": base,
+                    "log_append_time": -1,
+                    "log_start_offset": start,
+                    "record_errors": [],
+                    "error_message": message,
+                }
+            )
+        out.append({"name": topic_data.name, "partition_responses": parts})
+    return out
+
+
+def _produce_partition(
+    ctx: Context, topic: str, partition: int, records: bytes | None, acks: int
+) -> tuple[ErrorCode, int, int, str | None]:
+    try:
+        t = ctx.log.topic(topic)
+        plog = t.partition(partition)
+    except (UnknownTopicError, UnknownPartitionError):
+        return ErrorCode.unknown_topic_or_partition, -1, -1, None
+    try:
+        batches = decode_batches(records or b"")
+    except InvalidBatchError as exc:
+        code = ErrorCode.unsupported_compression_type if exc.compression else ErrorCode.corrupt_message
+        return code, -1, -1, str(exc)
+    if not batches:
+        return ErrorCode.corrupt_message, -1, -1, "no record batch"
+    for batch in batches:
+        if batch.control or batch.transactional or batch.producer_id >= 0:
+            return (
+                ErrorCode.invalid_record,
+                -1,
+                -1,
+                "idempotent and transactional producers are not served yet",
+            )
+    try:
+        base = -1
+        with ctx.write_lock:
+            for batch in batches:
+                first = _write(ctx, topic, partition, batch, durable=acks == -1)
+                if base < 0:
+                    base = first
+        return ErrorCode.none, base, plog.log_start_offset, None
+    except RecordTooLargeError as exc:
+        return ErrorCode.message_too_large, -1, -1, str(exc)
+    except InvalidTimestampError as exc:
+        return ErrorCode.invalid_timestamp, -1, -1, str(exc)
+    except InvalidRecordError as exc:
+        return ErrorCode.invalid_record, -1, -1, str(exc)
+    except StorageError as exc:
+        return ErrorCode.kafka_storage_error, -1, -1, str(exc)
+    except LogClosedError as exc:
+        return ErrorCode.not_leader_or_follower, -1, -1, str(exc)
+    except PylogError as exc:
+        return ErrorCode.unknown_server_error, -1, -1, f"{type(exc).__name__}: {exc}"
+
+
+def _write(ctx: Context, topic: str, partition: int, batch: KafkaBatch, *, durable: bool) -> int:
+    """Append one Kafka batch's records; the offset of the first."""
+    writer = ctx.writer(durable)
+    if batch.headers is None:
+        result = writer.send_batch(
+            topic, batch.keys, batch.values, partition=partition, timestamps=batch.timestamps
+        )
+        return int(result.offsets[0])
+    futures = [
+        writer.send(topic, value, key, headers, partition, ts)  # None header values are stored
+        for ts, key, value, headers in zip(
+            batch.timestamps, batch.keys, batch.values, batch.headers, strict=True
+        )
+    ]
+    writer.flush()
+    return futures[0].get().offset

@@ -1,0 +1,205 @@
+"""The Kafka protocol codec adapter: frames, request headers, and kio's messages.
+
+A Kafka request on the wire is a 4-byte big-endian size, then the request header (``api_key`` i16,
+``api_version`` i16, ``correlation_id`` i32, ``client_id``, and from flexible versions on tagged fields), then
+the request body. A response is a 4-byte size, the response header (``correlation_id``, plus tagged fields for
+flexible versions, except ApiVersions which always answers with header v0), then the body.
+
+The messages themselves are kio's (``kio.schema``, generated from Kafka's JSON message definitions): this module
+reads a request into kio's dataclass of its version, and builds the response dataclass of the same version
+from plain Python values (:func:`build`): handlers answer with dicts whose keys are kio's field names, and the
+fields a version does not have are dropped, so one handler serves every version of its API.
+
+Thread-safety: every function is thread-safe (the caches are filled idempotently).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import struct
+import types
+import typing
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+__all__ = [
+    "API_VERSIONS",
+    "ApiError",
+    "ErrorCode",
+    "Request",
+    "UnsupportedRequest",
+    "build",
+    "encode_response",
+    "read_request",
+]
+
+# api key -> (lowest, highest) version served. The lowest versions are kio's (Kafka 4's); Produce is
+# advertised from 0 (librdkafka turns compression off when a broker's Produce minimum is 3: KAFKA-18659) and
+# versions 0-2 are answered with UNSUPPORTED_VERSION, as Kafka 4 does.
+API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    0: (0, 9),  # Produce
+    1: (4, 12),  # Fetch (13+ name topics by id)
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    18: (0, 3),  # ApiVersions
+}
+_SERVED_FROM: Final = {0: 3}  # versions below these are advertised but refused
+_HEAD: Final = struct.Struct(">hhi")
+_SIZE: Final = struct.Struct(">i")
+
+
+class ApiError(Exception):
+    """A request answered with a Kafka error code for the whole request (raised by handlers)."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+class UnsupportedRequest(Exception):
+    """An api key or version this broker does not serve (``correlation_id`` is known: it can be answered)."""
+
+    def __init__(self, api_key: int, version: int, correlation_id: int) -> None:
+        super().__init__(f"api key {api_key} version {version} is not supported")
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A decoded request: its header fields and kio's body (typed ``Any``: handlers serve many versions)."""
+
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def read_request(frame: bytes) -> Request:
+    """Decode one request frame (the bytes after the size). Raises :class:`UnsupportedRequest` for an api key
+    or version not served, ``ValueError`` (or kio's errors) for a malformed frame."""
+    if len(frame) < _HEAD.size:
+        raise ValueError(f"a request of {len(frame)} bytes is shorter than its header")
+    api_key, version, correlation_id = _HEAD.unpack_from(frame)
+    span = API_VERSIONS.get(api_key)
+    if span is None or not _SERVED_FROM.get(api_key, span[0]) <= version <= span[1]:
+        raise UnsupportedRequest(api_key, version, correlation_id)
+    schema = _request_schema(api_key, version)
+    header, at = _reader(schema.__header_schema__)(frame, 0)
+    body, _ = _reader(schema)(frame, at)
+    return Request(api_key, version, correlation_id, getattr(header, "client_id", None), body)
+
+
+def encode_response(request: Request, data: Mapping[str, Any]) -> bytes:
+    """The response frame (size prefix included) answering ``request`` with ``data`` (see :func:`build`)."""
+    schema = _response_schema(request.api_key, request.version)
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    header_schema = schema.__header_schema__
+    _writer(header_schema)(out, header_schema(correlation_id=request.correlation_id))
+    _writer(schema)(out, build(schema, data))
+    frame = out.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    return bytes(frame)
+
+
+def encode_unsupported(api_key: int, version: int, correlation_id: int) -> bytes | None:
+    """The answer to a request of an unsupported version: for ApiVersions (KIP-511) UNSUPPORTED_VERSION with our
+    supported range, in version 0's layout; for other apis None (Kafka closes the connection: a client must not
+    send a version the broker did not advertise)."""
+    if api_key != 18:
+        return None
+    request = Request(18, 0, correlation_id, None, None)
+    return encode_response(
+        request,
+        {"error_code": ErrorCode.unsupported_version, "api_keys": api_keys(), "throttle_time": 0},
+    )
+
+
+def api_keys() -> list[dict[str, int]]:
+    return [
+        {"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(API_VERSIONS.items())
+    ]
+
+
+# -- building kio entities from plain values ---------------------------------------------------------------
+
+
+def build(cls: Any, data: Mapping[str, Any]) -> Any:
+    """An instance of the kio dataclass ``cls`` from ``data``: keys are kio's field names; nested entities are
+    dicts, lists of dicts; durations are milliseconds (int); error codes ints or :class:`ErrorCode`;
+    ``datetime`` fields milliseconds since the epoch (-1 or None: null). Keys the version does not have are
+    dropped; a field with a default may be left out."""
+    kwargs = {}
+    for name, convert in _fields(cls):
+        if name in data:
+            kwargs[name] = convert(data[name])
+    return cls(**kwargs)
+
+
+@functools.cache
+def _fields(cls: Any) -> list[tuple[str, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f.name, _converter(hints[f.name])) for f in dataclasses.fields(cls)]
+
+
+def _converter(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if origin is tuple:
+        inner = _converter(args[0])
+        return lambda v: None if v is None else tuple(inner(x) for x in v)
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        inner = _converter(args[0])
+        return lambda v: None if v is None else inner(v)
+    if isinstance(tp, type):
+        if dataclasses.is_dataclass(tp):
+            return lambda v: build(tp, v) if isinstance(v, Mapping) else v
+        if issubclass(tp, ErrorCode):
+            return ErrorCode
+        if issubclass(tp, datetime.timedelta):
+            return lambda v: v if isinstance(v, datetime.timedelta) else datetime.timedelta(milliseconds=v)
+        if issubclass(tp, datetime.datetime):
+            return _datetime
+        if issubclass(tp, uuid.UUID):
+            return lambda v: v if isinstance(v, uuid.UUID) else uuid.UUID(int=v or 0)
+    return lambda v: v
+
+
+def _datetime(v: Any) -> datetime.datetime | None:
+    if v is None or isinstance(v, datetime.datetime):
+        return v
+    if v < 0:
+        return None
+    return datetime.datetime.fromtimestamp(v / 1000, tz=datetime.UTC)
+
+
+@functools.cache
+def _request_schema(api_key: int, version: int) -> Any:
+    return load_request_schema(api_key, version)
+
+
+@functools.cache
+def _response_schema(api_key: int, version: int) -> Any:
+    return load_response_schema(api_key, version)
+
+
+@functools.cache
+def _reader(schema: Any) -> Any:
+    return entity_reader(schema)
+
+
+@functools.cache
+def _writer(schema: Any) -> Any:
+    return entity_writer(schema)

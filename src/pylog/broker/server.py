@@ -1,0 +1,171 @@
+"""The broker's network server: Kafka's framing over TCP, one asyncio event loop in its own thread.
+
+Each connection is read frame by frame: a 4-byte big-endian size, then that many bytes. A size over
+``max_request_bytes`` (Kafka's ``socket.request.max.bytes``, 100 MiB) or negative closes that connection
+without reading the frame, so one client cannot make the broker allocate more than that; a frame that cannot
+be decoded closes that connection too. Nothing one connection does affects the others. Requests of one
+connection are answered in the order they came (Kafka's guarantee: a client pipelines them), one at a time;
+disk work runs in a thread pool, so a slow fsync or a long-polling fetch of one connection does not hold the
+event loop.
+
+Why asyncio: a Kafka consumer spends most of its time in long-polling fetches, so a broker holds many idle or
+waiting connections: a coroutine costs a few KiB, where a thread per connection costs a stack and a scheduler
+entry; the blocking parts (appends, fsyncs, reads of segments) run in a bounded pool of threads.
+
+Shutdown (:meth:`Server.close`): stop accepting, let every request being handled finish and answer it, close
+the connections, then stop the loop.
+
+Thread-safety: :meth:`Server.close` may be called from any thread; everything else runs in the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from pylog.broker import fetch, meta, produce
+from pylog.broker.context import Context
+from pylog.broker.protocol import (
+    ApiError,
+    Request,
+    UnsupportedRequest,
+    encode_response,
+    encode_unsupported,
+    read_request,
+)
+
+__all__ = ["HANDLERS", "Server"]
+
+_log = logging.getLogger("pylog.broker")
+
+Handler = Callable[[Context, Request], Awaitable[dict[str, Any] | None]]
+
+HANDLERS: Final[dict[int, Handler]] = {
+    0: produce.produce,
+    1: fetch.fetch,
+    2: fetch.list_offsets,
+    3: meta.metadata,
+    18: meta.api_versions,
+}
+
+
+class Server:
+    """Serves ``ctx`` on the listening socket ``sock`` from a thread of its own (started by :meth:`start`)."""
+
+    def __init__(self, ctx: Context, sock: socket.socket) -> None:
+        self.ctx = ctx
+        self._sock = sock
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="pylog-broker", daemon=True)
+        self._ready = threading.Event()
+        self._stopped: asyncio.Event | None = None
+        self._connections: dict[asyncio.Task[None], bool] = {}  # task -> handling a request now
+        self._stopping = False
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._thread.is_alive() and self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            self._loop.close()
+
+    async def _main(self) -> None:
+        self._stopped = asyncio.Event()
+        try:
+            server = await asyncio.start_server(self._connection, sock=self._sock, limit=1 << 16)
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        await self._stopped.wait()
+        self._stopping = True
+        server.close()  # no new connections
+        self.ctx.waiters.release()  # long-polling fetches answer now
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()  # waiting for a request; a request being handled is answered first
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=30)
+        await server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = False
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._serve(reader, writer, peer)
+        except asyncio.CancelledError:
+            pass
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:
+            _log.exception("connection from %s failed", peer)
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
+        limit = self.ctx.options.max_request_bytes
+        task = asyncio.current_task()
+        assert task is not None
+        while not self._stopping:
+            head = await reader.readexactly(4)
+            size = int.from_bytes(head, "big", signed=True)
+            if size < 0 or size > limit:
+                _log.warning(
+                    "closing the connection from %s: a request of %d bytes (socket.request.max.bytes is %d)",
+                    peer,
+                    size,
+                    limit,
+                )
+                return
+            frame = await reader.readexactly(size)
+            self._connections[task] = True
+            answer = await self._answer(frame, peer)
+            if answer is False or answer is True:
+                return
+            if answer is not None:
+                writer.write(answer)
+                await writer.drain()
+            self._connections[task] = False
+
+    async def _answer(self, frame: bytes, peer: Any) -> bytes | bool | None:
+        """The response frame, None when the request expects none (acks=0), False to close the connection."""
+        try:
+            request = read_request(frame)
+        except UnsupportedRequest as exc:
+            answer = encode_unsupported(exc.api_key, exc.version, exc.correlation_id)
+            if answer is None:
+                _log.warning("closing the connection from %s: %s", peer, exc)
+                return False
+            return answer
+        except Exception as exc:  # kio raises several types for a malformed frame
+            _log.warning("closing the connection from %s: malformed request (%s)", peer, exc)
+            return False
+        handler = HANDLERS[request.api_key]
+        try:
+            data = await handler(self.ctx, request)
+        except ApiError as exc:
+            _log.warning("request %s from %s failed: %s", request.api_key, peer, exc)
+            return False
+        if data is None:
+            return None
+        return encode_response(request, data)

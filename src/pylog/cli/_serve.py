@@ -1,0 +1,97 @@
+"""``pylog serve``: a single-node Kafka broker over the log directory, for unchanged Kafka clients.
+
+Prints one line, the address it listens on (``HOST:PORT``), once it accepts connections, so that scripts and
+tests can read it; runs until SIGTERM or Ctrl-C (SIGINT), then stops gracefully: requests being handled are
+answered, everything acknowledged is written, the log is closed, and the exit status is 0.
+See ``docs/kafka-clients.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import pylog
+from pylog.cli._common import Parents, described, log_dir
+
+if TYPE_CHECKING:
+    from pylog.cli._common import Subparsers
+
+__all__ = ["register"]
+
+
+_SERVE_HELP = """\
+Serve the log directory to unchanged Kafka clients (kafka-python, confluent-kafka, the Java client, ...)
+as a single-node Kafka broker listening on --listen (default 127.0.0.1:9092; port 0 picks a free port).
+Prints one line, the address it listens on (HOST:PORT), once it accepts connections; then runs until
+Ctrl-C (SIGINT) or SIGTERM, and stops gracefully: requests being handled are answered, everything
+acknowledged is written and the log is closed.
+
+On disk: what the clients do (records produced, topics created, groups and their committed offsets), in
+the log directory, which is created if it does not exist. Topics clients ask metadata for are created
+(with --num-partitions partitions) unless --no-auto-create-topics is given. There is no authentication:
+an address other than loopback needs --allow-anonymous.
+
+Exit status: 0 stopped by Ctrl-C or SIGTERM; 1 the address cannot be listened on, or the log directory
+cannot be opened; 2 a usage error."""
+
+
+def register(sub: Subparsers, parents: Parents) -> None:
+    p = sub.add_parser(
+        "serve",
+        parents=parents.dir_only,
+        help="serve the log to Kafka clients (a single-node Kafka broker)",
+        **described(_SERVE_HELP),
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:9092",
+        help="address to listen on (port 0: any free)",
+    )
+    p.add_argument("--advertise", metavar="HOST:PORT", help="address given to clients in metadata")
+    p.add_argument(
+        "--no-auto-create-topics",
+        dest="auto_create_topics",
+        action="store_false",
+        help="do not create topics clients ask metadata for (auto.create.topics.enable=false)",
+    )
+    p.add_argument(
+        "--num-partitions", type=int, default=1, metavar="N", help="partitions of auto-created topics (1)"
+    )
+    p.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="allow a non-loopback --listen address (no authentication: anyone who reaches it reads and writes)",
+    )
+    p.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pylog.serve(
+            log_dir(args),  # opened (created if new) and closed by the broker, after the options are checked
+            args.listen,
+            advertise=args.advertise,
+            auto_create_topics=args.auto_create_topics,
+            num_partitions=args.num_partitions,
+            allow_anonymous=args.allow_anonymous,
+        ) as broker:
+            sys.stdout.write(broker.bootstrap_servers + "\n")
+            sys.stdout.flush()
+            while not stop.wait(1.0):
+                pass
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0
