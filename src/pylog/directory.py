@@ -76,6 +76,7 @@ from pylog.errors import (
     ConfigError,
     CorruptRecordError,
     DeliveryError,
+    DiskFullError,
     ForkedProcessError,
     InvalidTopicError,
     LockError,
@@ -419,7 +420,16 @@ class LogDirectory:
                 for p in range(meta["partitions"]):
                     self._settle_partition(files.partition_dir(self.path, name, p), name, p, config)
         unchanged = self._checked_mtime == _mtime(self.path)  # no entry added or removed in the session
-        fs.atomic_write(os.path.join(self.path, _MARKER), b"clean\n")
+        try:
+            fs.atomic_write(os.path.join(self.path, _MARKER), b"clean\n")
+        except DiskFullError:
+            # no room for the marker (everything else is durable): the next opener recovers the log, as after
+            # a crash, which is safe and writes nothing it cannot defer
+            with contextlib.suppress(FileNotFoundError):
+                fs.FS.unlink(os.path.join(self.path, _MARKER + ".tmp"))
+            self._checked_mtime = 0
+            self._write_header(0)
+            return
         self._checked_mtime = _mtime(self.path) if unchanged else 0
         self._write_header(0)
 
@@ -699,11 +709,33 @@ class LogDirectory:
             manifest = _copy(self._manifest)
             del manifest["topics"][name]
             manifest["deleting"][name] = meta["partitions"]
-            self._write_manifest(manifest)  # the commit point: from here on the topic is gone
+            try:
+                self._write_manifest(manifest)  # the commit point: from here on the topic is gone
+            except DiskFullError:
+                # a full disk: make room for the manifest from the topic's index files (hints, rebuilt from
+                # the log when missing), the only files of it that may go before the commit point
+                self._drop_indexes(name, meta["partitions"])
+                self._write_manifest(manifest)
             topic = self._topics.pop(name, None)
             if topic is not None:
                 topic.close(flush=False)
             self._settle_topic_changes()
+
+    def _drop_indexes(self, name: str, partitions: int) -> None:
+        """Delete the index files of topic ``name`` (and the manifest's temp file a failed write left)."""
+        with contextlib.suppress(FileNotFoundError):
+            fs.FS.unlink(self._manifest_path() + ".tmp")
+        for p in range(partitions):
+            directory = files.partition_dir(self.path, name, p)
+            try:
+                entries = fs.FS.listdir(directory)
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                parsed = files.parse_segment_name(entry)
+                if parsed is not None and parsed[1] in (files.INDEX, files.TIMEINDEX):
+                    with contextlib.suppress(FileNotFoundError):
+                        fs.FS.unlink(os.path.join(directory, entry))
 
     def transactions(self) -> TxnLog:
         """The :class:`~pylog.transactions.TxnLog` of this directory (producer ids, transaction decisions)."""

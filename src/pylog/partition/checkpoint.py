@@ -21,11 +21,13 @@ Callers serialize writes with the partition lock.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
 
 from pylog import fs
+from pylog.errors import DiskFullError
 from pylog.record import crc32c
 
 __all__ = ["RecoveryCheckpoint"]
@@ -113,7 +115,28 @@ class RecoveryCheckpoint:
             fs.FS.close(fd)
 
     def reset(self, point: int) -> None:
-        """Set the recovery point, possibly lower (after truncation), durably."""
+        """Set the recovery point, possibly lower (after truncation), durably.
+
+        The file is replaced (temp, fsync, rename). On a full disk it is rewritten in place instead, which
+        needs no space: first the slot that does not hold the newest value (a crash during that write
+        leaves the old point, as if the reset had not begun: recovery lowers it again), then the other."""
         self.forget()
         body = struct.pack("<IHHqq", _MAGIC, 1, 0, 1, point)
-        fs.atomic_write(self.path, body + struct.pack("<II", crc32c(body), 0) + bytes(32))
+        try:
+            fs.atomic_write(self.path, body + struct.pack("<II", crc32c(body), 0) + bytes(32))
+        except DiskFullError:
+            with contextlib.suppress(FileNotFoundError):
+                fs.FS.unlink(self.path + ".tmp")
+            self._reset_in_place(point)
+
+    def _reset_in_place(self, point: int) -> None:
+        slots = self._slots()
+        seq, _ = max(slots) if slots else (0, 0)
+        fd = fs.FS.open(self.path, os.O_RDWR)
+        try:
+            for step in (1, 2):
+                body = _BODY.pack(_MAGIC, 1, 0, seq + step, point)
+                fs.FS.pwrite(fd, body + _TAIL.pack(crc32c(body), 0), (seq + step) % 2 * 32)
+                fs.FS.fdatasync(fd)
+        finally:
+            fs.FS.close(fd)

@@ -179,6 +179,7 @@ class PartitionLog:
         self._unflushed_records = 0
         self._first_unflushed_ms = -1.0
         self._index_synced_ms = -1.0  # when an acknowledgement's flush last fsynced the indexes (-1: never)
+        self._held_index = False  # a sealed segment has index entries a full disk held back
         self.flushed_offset = 0
         self._checkpointed = 0  # the recovery point as last written by this object (-1: not known)
         self.report = RecoveryReport()
@@ -388,6 +389,10 @@ class PartitionLog:
         result = seg.load_trusted(seg.file_size() if size is None else size, interval)
         if result is None:
             result = seg.scan(0, seg.size, verify=False, index_interval=interval)
+        elif (
+            size is None and seg.index_pending
+        ):  # sealed, its index files a prefix (a full disk held the rest)
+            self._held_index = True  # the next flush writes the rest
         if result.error is not None:
             raise result.error
         return seg
@@ -508,7 +513,8 @@ class PartitionLog:
 
     def _roll(self) -> Segment:
         old = self._segments[-1]
-        old.write_index_entries()
+        if not old.write_index_entries():  # a full disk: its index files stay a valid prefix
+            self._held_index = True  # ... and the next flush writes the rest
         if old.file_size() > old.size:  # unpublished bytes of a writer that died: never visible to anyone
             fs.FS.ftruncate(old.open_fd(), old.size)
         old.flush()
@@ -586,8 +592,12 @@ class PartitionLog:
             target = active.next_offset
             changes = active.index_changes
             pending = [s for s in self._segments if s.unflushed] or [active]
+            if self._held_index:  # sealed segments whose last index entries a full disk held back
+                pending += [s for s in self._segments[:-1] if s.index_pending and s not in pending]
             for seg in pending:  # under the lock: appends add index entries (the fsyncs need not be)
                 seg.write_index_entries()
+            if self._held_index:
+                self._held_index = any(s.index_pending for s in self._segments[:-1])
         now = self.clock.monotonic_ms()
         lazy = not full and self._index_synced_ms >= 0 and now - self._index_synced_ms < INDEX_SYNC_MS
         for seg in pending:
@@ -933,7 +943,9 @@ class PartitionLog:
                 return
             try:
                 if flush and (
-                    any(s.unflushed for s in self._segments) or self._checkpointed < self.flushed_offset
+                    any(s.unflushed for s in self._segments)
+                    or self._checkpointed < self.flushed_offset
+                    or self._held_index
                 ):
                     self._flush_locked()
             finally:

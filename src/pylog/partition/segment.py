@@ -32,9 +32,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from pylog import fs
-from pylog.errors import CorruptIndexError, CorruptRecordError, UnsupportedFormatError
+from pylog.errors import CorruptIndexError, CorruptRecordError, DiskFullError, UnsupportedFormatError
 from pylog.partition import files
 from pylog.partition.index import (
     OFFSET_ENTRY,
@@ -302,22 +306,43 @@ class Segment:
             except OSError:
                 pass
 
-    def write_index_entries(self) -> None:
+    def write_index_entries(self) -> bool:
         """Write the entries not yet in the files: the time index first, so a process killed in between
         leaves a time entry past the last offset entry (which fails the checks: rebuilt) rather than an
         offset entry whose time entry is missing (which would pass them with a wrong largest timestamp).
-        A failed write is retried whole from the same place (entries are fixed-size, at fixed positions)."""
+        A failed write is retried whole from the same place (entries are fixed-size, at fixed positions).
+
+        On a full disk the entries stay pending and False is returned: both files are cut back to what
+        they held (a consistent prefix; a later flush, roll or close writes the rest). A file shorter than
+        the entries this object wrote (another process cut it on a full disk) is continued where it ends,
+        never past a hole. Any other error raises."""
+        before = ((self.time_index, self.time_index.written), (self.offset_index, self.offset_index.written))
         for index, path in ((self.time_index, self.timeindex_path), (self.offset_index, self.index_path)):
             n = len(index)
-            pending = index.pending_bytes()
-            if not pending:
+            if index.written == n:
                 continue
-            fd = fs.FS.open(path, os.O_WRONLY | os.O_CREAT)
             try:
-                fs.FS.pwrite(fd, pending, index.written * index.dtype.itemsize)
-            finally:
-                fs.FS.close(fd)
+                fd = fs.FS.open(path, os.O_WRONLY | os.O_CREAT)
+                try:
+                    index.written = min(index.written, fs.FS.size(fd) // index.dtype.itemsize)
+                    fs.FS.pwrite(fd, index.pending_bytes(), index.written * index.dtype.itemsize)
+                finally:
+                    fs.FS.close(fd)
+            except DiskFullError:
+                for idx, written in before:
+                    idx.written = min(written, idx.written)
+                    where = self.timeindex_path if idx is self.time_index else self.index_path
+                    _cut_file(where, idx.written * idx.dtype.itemsize)
+                return False
             index.written = n
+        return True
+
+    @property
+    def index_pending(self) -> bool:
+        """True when index entries are not in the files yet (written lazily, or held back by a full disk)."""
+        return self.offset_index.written < len(self.offset_index) or self.time_index.written < len(
+            self.time_index
+        )
 
     def seal(self) -> None:
         """Once the next segment is published: add the final time-index entry (the segment's largest
@@ -349,13 +374,15 @@ class Segment:
         fsyncs outside the partition lock writes the pending index entries itself under the lock first
         (``write_index=False``): entries are added by appends, and must not be written concurrently.
         ``sync_index=False`` fsyncs the log only (the records are durable; the recovery point must then stay
-        below what the unsynced entries index: see :meth:`PartitionLog.flush`)."""
+        below what the unsynced entries index: see :meth:`PartitionLog.flush`). Index entries a full disk
+        holds back do not fail the flush: the records are fsynced, the entries stay pending."""
         appends, index_changes = self._appends, self._index_changes
         if write_index:
             self.write_index_entries()
         fd = self.open_fd()
         fs.FS.fsync(fd)
-        if sync_index and index_changes != self._index_synced:
+        # entries a full disk held back are not in the files: the recovery point must not count them synced
+        if sync_index and index_changes != self._index_synced and not self.index_pending:
             for path in (self.index_path, self.timeindex_path):
                 if os.path.exists(path):
                     ifd = fs.FS.open(path, os.O_RDONLY)
@@ -521,11 +548,45 @@ class Segment:
         return self._scan_from_entry((rel, start), size, index_interval, verify=True)
 
     def rewrite_indexes(self) -> None:
-        """Replace both index files with the in-memory entries (two-phase: temp, fsync, rename, fsync dir)."""
-        fs.atomic_write(self.index_path, self.offset_index.entries.tobytes())
-        fs.atomic_write(self.timeindex_path, self.time_index.entries.tobytes())
-        self.offset_index.written = len(self.offset_index)
-        self.time_index.written = len(self.time_index)
+        """Replace both index files with the in-memory entries (two-phase: temp, fsync, rename, fsync dir).
+
+        On a full disk (:class:`~pylog.errors.DiskFullError`) the rewrite is deferred instead of failing: each
+        file is cut (which needs no space) to the longest prefix it shares with the entries, and the entries
+        past it stay pending, written by :meth:`write_index_entries` at the next flush, roll or close that
+        finds room. A sparse index cut at any entry is valid, so a partition can be recovered, read and
+        cleaned up (retention, topic deletion) on a disk with no free block."""
+        try:
+            fs.atomic_write(self.index_path, self.offset_index.entries.tobytes())
+            self.offset_index.written = len(self.offset_index)
+            fs.atomic_write(self.timeindex_path, self.time_index.entries.tobytes())
+            self.time_index.written = len(self.time_index)
+        except DiskFullError:
+            self._defer_index_rewrite()
+
+    def _defer_index_rewrite(self) -> None:
+        """Cut both index files to a consistent prefix of the in-memory entries (see :meth:`rewrite_indexes`).
+
+        Consistent: the time file must not lag the offset file (a loaded index takes its last time entry as
+        the largest timestamp up to its last offset entry), so offset entries at or after the first time
+        entry missing from the file are cut too, and time entries past the last offset entry kept."""
+        for path in (self.index_path, self.timeindex_path):
+            try:
+                fs.FS.unlink(path + files.TMP)  # the failed rewrite's temp file holds space
+            except FileNotFoundError:
+                pass
+        oe, te = self.offset_index.entries, self.time_index.entries
+        k_o = _shared_prefix(self.index_path, oe)
+        k_t = _shared_prefix(self.timeindex_path, te)
+        if k_t < len(te):
+            k_o = min(k_o, int(np.searchsorted(oe["rel"], te["rel"][k_t], side="left")))
+        last_rel = int(oe["rel"][k_o - 1]) if k_o else -1
+        k_t = min(k_t, int(np.searchsorted(te["rel"], last_rel, side="right")))
+        for path, index, keep in (
+            (self.index_path, self.offset_index, k_o),
+            (self.timeindex_path, self.time_index, k_t),
+        ):
+            _cut_file(path, keep * index.dtype.itemsize)
+            index.written = keep
 
     def tail_from_index(self) -> int:
         """Position of the last indexed batch (a safe place to start scanning for the end), or 0."""
@@ -563,6 +624,31 @@ def _unless_intact(
     if fits and crc32c(memoryview(buf)[at + CRC_START : at + length]) == crc:
         raise exc
     return CorruptRecordError(f"invalid batch at position {pos}: {exc}", position=pos)
+
+
+def _shared_prefix(path: str, entries: npt.NDArray[Any]) -> int:
+    """How many leading entries of the file at ``path`` equal ``entries`` (0 when it is missing)."""
+    try:
+        raw = fs.FS.read_file(path)
+    except FileNotFoundError:
+        return 0
+    on_disk = np.frombuffer(raw[: len(raw) - len(raw) % entries.dtype.itemsize], dtype=entries.dtype)
+    n = min(len(on_disk), len(entries))
+    differ = np.flatnonzero(on_disk[:n] != entries[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+def _cut_file(path: str, size: int) -> None:
+    """Shorten the file at ``path`` to ``size`` bytes when it is longer (a missing file stays missing)."""
+    try:
+        fd = fs.FS.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    try:
+        if fs.FS.size(fd) > size:
+            fs.FS.ftruncate(fd, size)
+    finally:
+        fs.FS.close(fd)
 
 
 def _read_or_empty(path: str) -> bytes:
