@@ -11,10 +11,19 @@ other needs anyway.
 A block preceded by a ``<!-- skip -->`` line is not run (it needs a cluster, a shared directory, or loops
 forever). A python block titled like a test module (```` ```python title="test_app.py" ````) is written to
 that file and run with pytest, in the same directory. Spark pages are covered by ``tests/spark``.
+
+What a block prints is checked too. A ```` ```text ```` block that directly follows a python or bash block
+(nothing but blank lines between) is that block's output: everything it printed, stdout and stderr in the
+order a terminal shows them (the blocks run unbuffered), so a stray warning is a mismatch. Lines are compared
+without trailing spaces; ``...`` inside a line stands for any text (a time, a path, a byte count), and a line
+of only ``...`` for any number of lines (output left out). A block that prints anything must be followed by
+its output block, so that no example's output goes unchecked, and a page's Python session must print nothing
+when it ends (a warning at exit is output no page shows).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -24,14 +33,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 _BLOCK = re.compile(
-    r"(?P<skip><!-- skip -->\s*\n)?```(?P<lang>python|bash)(?P<attrs>[^\n]*)\n(?P<code>.*?)\n```", re.S
+    r"(?P<skip><!-- skip -->\s*\n)?```(?P<lang>python|bash)(?P<attrs>[^\n]*)\n(?P<code>.*?)\n```[ \t]*(?:\n|\Z)"
+    r"(?:\s*\n)?(?:```text[ \t]*\n(?P<output>.*?)\n```)?",
+    re.S,
 )
 _TEST_MODULE = re.compile(r'title="(test_\w+\.py)"')
 _SKIP_PAGES = {"spark.md"}  # needs a SparkSession: covered by tests/spark
@@ -58,15 +69,54 @@ for line in sys.stdin:
 """
 
 
-def _blocks(page: Path) -> list[tuple[str, str, str]]:
+class Block(NamedTuple):
+    lang: str
+    attrs: str
+    code: str
+    output: str | None  # what the page says it prints, when it says
+
+
+def _blocks(page: Path) -> list[Block]:
     found = _BLOCK.finditer(page.read_text())
-    return [(m["lang"], m["attrs"], m["code"]) for m in found if not m["skip"]]
+    return [Block(m["lang"], m["attrs"], m["code"], m["output"]) for m in found if not m["skip"]]
+
+
+def _output_pattern(expected: str) -> re.Pattern[str]:
+    """The documented output as a pattern: ``...`` in a line is any text, a line of ``...`` any lines."""
+    parts = []
+    for line in expected.rstrip().splitlines():
+        line = line.rstrip()
+        if line.strip() == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+        else:
+            parts.append(r"[^\n]*?".join(re.escape(piece) for piece in line.split("...")) + r"\n")
+    return re.compile("".join(parts))
+
+
+def _normalized(printed: str) -> str:
+    lines = [line.rstrip() for line in printed.rstrip().splitlines()]
+    return "".join(line + "\n" for line in lines)
+
+
+def output_mismatch(expected: str, printed: str) -> str | None:
+    """None when ``printed`` is what ``expected`` documents, else a diff of the two."""
+    if _output_pattern(expected).fullmatch(_normalized(printed)):
+        return None
+    diff = difflib.unified_diff(
+        _normalized(expected).splitlines(),
+        _normalized(printed).splitlines(),
+        "documented",
+        "printed",
+        lineterm="",
+    )
+    return "\n".join(diff)
 
 
 def _env() -> dict[str, str]:
     bin_dir = os.path.dirname(sys.executable)  # the virtualenv's bin: python and the pylog command
     env = {k: v for k, v in os.environ.items() if k != "PYLOG_DIR"}
     env.update(PYTHONPATH=str(ROOT / "src"), PATH=bin_dir + os.pathsep + env.get("PATH", ""))
+    env["PYTHONUNBUFFERED"] = "1"  # stdout and stderr interleaved as a terminal shows them
     return env
 
 
@@ -95,10 +145,13 @@ class _PythonSession:
         except BrokenPipeError:
             return False, f"the Python session had ended (exit status {self.proc.wait()})"
         answer = self._answer()
-        with open(self.output_path) as f:
-            f.seek(seen)
-            printed = f.read()
+        printed = self.printed_since(seen)
         return answer == "ok", printed if answer in ("ok", "failed") else f"{printed}\n{answer}"
+
+    def printed_since(self, position: int) -> str:
+        with open(self.output_path) as f:
+            f.seek(position)
+            return f.read()
 
     def _answer(self) -> str:
         assert self.proc.stdout is not None
@@ -129,10 +182,16 @@ def _session(tmp_path: Path, cwd: Path, env: dict[str, str]) -> Iterator[_Python
         try:
             yield session
         finally:
+            end_of_blocks = session.output_path.stat().st_size
             status = session.close()
     assert status == 0, (
         f"the Python session did not end cleanly ({status}):\n" + (tmp_path / "session.out").read_text()
     )
+    at_exit = session.printed_since(end_of_blocks)
+    if at_exit:
+        raise AssertionError(
+            f"the Python session printed this when it ended, after the last block:\n{at_exit}"
+        )
 
 
 def _run_process(lang: str, attrs: str, code: str, cwd: Path, env: dict[str, str]) -> tuple[bool, str]:
@@ -144,26 +203,45 @@ def _run_process(lang: str, attrs: str, code: str, cwd: Path, env: dict[str, str
         assert module is not None
         (cwd / module[1]).write_text(code + "\n")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", module[1]]
-    r = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=BLOCK_TIMEOUT_S)
-    return r.returncode == 0, f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{r.stderr}"
+    r = subprocess.run(
+        command,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=BLOCK_TIMEOUT_S,
+    )
+    return r.returncode == 0, r.stdout
 
 
 def run_page(page: Path, tmp_path: Path) -> None:
     """Run the blocks of ``page`` in order, in one directory and one Python session; fail at the first block
-    that fails, naming it."""
+    that fails or does not print what the page shows, naming it."""
     cwd = tmp_path / "reader"
     cwd.mkdir(parents=True)
     env = _env()
     with _session(tmp_path, cwd, env) as python:
-        for i, (lang, attrs, code) in enumerate(_blocks(page)):
+        for i, block in enumerate(_blocks(page)):
             name = f"{page.name} block {i + 1}"
-            if lang == "python" and _TEST_MODULE.search(attrs) is None:
-                ok, printed = python.run(name, code)
+            if block.lang == "python" and _TEST_MODULE.search(block.attrs) is None:
+                ok, printed = python.run(name, block.code)
             else:
-                ok, printed = _run_process(lang, attrs, code, cwd, env)
+                ok, printed = _run_process(block.lang, block.attrs, block.code, cwd, env)
             assert ok, (
-                f"{name} ({lang}) failed, run after the blocks before it:\n{code}\n--- output ---\n{printed}"
+                f"{name} ({block.lang}) failed, run after the blocks before it:\n{block.code}\n"
+                f"--- output ---\n{printed}"
             )
+            if block.output is None and printed.strip():
+                raise AssertionError(
+                    f"{name} ({block.lang}) prints this, and the page does not show it (add a ```text block "
+                    f"after the block):\n{block.code}\n--- printed ---\n{printed}"
+                )
+            mismatch = None if block.output is None else output_mismatch(block.output, printed)
+            if mismatch is not None:
+                raise AssertionError(
+                    f"{name} ({block.lang}) does not print what the page shows:\n{block.code}\n{mismatch}"
+                )
 
 
 @pytest.mark.parametrize(
@@ -189,6 +267,45 @@ def test_a_page_runs_as_one_reader_session(tmp_path: Path) -> None:
     )
     with pytest.raises(AssertionError, match=r"(?s)repeats\.md block 2 .*TopicExistsError"):
         run_page(repeats, tmp_path / "b")
+
+
+def test_a_block_prints_what_the_page_shows(tmp_path: Path) -> None:
+    """The ```text block after a block is its whole output, stderr included; ``...`` elides."""
+    shown = tmp_path / "shown.md"
+    shown.write_text(
+        "```python\nimport sys\nprint([1, 3])\nprint('took', 0.25, 's')\n```\n\n"
+        "```text\n[1, 3]\ntook ... s\n```\n"
+        "```bash\nfor i in 1 2 3 4; do echo line $i; done; echo done >&2\n```\n"
+        "```text\nline 1\n...\ndone\n```\n"
+    )
+    run_page(shown, tmp_path / "a")
+    wrong_cases = [
+        ("print([3])", "[1, 3]", "-[1, 3]\n+[3]"),  # a value the page does not print
+        ("import sys\nprint(1)\nprint('oops', file=sys.stderr)", "1", "+oops"),  # a stray stderr line
+        ("print(1)", "1\n2", "-2"),  # a line the page shows and the block does not print
+    ]
+    for n, (code, output, diff) in enumerate(wrong_cases):
+        wrong = tmp_path / "wrong.md"
+        wrong.write_text(f"```python\n{code}\n```\n```text\n{output}\n```\n")
+        with pytest.raises(
+            AssertionError, match=r"wrong\.md block 1 .*does not print what the page shows"
+        ) as e:
+            run_page(wrong, tmp_path / f"b{n}")
+        assert diff in str(e.value)
+    unshown = tmp_path / "unshown.md"
+    unshown.write_text("```python\nx = 1\n```\n```bash\necho 42\n```\n")
+    with pytest.raises(
+        AssertionError, match=r"unshown\.md block 2 \(bash\) prints this, and the page does not"
+    ):
+        run_page(unshown, tmp_path / "d")
+    at_exit = tmp_path / "at_exit.md"
+    at_exit.write_text("```python\nimport atexit\natexit.register(print, 'closing failed')\n```\n")
+    with pytest.raises(
+        AssertionError, match=r"printed this when it ended, after the last block:\n+closing failed"
+    ):
+        run_page(at_exit, tmp_path / "c")
+    assert output_mismatch("a\n...\nz", "a\nz\n") is None
+    assert output_mismatch("a ... z", "a b\nc z") is not None  # "..." in a line stays in that line
 
 
 def test_every_page_is_in_the_site_navigation() -> None:
