@@ -953,3 +953,45 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
             main([*command, "--help"])
         out = capsys.readouterr().out
         assert exit_.value.code == 0 and out.startswith("usage: pylog"), command
+
+
+_MARKUP = re.compile(r"``|:(?:class|func|meth|mod|attr|data|exc|ref|obj):`|`~|^\s*\.\. \w+::", re.M)
+_INTERNALS = re.compile(r"\bpylog\.[a-z_]+|\bLog\.[a-z_]+|\b_[a-z]+\.py\b|\bthe installed pylog\b")
+
+
+def _parsers(parser: argparse.ArgumentParser, prefix: list[str]) -> Iterator[tuple[list[str], Any]]:
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            listed = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                assert listed.get(name), (
+                    f"'pylog {' '.join([*prefix, name])}' has no one-line help in its parent"
+                )
+                yield from _parsers(sub, [*prefix, name])
+
+
+def test_help_texts_are_plain_text_and_complete(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command's --help is plain text (no reStructuredText roles or literals, no names of pylog's
+    modules and methods), every option and argument is explained, and every command a user runs describes
+    what it does and its exit status."""
+    problems: dict[str, None] = {}  # each problem once, in order
+    for command, parser in _parsers(build_parser(), []):
+        name = " ".join(["pylog", *command])
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = capsys.readouterr().out
+        found = [f"{name}: markup {m.group()!r}" for m in _MARKUP.finditer(text)]
+        found += [f"{name}: internals {m.group()!r}" for m in _INTERNALS.finditer(text)]
+        found += [
+            f"{name}: {'/'.join(a.option_strings) or a.dest} has no help"
+            for a in parser._actions
+            if not a.help and not isinstance(a, argparse._SubParsersAction)
+        ]
+        leaf = not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+        if not (parser.description or "").strip():
+            found.append(f"{name}: no description")
+        elif leaf and "Exit status" not in parser.description:
+            found.append(f"{name}: the description does not give the exit status")
+        problems.update(dict.fromkeys(found))
+    assert not problems, "\n".join(problems)

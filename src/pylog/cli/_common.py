@@ -18,6 +18,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
@@ -52,6 +53,7 @@ __all__ = [
     "UsageError",
     "config_name",
     "describe_error",
+    "described",
     "json_default",
     "json_line",
     "log_dir",
@@ -65,6 +67,16 @@ __all__ = [
 ]
 
 DEFAULT_DIR = "./pylog-data"
+
+
+def described(text: str) -> dict[str, Any]:
+    """Keyword arguments of ``add_parser`` that make ``text`` the ``--help`` description of a command, its
+    paragraphs and line breaks kept as written. Help texts are plain text (what the command does, what it
+    changes on disk, its exit status): they are read in a terminal, not rendered."""
+    return {
+        "description": textwrap.dedent(text).strip(),
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
 
 
 def describe_error(exc: BaseException) -> str:

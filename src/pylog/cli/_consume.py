@@ -41,6 +41,7 @@ from pylog.cli._common import (
     Parents,
     Unavailable,
     UsageError,
+    described,
     json_line,
     note,
     open_log,
@@ -59,15 +60,46 @@ __all__ = ["register"]
 _GROUP_JOIN_WAIT_MS = 30_000
 
 
+_CONSUME_HELP = """\
+Print the records of TOPIC, like kafka-console-consumer.
+
+Where to start: the log end (only records produced from now on) by default; --from-beginning for the log
+start; --partition P --offset O for an exact place (O may also be earliest or latest). With --group G the
+group's committed offsets are used (--from-beginning then applies only where the group has none).
+
+When to stop: after --max-messages N records; otherwise, without --follow, once every partition is caught
+up (waiting --timeout-ms for more first, if given); with --follow, on Ctrl-C or SIGTERM, or after
+--timeout-ms without a new record.
+
+Output: per record, the fields chosen with the --print-* options, separated by tabs: CreateTime:<ms>,
+Partition:<p>, Offset:<o>, the headers k:v,k2:v2 (or NO_HEADERS), the key (null if none), then the value.
+--format json (or --json) prints one JSON object per record with every field, and names the encoding of
+its key and value (key_encoding, value_encoding: text, msgpack, base64 or hex).
+
+Values (--value-format): auto, the default, shows a value as text when it is valid UTF-8 (so lines come
+back exactly as 'pylog produce' stored them), else decoded from msgpack (the Python API's default
+serializer) as JSON when it is one msgpack object, else as text with the bytes that are not UTF-8 escaped
+(\\xff); a value of one control byte is shown as the msgpack integer it also is. json always decodes
+msgpack (a topic written by the Python API), text never does; base64 and hex show the bytes. Keys
+(--key-format): text (the default), base64 or hex.
+
+On disk: without --group nothing is written. With --group this process joins the group while it runs (its
+membership is recorded in the log directory, and the group's partitions are shared with the other
+members), and commits, for each partition it read, the offset after the last record it printed.
+
+Exit status: 0 caught up, or --max-messages or --timeout-ms reached; 1 an error (an unknown topic or
+partition, a damaged batch: the error says where, and the records before it were printed); 2 a usage
+error; 130 stopped by Ctrl-C (SIGINT), 143 by SIGTERM."""
+
+
 def register(sub: Subparsers, parents: Parents) -> None:
     p = sub.add_parser(
         "consume",
         parents=parents.base,
         help="print records of a topic",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **described(_CONSUME_HELP),
     )
-    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("topic", metavar="TOPIC", help="the topic to read")
     p.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
     p.add_argument("--partition", type=int, metavar="P", help="only partition P")
     p.add_argument(

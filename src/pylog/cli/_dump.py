@@ -31,7 +31,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pylog.cli._common import CliError, NotASegmentFileError, Output, Parents
+from pylog.cli._common import CliError, NotASegmentFileError, Output, Parents, described
 from pylog.cli._formats import SHOW_VALUE_FORMATS, show_json, show_text
 from pylog.errors import CorruptRecordError, UnsupportedFormatError
 from pylog.partition import files
@@ -56,15 +56,45 @@ __all__ = ["register"]
 Buffer = bytes | memoryview
 
 
+_DUMP_HELP = """\
+Print what segment files hold, batch by batch, like kafka-dump-log --files ... --print-data-log. Each PATH
+is a .log segment, an .index or .timeindex file, or a partition directory (all of its segments, in offset
+order). The files are read directly: the log is not opened, so this works on a copy, on a log another
+process has open, and on a log too damaged to open.
+
+For each batch: base and last offset, record count, byte position and size, timestamps, compression, CRC
+and whether it is valid; with --print-data also each record's offset, timestamp, key, headers and value
+(shown as 'pylog consume' shows them; --value-format as there). A batch whose header cannot be read ends
+the walk of its file (the lengths after it cannot be trusted) and is reported with its position.
+
+--verify-index-only checks each segment's .index and .timeindex against its .log instead: every offset
+index entry must name the byte position where the batch with that offset starts, and every time index
+entry must point at a batch and not understate the timestamps before it.
+
+With --json, one JSON object per line: {"type": "batch", ...} (with "records" under --print-data),
+{"type": "error", ...} and one {"type": "summary", ...} per file; index files give index_entry or
+timeindex_entry objects, and --verify-index-only one {"file", "ok", "problems"} object per segment.
+
+Changes nothing: the files are only read.
+
+Exit status: 0 every batch is valid (and every index matches its log); 1 a corrupt batch or an index that
+does not match, a file that does not exist, or a file that is not a segment or index (such as the
+manifest or a partition's partition.state, refused before anything is printed); 2 a usage error."""
+
+
 def register(sub: Subparsers, parents: Parents) -> None:
     p = sub.add_parser(
         "dump",
         parents=parents.base,
         help="print the batches and records of segment files (read-only)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **described(_DUMP_HELP),
     )
-    p.add_argument("paths", nargs="+", metavar="SEGMENT_OR_PARTITION_DIR")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="SEGMENT_OR_PARTITION_DIR",
+        help="a .log, .index or .timeindex file, or a partition directory",
+    )
     p.add_argument(
         "--print-data", "--print-data-log", action="store_true", help="print every record of every batch"
     )

@@ -36,6 +36,7 @@ from pylog.cli._common import (
     Unavailable,
     UsageError,
     describe_error,
+    described,
     note,
     open_log,
     parse_datetime_ms,
@@ -52,26 +53,101 @@ __all__ = ["register"]
 _COLUMNS = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID"]
 
 
+_GROUPS_HELP = """\
+Inspect and change the consumer groups of the log directory, like kafka-consumer-groups: their members,
+committed offsets and lag. A group's members and committed offsets are files in the log directory; only
+'reset-offsets --execute' and 'delete' change them.
+
+Run 'pylog groups ACTION --help' for each action."""
+
+_LIST_HELP = """\
+Print the name of every consumer group of the log directory, one per line. With --json: a list of
+{"group", "state"}, the state as 'describe' gives it (Empty, PreparingRebalance or Stable).
+
+Changes no group, offset or record.
+
+Exit status: 0 success; 1 the log directory cannot be opened."""
+
+_DESCRIBE_HELP = """\
+For each group named (or every group, with --all-groups): its state, generation and number of members,
+then one row per partition it has a committed offset for or a member is assigned:
+
+  GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID
+
+CURRENT-OFFSET is the committed offset (the next record the group will read), LAG is LOG-END-OFFSET minus
+CURRENT-OFFSET, CONSUMER-ID the member the partition is assigned to, and '-' stands for none.
+
+Changes no group, offset or record (members whose process died are expelled, as any member would do).
+
+Exit status: 0 success; 1 an unknown group, or the log directory cannot be opened; 2 no group named and
+no --all-groups."""
+
+_RESET_HELP = """\
+Move the committed offsets of GROUP, for the partitions chosen, to a new place:
+
+  --to-earliest       the partition's log start offset
+  --to-latest         its log end offset (only new records are read)
+  --to-offset N       offset N
+  --shift-by N        the committed offset plus N (N may be negative)
+  --to-datetime ISO   the first record at or after that time (2024-05-01T12:00:00Z; local time without a
+                      UTC offset); the log end offset when there is none
+
+The partitions are those of --topic T (every partition of T; repeatable), --topic T:0,2 (some of them), or
+--all-topics (every partition the group has a committed offset for).
+
+An offset outside a partition's range is set to its log start or log end offset, and a warning on stderr
+says so, as kafka-consumer-groups does: "New offset (1000) is higher than latest offset for topic
+partition t-0. Value will be set to 42". With --json, each partition also gives requested_offset and
+clamped_to (log_start_offset, log_end_offset or null), and "warnings" lists the warnings.
+
+Without --execute this is a dry run: it prints the new offsets and changes nothing. With --execute the new
+offsets are committed for the group (its other partitions keep theirs); the group must have no live
+member. No record is changed either way.
+
+Exit status: 0 the offsets were shown (dry run) or committed; 1 an unknown topic, partition or group, a
+group with live members, --shift-by for a partition without a committed offset, or --all-topics for a
+group without committed offsets; 2 a usage error."""
+
+_DELETE_HELP = """\
+Delete each group named: its members' records and its committed offsets, as kafka-consumer-groups --delete
+does. A group with live members is not deleted. Records are never touched.
+
+Every group named is tried; each one deleted is printed. With --json: {"deleted": [...], "failed":
+{group: reason}}.
+
+Exit status: 0 every group was deleted; 1 at least one could not be (an unknown group, a group with live
+members), named on stderr with the reason; 2 a usage error."""
+
+
 def register(sub: Subparsers, parents: Parents) -> None:
     groups = sub.add_parser(
         "groups",
         parents=parents.base,
         help="list, describe, reset offsets of and delete consumer groups",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **described(_GROUPS_HELP),
     )
     actions = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    p = actions.add_parser("list", parents=parents.base, help="list consumer groups")
+    p = actions.add_parser("list", parents=parents.base, help="list consumer groups", **described(_LIST_HELP))
     p.set_defaults(func=list_groups)
 
-    p = actions.add_parser("describe", parents=parents.base, help="committed offsets, lag and members")
-    p.add_argument("groups", nargs="*", metavar="GROUP")
+    p = actions.add_parser(
+        "describe",
+        parents=parents.base,
+        help="committed offsets, lag and members",
+        **described(_DESCRIBE_HELP),
+    )
+    p.add_argument("groups", nargs="*", metavar="GROUP", help="the groups to describe")
     p.add_argument("--all-groups", action="store_true", help="describe every group")
     p.set_defaults(func=describe)
 
-    p = actions.add_parser("reset-offsets", parents=parents.base, help="move a group's committed offsets")
-    p.add_argument("group", metavar="GROUP")
+    p = actions.add_parser(
+        "reset-offsets",
+        parents=parents.base,
+        help="move a group's committed offsets (a dry run unless --execute)",
+        **described(_RESET_HELP),
+    )
+    p.add_argument("group", metavar="GROUP", help="the group whose committed offsets move")
     scope = p.add_mutually_exclusive_group(required=True)
     scope.add_argument(
         "--topic",
@@ -93,8 +169,13 @@ def register(sub: Subparsers, parents: Parents) -> None:
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
     p.set_defaults(func=reset_offsets)
 
-    p = actions.add_parser("delete", parents=parents.base, help="delete consumer groups and their offsets")
-    p.add_argument("groups", nargs="+", metavar="GROUP")
+    p = actions.add_parser(
+        "delete",
+        parents=parents.base,
+        help="delete consumer groups and their offsets",
+        **described(_DELETE_HELP),
+    )
+    p.add_argument("groups", nargs="+", metavar="GROUP", help="the groups to delete")
     p.set_defaults(func=delete)
 
 

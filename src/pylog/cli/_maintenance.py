@@ -6,7 +6,9 @@ problem with the file and position. If the log cannot even be opened because dur
 is reported the same way. Note that opening a log that was not shut down cleanly runs recovery first, which
 truncates a torn tail past the recovery point; what recovery did is reported too.
 
-``repair`` runs ``pylog.repair(path)``, the only operation that drops corrupt durable data; it needs the\ndirectory to itself.
+``repair`` runs ``pylog.repair(path)``, the only operation that drops corrupt durable data: each damaged
+partition is truncated at its first bad batch, and every record from there on is dropped. It needs the
+directory to itself.
 
 ``bench`` is a quick throughput check of this machine: it produces records with ``send()`` (one call per
 record) and with ``send_batch()`` (vectorized), then consumes them all, in a temporary directory.
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import pylog
-from pylog.cli._common import CliError, Output, Parents, UsageError, log_dir, open_log
+from pylog.cli._common import CliError, Output, Parents, UsageError, described, log_dir, open_log
 from pylog.errors import CorruptRecordError
 
 if TYPE_CHECKING:
@@ -36,17 +38,70 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
+_VERIFY_HELP = """\
+Check every batch of every segment of every partition (length bounds, CRC-32C, decoding, increasing
+offsets) and every offset and time index against its segment, like a full read of the log. Prints one line
+per problem, naming the partition, the file and the byte position, then a summary; with --json
+{"ok", "partitions", "problems", "recovery"}.
+
+Changes no record. Opening a log directory that was not shut down cleanly runs recovery first (as any
+command that opens it does): a torn tail left by a crash, past what was acknowledged durable, is truncated
+and missing or damaged indexes are rebuilt. verify reports what recovery did ("recovered on open: ...").
+
+Exit status: 0 no problem found; 1 problems found (damage below the durable point, which only
+'pylog repair' removes), or the log directory does not exist or cannot be opened."""
+
+_REPAIR_HELP = """\
+Drop the damaged part of every partition: each partition is truncated at its first batch that fails its
+checks, and EVERY record from that batch to the end of the partition is deleted, including good records
+that follow the damage. Run 'pylog verify' first to see where the damage is, and copy the log directory
+if the records after it matter ('pylog dump --print-data' shows what the damaged segment still holds).
+
+On disk: truncates or deletes the segment files from the first bad batch on (their indexes follow); a
+missing or damaged manifest is rebuilt from the partition directories (what had to be assumed, such as
+default configs, is reported). Offsets from the truncation point on are given to new records again;
+consumers and groups positioned past the new log end start again from their auto_offset_reset. This is
+the only command that drops stored records. It needs the directory to itself: no other process may have
+the log open.
+
+Prints what was dropped per partition, or "Nothing to repair."; with --json {"topic-partition": [what was
+done, ...]}.
+
+Exit status: 0 repaired, or nothing to repair; 1 the directory does not exist or is not a log directory,
+or another process has the log open."""
+
+_BENCH_HELP = """\
+Measure this machine: produce --records records with one send() call per record, then as many with
+send_batch() (vectorized), then consume all of them, and print records/s and MB/s for each phase (with
+--json, the figures and a description of the machine).
+
+Works in a new temporary directory, deleted at the end: the log directory (--dir) is not used or changed.
+
+Exit status: 0 done; 1 a phase failed; 2 a usage error (such as --records below 1)."""
+
+
 def register(sub: Subparsers, parents: Parents) -> None:
-    p = sub.add_parser("verify", parents=parents.base, help="check every batch and index; exit 1 on problems")
+    p = sub.add_parser(
+        "verify",
+        parents=parents.base,
+        help="check every batch and index; exit 1 on problems",
+        **described(_VERIFY_HELP),
+    )
     p.set_defaults(func=verify)
 
     p = sub.add_parser(
-        "repair", parents=parents.base, help="drop corrupt data found by verify (pylog.repair)"
+        "repair",
+        parents=parents.base,
+        help="truncate each damaged partition at its first bad batch (drops every record from there on)",
+        **described(_REPAIR_HELP),
     )
     p.set_defaults(func=repair)
 
     p = sub.add_parser(
-        "bench", parents=parents.json_only, help="measure produce and consume throughput in a temp dir"
+        "bench",
+        parents=parents.json_only,
+        help="measure produce and consume throughput in a temp dir",
+        **described(_BENCH_HELP),
     )
     p.add_argument("--records", type=int, default=200_000, metavar="N", help="records per phase (200000)")
     p.add_argument("--record-size", type=int, default=100, metavar="BYTES", help="value size (100)")

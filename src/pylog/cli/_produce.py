@@ -45,6 +45,7 @@ from pylog.cli._common import (
     Parents,
     UsageError,
     describe_error,
+    described,
     open_log,
     parse_headers,
 )
@@ -60,15 +61,47 @@ __all__ = ["register"]
 _SETTLE_EVERY = 10_000
 
 
+_PRODUCE_HELP = """\
+Append one record to TOPIC per line read from stdin (or --file F), like kafka-console-producer. A line ends
+at \\n (a \\r before it is dropped too).
+
+Values (--value-format): text, the default, stores the line's bytes as they are, so 'pylog consume' prints
+the line back; json parses each line as JSON and stores it msgpack-encoded, as the Python API's default
+serializer does (blank lines are skipped; null is a tombstone; --json after the command is short for it);
+base64 and hex decode the line, for bytes that are not text.
+
+Keys: --key-separator SEP splits each line at its first SEP into key and value (escapes such as \\t are
+understood); keys are read as --key-format text (the default), base64 or hex. Records without a key are
+spread over the partitions, records with one go to the partition of their key; --partition P sends every
+record to P. --headers k=v,k2=v2 adds the same headers to every record.
+
+On disk: appends the records to the topic's partitions (the topic must exist: 'pylog topics create').
+With --acks all each record is fsynced before it counts as produced; with 1 (the default) it is written
+to the operating system, which survives a crash of this process but not a power cut.
+
+Prints how many records went to which partitions and offsets; 'pylog --json produce ...' (--json BEFORE
+the command) prints that summary as JSON.
+
+Exit status:
+  0    every line was produced and acknowledged;
+  1    a line could not be sent (no key separator, invalid JSON, a record the topic refuses): reading stops
+       there; or records could not be written (a record too large, a full disk): reading stops once a
+       failure is seen. Every record sent before is waited for, and the error line says how many records
+       were produced, how many failed, the first failing line and why;
+  2    a usage error;
+  130  Ctrl-C (SIGINT), 143 SIGTERM: reading stops; every record already sent is written and acknowledged
+       (a signal never cuts a write short) and the error line says how many were produced. A second
+       signal stops at once, without waiting for the records being written."""
+
+
 def register(sub: Subparsers, parents: Parents) -> None:
     p = sub.add_parser(
         "produce",
         parents=parents.dir_only,
         help="write records to a topic, one per line of stdin or --file",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **described(_PRODUCE_HELP),
     )
-    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("topic", metavar="TOPIC", help="the topic to append to (it must exist)")
     p.add_argument("--file", "-f", metavar="F", help="read lines from F instead of stdin (shows progress)")
     p.add_argument("--key-separator", metavar="SEP", help="each line is KEY<SEP>VALUE")
     p.add_argument(

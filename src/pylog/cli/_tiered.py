@@ -17,7 +17,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 import pylog
-from pylog.cli._common import Output, Parents, UsageError, log_dir
+from pylog.cli._common import Output, Parents, UsageError, described, log_dir
 from pylog.tiered.restore import restore as restore_log
 
 if TYPE_CHECKING:
@@ -28,9 +28,41 @@ __all__ = ["register"]
 _CLIENT_OPTIONS = ("allow_http", "timeout", "connect_timeout")
 
 
+_TIER_HELP = """\
+Upload to the object store at URL the sealed segments (never the active one) of every topic with
+remote_storage_enable=true, with their indexes, and publish a new manifest per partition naming them; then
+print what each partition uploaded. URL is s3://bucket/prefix or file:///path; a second run uploads only
+what is new.
+
+Object-store options (an S3 endpoint, a region, credentials) are --option KEY=VALUE (repeatable); the usual
+AWS_* environment variables work too. Options are never written to disk.
+
+On disk: records URL in the log directory (the file remote_storage), so that later opens and commands tier
+to the same store. Nothing is deleted, locally or in the store: retention does that.
+
+Exit status: 0 done (also when no topic has remote_storage_enable); 1 the store cannot be reached or
+refused a write, or the log directory cannot be opened; 2 a usage error (an --option without '=')."""
+
+_RESTORE_HELP = """\
+Rebuild a new log directory DIR from the object store at URL: the topics, their partition counts and
+configs, and every segment its newest manifest names (what was tiered), each object checked against its
+recorded size and CRC-32C. Prints the offsets of every restored partition.
+
+DIR must not exist, or be empty. The restore is staged in a hidden directory beside DIR and moved into
+place only when complete: a failed restore leaves no DIR behind. Nothing in the object store is changed.
+
+Object-store options are --option KEY=VALUE (repeatable), as for 'pylog tier'.
+
+Exit status: 0 restored; 1 DIR is not empty, the store cannot be read, or an object fails its check; 2 a
+usage error."""
+
+
 def register(sub: Subparsers, parents: Parents) -> None:
     p = sub.add_parser(
-        "tier", parents=parents.base, help="upload sealed segments of remote_storage_enable topics to URL"
+        "tier",
+        parents=parents.base,
+        help="upload sealed segments of remote_storage_enable topics to URL",
+        **described(_TIER_HELP),
     )
     p.add_argument(
         "url", metavar="URL", help="object store, e.g. s3://bucket/prefix or file:///mnt/shared/log"
@@ -39,7 +71,10 @@ def register(sub: Subparsers, parents: Parents) -> None:
     p.set_defaults(func=tier)
 
     p = sub.add_parser(
-        "restore", parents=parents.json_only, help="rebuild a new log directory from an object store"
+        "restore",
+        parents=parents.json_only,
+        help="rebuild a new log directory from an object store",
+        **described(_RESTORE_HELP),
     )
     p.add_argument("url", metavar="URL", help="object store the log was tiered to")
     p.add_argument("target", metavar="DIR", help="new log directory (must not exist, or be empty)")

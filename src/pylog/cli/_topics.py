@@ -9,7 +9,16 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from pylog.cli._common import CliError, Output, Parents, UsageError, config_name, open_log, parse_config
+from pylog.cli._common import (
+    CliError,
+    Output,
+    Parents,
+    UsageError,
+    config_name,
+    described,
+    open_log,
+    parse_config,
+)
 from pylog.config import TopicConfig
 from pylog.errors import TopicExistsError, UnknownTopicError
 from pylog.tiered.retention import pending_deletions
@@ -20,30 +29,95 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
+_TOPICS_HELP = """\
+Create, list, describe, change and delete the topics of the log directory, like kafka-topics.
+
+Run 'pylog topics ACTION --help' for each action."""
+
+_CREATE_HELP = """\
+Create topic NAME with --partitions N partitions (default 1) and the configs given with --config, in
+pylog's spelling (retention_ms=86400000) or Kafka's (retention.ms=86400000); configs not given take the
+defaults. Topic names are 1 to 249 characters of a-z, A-Z, 0-9, '.', '_' and '-'.
+
+On disk: records the topic in the log directory's manifest and creates a directory per partition
+(NAME-0, NAME-1, ...). Creates the log directory itself when it does not exist yet.
+
+Exit status: 0 created (or, with --if-not-exists, it existed already); 1 the topic exists, or its name or
+a config is invalid; 2 a usage error."""
+
+_LIST_HELP = """\
+Print the name of every topic of the log directory, one per line; with --json, each topic with its number
+of partitions.
+
+Changes no record or config.
+
+Exit status: 0 success; 1 the log directory does not exist or cannot be opened."""
+
+_DESCRIBE_HELP = """\
+For each topic (NAME, or every topic): its partition count and the configs that differ from the
+defaults, then per partition its log start offset, log end offset (the offset the next record gets),
+number of segments and bytes on disk. With --json, every config and the figures of every partition.
+
+Changes no record or config.
+
+Exit status: 0 success; 1 an unknown topic, or the log directory cannot be opened."""
+
+_ALTER_HELP = """\
+Change topic NAME: grow it to --partitions N partitions in all (partitions can only be added; existing
+records stay where they are, and keys may map to other partitions from then on, as in Kafka), set configs
+with --config KEY=VALUE, or reset configs to their defaults with --delete-config KEY.
+
+On disk: rewrites the log directory's manifest and creates the new partitions' directories. Records are
+not rewritten; new configs apply from then on (a shorter retention deletes segments the next time
+retention runs, not now).
+
+Exit status: 0 changed; 1 an unknown topic, an invalid config, or --partitions not above the current
+count; 2 a usage error (nothing to change, --delete-config of an unknown config)."""
+
+_DELETE_HELP = """\
+Delete topic NAME and every record of it: it leaves the log directory's manifest first, then its partition
+directories are removed, and the committed offsets consumer groups had for it are forgotten (so a topic
+created again under the name starts afresh). For a topic tiered to an object store, its objects there are
+deleted too (or, when the store cannot be reached, at the next tiering pass of this log).
+
+This cannot be undone.
+
+Exit status: 0 deleted (or, with --if-exists, it did not exist); 1 an unknown topic, or the directory
+cannot be changed; 2 a usage error."""
+
+
 def register(sub: Subparsers, parents: Parents) -> None:
     topics = sub.add_parser(
-        "topics", parents=parents.base, help="create, list, describe, alter and delete topics"
+        "topics",
+        parents=parents.base,
+        help="create, list, describe, alter and delete topics",
+        **described(_TOPICS_HELP),
     )
     actions = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    p = actions.add_parser("create", parents=parents.base, help="create a topic")
-    p.add_argument("name", metavar="NAME")
+    p = actions.add_parser("create", parents=parents.base, help="create a topic", **described(_CREATE_HELP))
+    p.add_argument("name", metavar="NAME", help="the new topic's name")
     p.add_argument("--partitions", type=int, default=1, metavar="N", help="number of partitions (default 1)")
     _add_config(p)
     p.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
     p.set_defaults(func=create)
 
-    p = actions.add_parser("list", parents=parents.base, help="list topic names")
+    p = actions.add_parser("list", parents=parents.base, help="list topic names", **described(_LIST_HELP))
     p.set_defaults(func=list_topics)
 
     p = actions.add_parser(
-        "describe", parents=parents.base, help="partitions (offsets, segments, bytes) and configs"
+        "describe",
+        parents=parents.base,
+        help="partitions (offsets, segments, bytes) and configs",
+        **described(_DESCRIBE_HELP),
     )
     p.add_argument("name", metavar="NAME", nargs="?", help="one topic (default: all)")
     p.set_defaults(func=describe)
 
-    p = actions.add_parser("alter", parents=parents.base, help="add partitions or change configs")
-    p.add_argument("name", metavar="NAME")
+    p = actions.add_parser(
+        "alter", parents=parents.base, help="add partitions or change configs", **described(_ALTER_HELP)
+    )
+    p.add_argument("name", metavar="NAME", help="the topic to change")
     p.add_argument("--partitions", type=int, metavar="N", help="grow to N partitions in total")
     _add_config(p)
     p.add_argument(
@@ -51,8 +125,13 @@ def register(sub: Subparsers, parents: Parents) -> None:
     )
     p.set_defaults(func=alter)
 
-    p = actions.add_parser("delete", parents=parents.base, help="delete a topic and all its records")
-    p.add_argument("name", metavar="NAME")
+    p = actions.add_parser(
+        "delete",
+        parents=parents.base,
+        help="delete a topic and all its records",
+        **described(_DELETE_HELP),
+    )
+    p.add_argument("name", metavar="NAME", help="the topic to delete")
     p.add_argument("--if-exists", action="store_true", help="succeed if the topic does not exist")
     p.set_defaults(func=delete)
 
