@@ -195,19 +195,26 @@ class TopicQueue:
     ``drain_at`` is the byte count at which ``send`` hands its append to :meth:`RecordAccumulator.settle`
     (which drains); :data:`_ALWAYS` while the sender thread sleeps, so that the next append wakes it."""
 
-    __slots__ = ("acc", "column_bytes", "columns", "drain_at", "first_partition", "gen", "name", "topic")
+    __slots__ = ("acc", "column_bytes", "columns", "drain_at", "gen", "name", "topic", "tps")
 
     def __init__(self, acc: RecordAccumulator, topic: Topic) -> None:
         self.acc = acc
         self.name = topic.name
         self.topic = topic
-        self.first_partition = TopicPartition(topic.name, 0)
+        self.tps = [TopicPartition(topic.name, 0)]  # of partitions 0, 1, ... (extended by tp())
         self.drain_at = acc.config.queue_bytes
         self.gen = QueuedRecords(self)
         #: ``send_batch(wait=False)`` calls not yet written, in order, and about how many bytes they hold.
         #: While it is not empty, ``send`` takes its slow path, which writes them first (order is kept).
         self.columns: list[QueuedColumns] = []
         self.column_bytes = 0
+
+    def tp(self, partition: int) -> TopicPartition:
+        """The :class:`TopicPartition` of ``partition`` of this topic (made once)."""
+        tps = self.tps
+        while len(tps) <= partition:
+            tps.append(TopicPartition(self.name, len(tps)))
+        return tps[partition]
 
 
 class QueuedColumns:
@@ -561,7 +568,7 @@ class RecordAccumulator:
                 if not any(headers):
                     headers = None
         plog = t.partition(part)
-        tp = p.queue.first_partition if part == 0 else TopicPartition(p.queue.name, part)
+        tp = p.queue.tp(part)
         fields = self._batch_fields(tp)
         compression = self.compression(t)
         batch: bytes | bytearray
@@ -583,6 +590,8 @@ class RecordAccumulator:
             return [0] * n
         keys = p.keys
         if p.plain and None not in keys:  # every record keyed, none with a partition of its own
+            if n == 1:  # (send().get(): the common case, inline)
+                return [(murmur2(keys[0]) & 0x7FFFFFFF) % num]  # type: ignore[arg-type]
             return partition_list(keys, num)  # type: ignore[arg-type]
         parts = [-1] * n if p.plain else list(p.partitions)
         keyless: list[int] = []
