@@ -12,6 +12,8 @@ Kafka's broker defaults except where an embedded log needs another one; each suc
 | ``cleanup_policy`` | ``"delete"`` | ``"delete"``, ``"compact"`` or ``"compact,delete"`` |
 | ``max_message_bytes`` | 1 MiB + 12 | largest batch that may be appended |
 | ``message_timestamp_type`` | ``"CreateTime"`` | or ``"LogAppendTime"`` (the log sets timestamps) |
+| ``message_timestamp_after_max_ms`` | 3600000 (1 hour, Kafka 4.0's default) | CreateTime: refuse a batch with a record this far ahead of the log's clock |
+| ``message_timestamp_before_max_ms`` | 9223372036854775807 (no limit) | CreateTime: refuse a batch with a record this far behind the log's clock |
 | ``flush_messages`` | -1 (off) | fsync after this many records |
 | ``flush_ms`` | -1 (off) | fsync when the oldest unflushed record is this old |
 | ``index_interval_bytes`` | 4096 | bytes of log between offset-index entries |
@@ -22,6 +24,15 @@ Kafka's broker defaults except where an embedded log needs another one; each suc
 | ``remote_storage_enable`` | (off: False) | tiered storage: copy sealed segments to the log's ``remote_storage`` |
 | ``local_retention_ms`` | -2 (follow ``retention_ms``; -1: keep forever) | tiered: delete an uploaded local segment this old |
 | ``local_retention_bytes`` | -2 (follow ``retention_bytes``; -1: no limit) | tiered: keep at most this many local bytes |
+
+``message_timestamp_after_max_ms`` and ``message_timestamp_before_max_ms`` are Kafka's (3.6+)
+``message.timestamp.after.max.ms`` / ``message.timestamp.before.max.ms``, with Kafka 4.0's defaults (before 4.0
+the first was unlimited too). Each append of a ``CreateTime`` topic compares the batch's smallest and largest
+record timestamps with the log's :class:`~pylog.clock.Clock`; a batch outside the window is refused whole with
+:class:`~pylog.errors.InvalidTimestampError`, as Kafka refuses it, and nothing of it is written. Retention
+judges a segment by its largest timestamp, so without the first limit one record stamped in the year 3000
+would keep its segment (and every later one) forever. ``LogAppendTime`` topics are not checked: the log sets
+the timestamps.
 
 ``local_retention_ms`` and ``local_retention_bytes`` are Kafka's ``local.retention.ms`` / ``local.retention.bytes``
 and are validated as Kafka validates them when ``remote.storage.enable`` is on: at most ``retention_ms`` /
@@ -36,7 +47,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pylog.errors import ConfigError
+from pylog.errors import ConfigError, InvalidTimestampError
 
 __all__ = ["COMPRESSION_TYPES", "TIMESTAMP_TYPES", "TopicConfig"]
 
@@ -59,6 +70,8 @@ class TopicConfig:
     cleanup_policy: str = "delete"
     max_message_bytes: int = (1 << 20) + 12
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_after_max_ms: int = 3_600_000
+    message_timestamp_before_max_ms: int = _I64_MAX
     flush_messages: int = -1
     flush_ms: int = -1
     index_interval_bytes: int = 4096
@@ -82,6 +95,8 @@ class TopicConfig:
         _check_range("max_message_bytes", self.max_message_bytes, 128, 2**31 - 1)
         _check_range("flush_messages", self.flush_messages, -1, _I64_MAX, zero_ok=False)
         _check_range("flush_ms", self.flush_ms, -1, _I64_MAX)
+        _check_range("message_timestamp_after_max_ms", self.message_timestamp_after_max_ms, 0, _I64_MAX)
+        _check_range("message_timestamp_before_max_ms", self.message_timestamp_before_max_ms, 0, _I64_MAX)
         _check_range("index_interval_bytes", self.index_interval_bytes, 0, 2**31 - 1)
         _check_range("delete_retention_ms", self.delete_retention_ms, 0, _I64_MAX)
         _check_range("min_compaction_lag_ms", self.min_compaction_lag_ms, 0, _I64_MAX)
@@ -149,6 +164,34 @@ class TopicConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    def check_timestamps(self, low: int, high: int, now: int, what: str) -> None:
+        """Raise :class:`~pylog.errors.InvalidTimestampError` when record timestamps ``low`` .. ``high`` (the
+        smallest and largest of ``what``, for example a batch) leave this CreateTime topic's window around the
+        clock's ``now``: ``message_timestamp_before_max_ms`` behind it, ``message_timestamp_after_max_ms``
+        ahead of it (Kafka's rule; the bounds themselves are allowed). LogAppendTime topics take any."""
+        if self.message_timestamp_type != "CreateTime":
+            return
+        if high - now > self.message_timestamp_after_max_ms:
+            bad, name, limit, where = (
+                high,
+                "message_timestamp_after_max_ms",
+                self.message_timestamp_after_max_ms,
+                "ahead of",
+            )
+        elif now - low > self.message_timestamp_before_max_ms:
+            bad, name, limit, where = (
+                low,
+                "message_timestamp_before_max_ms",
+                self.message_timestamp_before_max_ms,
+                "behind",
+            )
+        else:
+            return
+        raise InvalidTimestampError(
+            f"timestamp {bad} is {abs(bad - now)} ms {where} the log's clock ({now}), more than the topic's "
+            f"{name}={limit} allows: {what} was not written"
+        )
 
 
 def _check_range(name: str, value: int, low: int, high: int, *, zero_ok: bool = True) -> None:

@@ -16,7 +16,7 @@ if simply tried again.
     ├── InvalidRecordError (ValueError)          a record that cannot be written as given
     │   ├── RecordTooLargeError                  batch over max_message_bytes
     │   ├── SerializationError                   key/value/headers could not be encoded
-    │   └── InvalidTimestampError                timestamp not an int in range
+    │   └── InvalidTimestampError                timestamp not an int in range, or outside the topic's window
     ├── DeserializationError                     a stored value could not be decoded by the deserializer
     ├── OffsetOutOfRangeError                    offset below log_start_offset or above log_end_offset
     ├── InvalidOffsetError (ValueError)          an offset argument that is not a valid offset at all
@@ -147,7 +147,9 @@ class SerializationError(InvalidRecordError):
 
 class InvalidTimestampError(InvalidRecordError):
     """A timestamp is not an integer number of milliseconds in ``0 .. 2**63-1`` (a record's, or one given to
-    ``offsets_for_times``). Nothing was written."""
+    ``offsets_for_times``), or a record's lies outside its topic's window around the log's clock
+    (``message_timestamp_after_max_ms``, ``message_timestamp_before_max_ms``: Kafka's INVALID_TIMESTAMP; the
+    whole batch holding it is refused). Nothing was written."""
 
 
 class DeserializationError(PylogError):

@@ -669,6 +669,8 @@ def _record_options(
         raise InvalidTimestampError(f"timestamp_ms must be an int in [0, 2**63-1], got {timestamp_ms!r}")
     else:
         ts = timestamp_ms
+        # outside the topic's window: refused here, alone, rather than with the batch it would join
+        t.config.check_timestamps(ts, ts, t.env.clock.time_ms(), f"the record for {topic!r}")
     return ts, encode_headers(headers) if headers else b"", part
 
 

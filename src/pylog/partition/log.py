@@ -55,6 +55,7 @@ from pylog.partition.segments import SegmentList
 from pylog.partition.state import FrozenState, PartitionState, Snapshot
 from pylog.record import (
     ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     ATTRIBUTES_AT,
     BASE_OFFSET_AT,
@@ -473,6 +474,11 @@ class PartitionLog:
 
     def _append_locked(self, buf: bytearray, rest: memoryview | None = None) -> AppendInfo:
         now = self.clock.time_ms()
+        c = self.config
+        if c.message_timestamp_type == "CreateTime":
+            low, high = _TIMESTAMPS.unpack_from(buf, BASE_TIMESTAMP_AT)  # smallest and largest in the batch
+            if high - now > c.message_timestamp_after_max_ms or now - low > c.message_timestamp_before_max_ms:
+                self._check_timestamps(buf, now, low, high)
         last_delta = _I32.unpack_from(buf, LAST_DELTA_AT)[0]
         active = self._segments[-1]
         size = len(buf) if rest is None else len(buf) + len(rest)
@@ -494,6 +500,15 @@ class PartitionLog:
         if self.config.flush_messages > 0 or self.config.flush_ms >= 0:
             self._maybe_flush_by_policy()
         return AppendInfo(base, base + last_delta, append_time)
+
+    def _check_timestamps(self, buf: bytearray, now: int, low: int, high: int) -> None:
+        """Refuse a CreateTime batch holding a timestamp outside the topic's window around ``now`` (Kafka's
+        ``message.timestamp.after.max.ms`` / ``before.max.ms``): whole, before anything is written. Control
+        batches (transaction markers, stamped by pylog) pass."""
+        if not _I16.unpack_from(buf, ATTRIBUTES_AT)[0] & ATTR_CONTROL:
+            self.config.check_timestamps(
+                low, high, now, f"the batch of {self.topic}-{self.partition} holding it"
+            )
 
     def _should_roll(self, active: Segment, size: int, last_delta: int, now: int) -> bool:
         if active.size == 0:

@@ -27,9 +27,13 @@ __all__ = ["records", "topic_configs", "workloads"]
 
 
 def records(
-    *, max_key: int = 16, max_value: int = 64, min_ts: int = 0, max_ts: int = 2**41
+    *, max_key: int = 16, max_value: int = 64, min_ts: int = 0, max_ts: int = 1_700_000_000_000
 ) -> SearchStrategy[Record]:
-    """A record: an optional key, a value (None only when there is a key), up to two headers, a timestamp."""
+    """A record: an optional key, a value (None only when there is a key), up to two headers, a timestamp.
+
+    Timestamps default to ``0 .. 1_700_000_000_000`` (:class:`~pylog.clock.ManualClock`'s default start):
+    never ahead of a log's clock, which refuses records more than ``message_timestamp_after_max_ms`` (1 hour)
+    ahead of it."""
 
     @st.composite
     def draw_record(draw: st.DrawFn) -> Record:
