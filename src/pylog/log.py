@@ -30,7 +30,7 @@ from pylog.tiered.fetch import DEFAULT_CACHE_BYTES, RemoteCache, RemotePartition
 from pylog.tiered.location import read_remote_storage, write_remote_storage
 from pylog.tiered.manifest import remote_topics
 from pylog.tiered.retention import add_pending_deletion
-from pylog.tiered.store import ObjectStore
+from pylog.tiered.store import ObjectStore, check_store
 from pylog.tiered.uploader import TierResult, tier_partition
 from pylog.transactions import TxnDecisions
 
@@ -71,8 +71,19 @@ class Log(LogDirectory):
         check_interval(remote_log_manager_task_interval_ms)
         self._manager: RemoteLogManager | None = None
         url = path if isinstance(path, str) and "://" in path else None
-        if url is None and remote_storage is None:
+        recorded = url is None and remote_storage is None
+        if recorded:
             remote_storage = _recorded_remote_storage(path)
+        if remote_storage is not None or url is not None:
+            try:  # before anything is recorded or opened: a mistyped URL or option is refused here
+                check_store(url if url is not None else remote_storage, remote_storage_options)
+            except ConfigError as exc:
+                if recorded:
+                    raise ConfigError(
+                        f"{exc} (the URL recorded in {os.path.join(os.fspath(path), 'remote_storage')}; open "
+                        "with remote_storage=URL to replace it)"
+                    ) from exc
+                raise
         if url is not None:
             if not kwargs.get("read_only"):
                 raise ReadOnlyLogError(

@@ -36,7 +36,11 @@ request asks for ``bytes=<start + received>-<end>``, and an answer cut every tim
 that, which would multiply the bound.
 
 Errors: every failure of the store is a :class:`~pylog.errors.RemoteStorageError` naming the key; obstore is
-imported when the first store is opened, so ``import pylog`` does not need it.
+imported when the first store is opened, so ``import pylog`` does not need it. A mistake in the URL or the
+options (an unknown scheme, a relative ``file://`` path, no bucket, an option the store does not take or a
+value of the wrong type, an endpoint that is not an ``http(s)://`` URL, a plain-HTTP endpoint without
+``allow_http``) is a :class:`~pylog.errors.ConfigError` when the store is opened, one line naming the option;
+nothing is contacted to find it.
 
 Stopping uploads: :meth:`~ObjectStore.stop_uploads` (a closing log's uploader calls it) makes every
 :meth:`~ObjectStore.put_file` in progress stop at its next chunk boundary (at most ``8 MiB`` further), and every
@@ -64,12 +68,12 @@ from typing import TYPE_CHECKING, Any
 
 import crc32c
 
-from pylog.errors import RemoteStorageError
+from pylog.errors import ConfigError, RemoteStorageError
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore as _ObstoreStore
 
-__all__ = ["DEFAULT_RETRY", "ObjectInfo", "ObjectStore", "Written", "open_store"]
+__all__ = ["DEFAULT_RETRY", "ObjectInfo", "ObjectStore", "Written", "check_store", "check_url", "open_store"]
 
 _CHUNK = 8 << 20  # bytes per chunk streamed to or from the store
 
@@ -106,9 +110,7 @@ class ObjectStore:
     ``access_key_id``, ``secret_access_key``, ``client_options={"allow_http": True}``, ``retry_config``...)."""
 
     def __init__(self, url: str, **options: Any) -> None:
-        if not isinstance(url, str) or "://" not in url:
-            raise RemoteStorageError(f"remote_storage must be a URL such as s3://bucket/prefix, got {url!r}")
-        self.url = url
+        self.url = check_url(url)
         self._store = _open(url, options)
         # file://: the local directory of the store, whose writes this class fsyncs (obstore does not)
         self._root = _local_root(url)
@@ -343,11 +345,85 @@ def open_store(url: str, **options: Any) -> ObjectStore:
     return ObjectStore(url, **options)
 
 
+_SCHEMES = ("s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https", "file", "memory")
+_FILE_OPTIONS = ("mkdir", "automatic_cleanup", "client_options", "retry_config")  # what a local store takes
+_ENDPOINT_OPTIONS = ("endpoint", "aws_endpoint", "aws_endpoint_url", "endpoint_url")
+
+
+def check_url(url: object) -> str:
+    """``url`` if it is an object-store URL pylog can open (a scheme obstore knows, a bucket or an absolute
+    path); else :class:`~pylog.errors.ConfigError` naming it. Nothing is contacted."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(
+            f"remote_storage must be an object-store URL such as s3://bucket/prefix or file:///absolute/path, "
+            f"got {url!r}"
+        )
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in _SCHEMES:
+        raise ConfigError(
+            f"remote_storage {url!r}: unknown scheme {parsed.scheme!r} (one of {', '.join(_SCHEMES)})"
+        )
+    if parsed.scheme == "file" and (
+        parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")
+    ):
+        raise ConfigError(
+            f"remote_storage {url!r}: a file:// URL names an absolute path, as file:///absolute/path "
+            "(three slashes)"
+        )
+    if parsed.scheme not in ("file", "memory") and not parsed.netloc:
+        raise ConfigError(f"remote_storage {url!r} names no bucket or container (as s3://bucket/prefix)")
+    return url
+
+
+def _check_options(url: str, options: dict[str, Any]) -> None:
+    """Refuse option mistakes obstore accepts and would only report at the first request, or never."""
+    scheme = urllib.parse.urlparse(url).scheme
+    if scheme == "file":
+        for key in options:
+            if key not in _FILE_OPTIONS:
+                raise ConfigError(
+                    f"remote_storage_options: {key!r} is not an option of a file:// store "
+                    f"(it takes {', '.join(_FILE_OPTIONS)})"
+                )
+    client = options.get("client_options")
+    if client is not None and not isinstance(client, dict):
+        raise ConfigError(f"remote_storage_options: client_options must be a dict, got {client!r}")
+    for key in _ENDPOINT_OPTIONS:
+        endpoint = options.get(key)
+        if endpoint is None:
+            continue
+        parsed = urllib.parse.urlparse(str(endpoint))
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(
+                f"remote_storage_options: {key}={endpoint!r} is not an http:// or https:// URL of a server"
+            )
+        allow = str((client or {}).get("allow_http", os.environ.get("AWS_ALLOW_HTTP", ""))).lower()
+        if parsed.scheme == "http" and allow != "true":
+            raise ConfigError(
+                f"remote_storage_options: {key}={endpoint!r} is plain HTTP, which the client refuses unless "
+                "client_options={'allow_http': True} (CLI: --option allow_http=true)"
+            )
+
+
+def check_store(url: object, options: dict[str, Any] | None = None) -> str:
+    """``url`` if it and ``options`` open a store (see the module docstring); else
+    :class:`~pylog.errors.ConfigError`, one line naming the option. Nothing is contacted or created (a
+    ``file://`` store's directory is made when it is opened)."""
+    checked = check_url(url)
+    options = dict(options or {})
+    _check_options(checked, options)
+    if not checked.startswith("file://"):
+        _open(checked, options)  # builds the client (no request): obstore checks the options
+    return checked
+
+
 def _open(url: str, options: dict[str, Any]) -> _ObstoreStore:
     try:
         from obstore.store import from_url
     except ImportError as exc:
         raise RemoteStorageError("tiered storage needs obstore: pip install 'pylog[tiered]'") from exc
+    check_url(url)
+    _check_options(url, options)
     if url.startswith("file://"):
         options = {"mkdir": True, **options}
     else:
@@ -355,7 +431,38 @@ def _open(url: str, options: dict[str, Any]) -> _ObstoreStore:
     try:
         return from_url(url, **options)
     except Exception as exc:
-        raise RemoteStorageError(f"cannot open the object store {url}: {exc}") from exc
+        if url.startswith("file://"):  # the directory cannot be made or read: not an option's fault
+            raise RemoteStorageError(f"cannot open the object store {url}: {_first_line(exc)}") from exc
+        raise _option_error(url, options, exc) from exc
+
+
+def _option_error(url: str, options: dict[str, Any], exc: Exception) -> ConfigError:
+    """The :class:`ConfigError` of options obstore refused (its configuration is checked without any request):
+    one line naming the option."""
+    from obstore.store import from_url
+
+    text = _first_line(exc)
+    culprit = None
+    for key, value in options.items():  # the option that fails alone (obstore names few of them)
+        try:
+            from_url(url, **{key: value})
+        except Exception:
+            culprit = repr(key)
+            break
+    if culprit == repr("client_options"):  # which one of them
+        for name, value in dict(options["client_options"]).items():
+            try:
+                from_url(url, client_options={name: value})  # type: ignore[call-overload]
+            except Exception:
+                culprit = f"client_options[{name!r}]"
+                break
+    where = f"remote_storage_options {culprit}" if culprit else "remote_storage_options"
+    return ConfigError(f"{where} refused for {url}: {text}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
 
 
 def _local_root(url: str) -> str | None:
