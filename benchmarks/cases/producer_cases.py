@@ -6,6 +6,7 @@ next send, against the floor of the same per-record work done by hand in the sam
 | case | floor | goal |
 |---|---|---|
 | ``pylog_send_get`` (acks=1) | ``floor_pack_oswrite``: ``msgpack`` pack + ``os.write`` per record | >= 0.25x |
+| ``pylog_send_get_keyed_8p`` (acks=1, keyed, 8 partitions) | ``pylog_send_get`` (one partition) | >= 0.8x |
 | ``pylog_send_get_loaded`` (acks=1, two CPU-bound processes beside it) | ``pylog_send_get`` (idle) | >= 0.5x |
 | ``pylog_send_get_durable`` (acks="all", 1 thread) | ``fsync_per_record``: ``os.write`` + ``os.fsync`` | >= 0.8x |
 | ``pylog_durable_8_threads`` (acks="all", one producer) | ``fsync_per_record`` | >= 4x (group commit) |
@@ -38,11 +39,11 @@ _THREADS = 8
 _TASKS = 64
 
 
-def _open(workdir: Path) -> Any:
+def _open(workdir: Path, partitions: int = 1) -> Any:
     import pylog
 
     log = pylog.open(str(workdir / "log"))
-    log.create_topic(TOPIC, partitions=1)
+    log.create_topic(TOPIC, partitions=partitions)
     return log
 
 
@@ -83,9 +84,26 @@ def pylog_send_get(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     return result(n, _send_get_seconds(workdir, keys, values))
 
 
-def _send_get_seconds(workdir: Path, keys: list[bytes], values: list[bytes]) -> float:
-    """``send(...).get()`` of every record, acks=1: the seconds it took."""
-    with _open(workdir) as log:
+@case(
+    "pylog_send_get_keyed_8p",
+    group="write",
+    kind="pylog",
+    fsync="none (acks=1): the record is written to the OS before get() returns",
+    description=(
+        "`pylog_send_get` on a topic of 8 partitions: each record goes to its key's murmur2 partition "
+        "(Kafka's); goal: within 0.8x of the one-partition call"
+    ),
+    compare=(Compare("pylog_send_get", at_least=0.8), Compare("floor_pack_oswrite")),
+)
+def pylog_send_get_keyed_8p(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    n = min(records, _WAIT_CAP)
+    keys, values = byte_lists(n, seed)
+    return result(n, _send_get_seconds(workdir, keys, values, partitions=8))
+
+
+def _send_get_seconds(workdir: Path, keys: list[bytes], values: list[bytes], partitions: int = 1) -> float:
+    """``send(...).get()`` of every record, acks=1, to a topic of ``partitions``: the seconds it took."""
+    with _open(workdir, partitions) as log:
         producer = log.producer(acks=1, value_serializer=None)
         send = producer.send
         t0 = time.perf_counter()
