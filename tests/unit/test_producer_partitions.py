@@ -114,7 +114,7 @@ def test_a_drain_of_a_few_records_on_a_multi_partition_topic_does_not_use_numpy_
     few = [Rec(b"key-%d" % i, b"w%d" % i, headers=(("i", b"%d" % i),) if i % 2 else ()) for i in range(10)]
     futures = [_send(producer, "t", r) for r in few]
     sent += [(r, f.get(timeout=30)) for r, f in zip(few, futures, strict=True)]
-    assert len({md.partition for r, md in sent if r in few}) > 1  # one drain, several partitions
+    assert len({md.partition for r, md in sent if r in few}) > 1  # a drain of records to several partitions
     producer.close()
     _check(log, "t", sent, now, acks)
 
