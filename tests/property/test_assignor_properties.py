@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from random import Random
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,7 @@ from pylog.groups.assignors import (
     StickyAssignor,
     Subscription,
 )
+from pylog.groups.assignors.topic_spread import fill, spread_topics, trim
 from pylog.structs import TopicPartition
 
 SETTINGS = settings(max_examples=100, deadline=None)
@@ -512,3 +514,99 @@ def test_sticky_rebalance_with_different_subscriptions(rebalance: Rebalance) -> 
     verify_no_swap_evens_out_topics(rebalance, result, trade_kept=False)
     if rebalance.fresh:
         verify_fresh_topics_dealt(rebalance, result)
+
+
+# --- the per-topic counts of the sticky assignors, against one-at-a-time models ------------------------------
+
+
+def model_trim(owned: list[int], keep: int, sizes: list[int], members: int) -> list[int]:
+    """One partition at a time, from the topic most above its fair share (ties: lower topic number)."""
+    counts = list(owned)
+    for _ in range(sum(counts) - keep):
+        topic = min(
+            (t for t in range(len(counts)) if counts[t]), key=lambda t: (sizes[t] - counts[t] * members, t)
+        )
+        counts[topic] -= 1
+    return counts
+
+
+def model_fill(counts: list[list[int]], room: list[int], free: list[int]) -> list[list[int]]:
+    """Topic by topic, one partition at a time, to the member with room holding the fewest of the topic, then
+    the most room left, then the lowest number."""
+    counts, left = [list(row) for row in counts], list(room)
+    for topic, n in enumerate(free):
+        for _ in range(n):
+            member = min(
+                (m for m in range(len(counts)) if left[m]), key=lambda m: (counts[m][topic], -left[m], m)
+            )
+            counts[member][topic] += 1
+            left[member] -= 1
+    return counts
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_trim_gives_up_what_one_at_a_time_would(data: st.DataObject) -> None:
+    """trim computes the cut at once above a few partitions and pops a heap below: both equal the model."""
+    topics = data.draw(st.integers(1, 8))
+    members = data.draw(st.integers(1, 40))
+    sizes = data.draw(st.lists(st.integers(1, 200), min_size=topics, max_size=topics))
+    owned = [data.draw(st.integers(0, size)) for size in sizes]
+    keep = data.draw(st.integers(0, sum(owned)))
+    got = trim(np.array(owned), keep, np.array(sizes), members)
+    assert got.tolist() == model_trim(owned, keep, sizes, members)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_fill_deals_what_one_at_a_time_would(data: st.DataObject) -> None:
+    members, topics = data.draw(st.integers(1, 12)), data.draw(st.integers(1, 6))
+    counts = [[data.draw(st.integers(0, 5)) for _ in range(topics)] for _ in range(members)]
+    free = [data.draw(st.integers(0, 30)) for _ in range(topics)]
+    # rooms adding up to the free partitions
+    cuts = sorted(data.draw(st.lists(st.integers(0, sum(free)), min_size=members - 1, max_size=members - 1)))
+    room = [b - a for a, b in zip([0, *cuts], [*cuts, sum(free)], strict=True)]
+    got = np.array(counts, dtype=np.int64).reshape(members, topics)
+    fill(got, np.array(room), np.array(free))
+    assert got.tolist() == model_fill(counts, room, free)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_spread_topics_leaves_no_improving_swap_within_the_bounds(data: st.DataObject) -> None:
+    """After spread_topics, every member and topic total is unchanged, the bounds hold, and no swap within
+    them lowers the sum of squared counts."""
+    members, topics = data.draw(st.integers(1, 8)), data.draw(st.integers(1, 5))
+    shape = (members, topics)
+    counts = np.array(
+        data.draw(st.lists(st.integers(0, 9), min_size=members * topics, max_size=members * topics))
+    )
+    counts = counts.reshape(shape)
+    lower = np.minimum(
+        counts,
+        np.array(data.draw(st.lists(st.integers(0, 9), min_size=counts.size, max_size=counts.size))).reshape(
+            shape
+        ),
+    )
+    upper = np.maximum(
+        counts,
+        np.array(data.draw(st.lists(st.integers(0, 12), min_size=counts.size, max_size=counts.size))).reshape(
+            shape
+        ),
+    )
+    result = counts.copy()
+    spread_topics(result, lower, upper)
+    assert (result.sum(axis=0) == counts.sum(axis=0)).all() and (
+        result.sum(axis=1) == counts.sum(axis=1)
+    ).all()
+    assert (lower <= result).all() and (result <= upper).all()
+    for a in range(members):
+        for b in range(members):
+            for t in range(topics):
+                for u in range(topics):
+                    if a == b or t == u:
+                        continue
+                    allowed = result[a, t] > lower[a, t] and result[b, t] < upper[b, t]
+                    allowed &= result[b, u] > lower[b, u] and result[a, u] < upper[a, u]
+                    gap = result[a, t] - result[b, t] + result[b, u] - result[a, u]
+                    assert not (allowed and gap >= 3), (a, b, t, u, result.tolist())

@@ -6,10 +6,12 @@ The invariants over random groups live in ``tests/property/test_assignor_propert
 from __future__ import annotations
 
 import doctest
+import gc
 import importlib
 import os
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -403,6 +405,109 @@ def test_sticky_members_with_the_same_topics_share_each_topic() -> None:
     assert sorted(len(parts) for parts in result.values()) == [5, 5, 5, 5]
     counts = per_topic(result, topics)
     assert all(abs(counts["C0"][t] - counts["C3"][t]) <= 1 for t in topics), counts
+
+
+# --- large groups ------------------------------------------------------------------------------------------
+
+
+def kafka_large_group(
+    topics: int, partitions: int, members: int, *, non_equal: bool
+) -> tuple[dict[str, int], dict[str, Subscription]]:
+    """The shape of Kafka's ``testLargeAssignmentAndGroupWith{Uniform,NonEqual}Subscription`` (whose full size,
+    500 topics of 2,000 partitions and 2,000 members, is a benchmark case): every member subscribes to every
+    topic, except, with ``non_equal``, the last one, which subscribes to the first topic only."""
+    names = [f"t{i:03d}" for i in range(topics)]
+    only_first = frozenset(names[:1])
+    return {t: partitions for t in names}, {
+        f"c{i:04d}": Subscription(only_first if non_equal and i == members - 1 else frozenset(names))
+        for i in range(members)
+    }
+
+
+def worst_topic_spread(assignment: Assignment, subscriptions: dict[str, Subscription]) -> int:
+    """The largest difference, over topics, between two members with the same topics in how many partitions
+    of the topic they hold."""
+    classes: dict[frozenset[str], list[str]] = {}
+    for member, subscription in subscriptions.items():
+        classes.setdefault(subscription.topics, []).append(member)
+    worst = 0
+    for topics, members in classes.items():
+        counts = [Counter(tp.topic for tp in assignment[m]) for m in members]
+        for topic in topics:
+            worst = max(worst, max(c[topic] for c in counts) - min(c[topic] for c in counts))
+    return worst
+
+
+def verify_complete_and_balanced(
+    ppt: dict[str, int], subscriptions: dict[str, Subscription], result: Assignment
+) -> None:
+    assert set(result) == set(subscriptions)
+    held = [(tp, m) for m, parts in result.items() for tp in parts]
+    assert sorted(tp for tp, _ in held) == [TopicPartition(t, p) for t in sorted(ppt) for p in range(ppt[t])]
+    assert all(tp.topic in subscriptions[m].topics for tp, m in held)
+    assert all(parts == sorted(parts) for parts in result.values())
+    sizes = [len(parts) for parts in result.values()]
+    assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("cls", STICKY_ASSIGNORS)
+@pytest.mark.parametrize("non_equal", [False, True], ids=["uniform", "non-equal"])
+def test_sticky_large_group_spreads_every_topic(cls: type[Assignor], non_equal: bool) -> None:
+    """Kafka's large-assignment scenario at 1/170 of its partitions (40 topics of 150 partitions, 120
+    members): the fresh assignment deals every topic over the members with the same topics (counts differ by
+    at most 1); Kafka's second rebalance (every member but the first reports what it owns) gives the same
+    assignment back; a member leaving moves only its partitions and keeps every topic dealt; a member joining
+    takes partitions only from the others and, with identical subscriptions, gets at most 2 of any topic
+    (never a whole topic's share of the group)."""
+    ppt, subscriptions = kafka_large_group(40, 150, 120, non_equal=non_equal)
+    fresh = cls().assign(ppt, subscriptions)
+    verify_complete_and_balanced(ppt, subscriptions, fresh)
+    assert worst_topic_spread(fresh, subscriptions) <= 1
+    owning = {m: replace(s, owned=tuple(fresh[m]), generation=1) for m, s in subscriptions.items()}
+    kafka_second = {**owning, "c0000": subscriptions["c0000"]}
+    assert cls().assign(ppt, kafka_second) == fresh
+
+    left = {m: s for m, s in owning.items() if m != "c0005"}
+    after_leave = settle(cls, ppt, left)
+    verify_complete_and_balanced(ppt, left, after_leave)
+    assert worst_topic_spread(after_leave, left) <= 1
+    moved = {tp for m, parts in after_leave.items() for tp in parts if tp not in fresh[m]}
+    assert moved == set(fresh["c0005"])
+
+    joined = {**owning, "c9999": Subscription(frozenset(ppt))}
+    after_join = settle(cls, ppt, joined)
+    verify_complete_and_balanced(ppt, joined, after_join)
+    assert all(set(after_join[m]) <= set(fresh[m]) for m in owning)  # only the newcomer gained
+    if not non_equal:
+        # With different subscriptions (the general path) the newcomer's share is owned partitions moved one
+        # at a time, and step 4 trades only partitions their holder did not own, so it is not spread.
+        assert max(Counter(tp.topic for tp in after_join["c9999"]).values()) <= 2
+
+
+def test_assignment_holds_topic_partitions_whatever_the_claims_were() -> None:
+    """Claims given as plain tuples, or with partition numbers beyond any machine integer, are read like
+    ``TopicPartition`` claims (the latter never valid); the result holds ``TopicPartition`` objects."""
+    members = {
+        "C0": Subscription(frozenset({"t"}), (("t", 0), ("t", 1)), 1),  # type: ignore[arg-type]
+        "C1": Subscription(frozenset({"t"}), (TopicPartition("t", 2**70), TopicPartition("t", 2)), 1),
+    }
+    for cls in STICKY_ASSIGNORS:
+        result = cls().assign({"t": 4}, members)
+        assert show(result) == {"C0": "t-0 t-1", "C1": "t-2 t-3"}
+        assert all(type(tp) is TopicPartition for parts in result.values() for tp in parts)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_sticky_assignors_leave_the_garbage_collector_as_they_found_it(enabled: bool) -> None:
+    members = {m: sub("t0", "t1") for m in ("C0", "C1")}
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        for cls in STICKY_ASSIGNORS:
+            cls().assign({"t0": 3, "t1": 2}, members)
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
 
 
 # --- cooperative-sticky -------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ its quota revokes partitions of the topics it holds the most of, not the tail of
 Worked example: ``C0`` owns all four partitions of ``t0``; ``C1`` joins.
 
 >>> from pylog.groups.assignors.base import Subscription, format_assignment
+>>> from pylog.structs import TopicPartition
 >>> t0, assignor = frozenset({"t0"}), CooperativeStickyAssignor()
 >>> everything = tuple(TopicPartition("t0", p) for p in range(4))
 >>> first = assignor.assign(
@@ -46,9 +47,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Literal
 
+import numpy as np
+
 from pylog.groups.assignors.base import Assignment, Assignor, Subscription
-from pylog.groups.assignors.sticky import current_owners, sticky_assignment
-from pylog.structs import TopicPartition
+from pylog.groups.assignors.sticky import collector_paused, sticky_target
 
 __all__ = ["CooperativeStickyAssignor"]
 
@@ -62,18 +64,10 @@ class CooperativeStickyAssignor(Assignor):
     def assign(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> Assignment:
-        target = sticky_assignment(partitions_per_topic, subscriptions)
-        valid_owner = current_owners(partitions_per_topic, subscriptions)
-        claimants: dict[TopicPartition, set[str]] = {}
-        for member_id, subscription in subscriptions.items():
-            for tp in subscription.owned:
-                claimants.setdefault(tp, set()).add(member_id)
-
-        def may_take(member_id: str, tp: TopicPartition) -> bool:
-            """True unless another member holds ``tp`` now and must revoke it first."""
-            return valid_owner.get(tp) == member_id or claimants.get(tp, set()) <= {member_id}
-
-        return {
-            member_id: [tp for tp in partitions if may_take(member_id, tp)]
-            for member_id, partitions in target.items()
-        }
+        with collector_paused():
+            group, target = sticky_target(partitions_per_topic, subscriptions)
+            # A member may take a partition it validly owns, or one that no other member claims; any other
+            # partition another member holds now waits for the follow-up rebalance.
+            others_claim = (group.claims >= 2) | ((group.claims == 1) & (group.claimant != target))
+            held_back = (target >= 0) & (group.owner != target) & others_claim
+            return group.assignment(np.where(held_back, -1, target))
