@@ -275,6 +275,7 @@ class Consumer:
         if buf is not None:
             buf.halt()
         self._fetcher.poison.pop(tp, None)
+        self._fetcher.pending.pop(tp, None)
         self._current = None
 
     def pause(self, *partitions: TopicPartition) -> None:
@@ -386,29 +387,30 @@ class Consumer:
 
     def _collect(self, limit: int, update: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
-        tps = self._sub.fetchable()
         poisoned = self._fetcher.poison
-        if not tps:
-            return out
-        n = len(tps)
-        start = self._rr % n
-        self._rr += 1
         remaining = limit
-        for k in range(n):
-            tp = tps[(start + k) % n]
+        for tp in self._rotated(self._sub.fetchable()):
             buf = self._buffers.get(tp)
             if buf is not None:
                 buf.halt()
             if buf is None or buf.i >= len(buf.recs):
-                poison = poisoned.get(tp)
-                if poison is not None:
+                error = poisoned.get(tp) or self._fetcher.pending.get(tp)
+                if error is not None:
                     if out:
                         continue  # return what is ready; the next poll raises
-                    raise poison
+                    self._fetcher.pending.pop(tp, None)
+                    raise error
                 try:
                     buf = self._refill(tp)
                 except (UnknownTopicError, UnknownPartitionError) as exc:
                     self._skip_vanished(tp, exc)
+                    continue
+                except PylogError as exc:
+                    if not out:
+                        raise
+                    # the records taken from other partitions are returned (their positions moved past
+                    # them); this error is raised by the next poll
+                    self._fetcher.pending[tp] = exc
                     continue
                 if buf is None:
                     if tp in poisoned and not out:
@@ -422,6 +424,15 @@ class Consumer:
             if remaining <= 0:
                 break
         return out
+
+    def _rotated(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """``tps`` starting one further at each call, so that every partition is first in turn: one that
+        keeps raising (a damaged batch) cannot keep the others from being read."""
+        if not tps:
+            return tps
+        start = self._rr % len(tps)
+        self._rr += 1
+        return tps[start:] + tps[:start]
 
     def _refill(self, tp: TopicPartition) -> _Buffer | None:
         """Fetch the next records of ``tp`` into a new buffer (None when there are none), replacing the old one.
@@ -482,11 +493,21 @@ class Consumer:
 
         def attempt() -> dict[TopicPartition, Any]:
             out: dict[TopicPartition, Any] = {}
-            for tp in self._sub.fetchable():
+            pending = self._fetcher.pending
+            for tp in self._rotated(self._sub.fetchable()):
+                if tp in pending:
+                    if out:
+                        continue  # the next poll raises it
+                    raise pending.pop(tp)
                 try:
                     batches, start = self._guarded(tp, partial(self._arrow_batches, tp, limit))
                 except (UnknownTopicError, UnknownPartitionError) as exc:
                     self._skip_vanished(tp, exc)
+                    continue
+                except PylogError as exc:
+                    if not out:
+                        raise
+                    pending[tp] = exc  # the batches of the other partitions are returned first
                     continue
                 if not batches:
                     continue
@@ -511,9 +532,12 @@ class Consumer:
         """What ``for record in consumer`` runs: ``next()`` semantics (one record at a time, ending after
         ``consumer_timeout_ms`` without one). ``chain`` walks each fetched buffer with a C list iterator, so
         no Python code runs per record."""
-        return chain.from_iterable(self._runs())
+        return chain.from_iterable(self._runs(self.consumer_timeout_ms))
 
-    def _runs(self) -> Iterator[Iterable[ConsumerRecord]]:
+    def _runs(self, wait: float) -> Iterator[Iterable[ConsumerRecord]]:
+        """The buffers to walk, one after the other. The consumer's position (and so what a commit takes)
+        follows the walk record by record (see :class:`_Buffer`): it never passes a record not yet handed
+        to the caller, wherever the caller stops."""
         while True:
             buf = self._current
             if buf is not None and (self._group is None or not self._group.wants_poll):
@@ -521,12 +545,15 @@ class Consumer:
                 buf.settle()
             buf = None  # the next fetch frees the records walked (see _refill)
             try:
-                rec = self.__next__()
+                rec = self._next(wait)
             except StopIteration:
                 return
             yield (rec,)
 
     def __next__(self) -> ConsumerRecord:
+        return self._next(self.consumer_timeout_ms)
+
+    def _next(self, wait: float) -> ConsumerRecord:
         # Fast path: the next record of the partition the last call took from, as long as nothing (a seek,
         # a pause, a rebalance the group has pending) asks for a full poll.
         buf = self._current
@@ -537,7 +564,7 @@ class Consumer:
                 buf.i += 1
                 return rec
         buf = None  # the poll frees the records returned (see _refill)
-        got = self.poll(timeout_ms=self.consumer_timeout_ms, max_records=1)
+        got = self.poll(timeout_ms=wait, max_records=1)
         if not got:
             raise StopIteration
         ((tp, recs),) = got.items()
@@ -545,17 +572,11 @@ class Consumer:
         return recs[0]
 
     def iterate(self, timeout_ms: float | None = None) -> Iterator[ConsumerRecord]:
-        """Yield records until none arrives for ``timeout_ms`` (default ``consumer_timeout_ms``); fetches in
-        bulk, which is much faster than ``next()`` one record at a time."""
+        """Yield records until none arrives for ``timeout_ms`` (default ``consumer_timeout_ms``). Like
+        ``for record in consumer``, it walks each fetched buffer without Python code per record (much faster
+        than calling ``next()``), and the position follows what it has yielded."""
         wait = self.consumer_timeout_ms if timeout_ms is None else timeout_ms
-        return chain.from_iterable(self._polled(wait))
-
-    def _polled(self, wait: float) -> Iterator[list[ConsumerRecord]]:
-        while True:
-            got = self.poll(timeout_ms=wait)
-            if not got:
-                return
-            yield from got.values()
+        return chain.from_iterable(self._runs(wait))
 
     # -- groups and lifecycle ---------------------------------------------------------------------------
 

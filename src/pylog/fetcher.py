@@ -38,9 +38,23 @@ import numpy as np
 
 from pylog.consumer_config import ConsumerConfig, msgpack_deserializer
 from pylog.deadletter import DeadLetters
-from pylog.errors import DeserializationError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from pylog.errors import (
+    CorruptRecordError,
+    DeserializationError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    PylogError,
+    UnsupportedFormatError,
+)
 from pylog.partition.visibility import OPEN, VISIBLE, Visibility
-from pylog.record import ATTR_COMPRESSION_MASK, DecodedBatch, decode_batch, decode_header, decode_lists
+from pylog.record import (
+    ATTR_COMPRESSION_MASK,
+    DecodedBatch,
+    check_crc,
+    decode_batch,
+    decode_header,
+    decode_lists,
+)
 from pylog.structs import ConsumerRecord, Headers, TopicPartition
 
 if TYPE_CHECKING:
@@ -57,6 +71,8 @@ _STRUCTS_KEPT = 64
 _new_tuple = tuple.__new__
 _T = TypeVar("_T")
 _first = operator.itemgetter(0)
+#: what a stored batch that cannot be read raises (a batch of a newer format is one a reader cannot read either)
+_UNREADABLE = (CorruptRecordError, UnsupportedFormatError)
 
 RawRecord = tuple[bytes | None, bytes | None, Headers]
 
@@ -129,6 +145,9 @@ class Fetcher:
         self.dead_letters = dead_letters
         #: per partition, the record the "raise" policy stopped at (raised by every poll until a seek)
         self.poison: dict[TopicPartition, DeserializationError] = {}
+        #: per partition, an error met after records that are returned (a damaged batch), raised once by the
+        #: consumer's next fetch of the partition
+        self.pending: dict[TopicPartition, PylogError] = {}
         self._committed = committed
         self._txns: Any = log.txn_decisions() if config.isolation_level == "read_committed" else None
         self._next_expiry_check = 0.0
@@ -172,40 +191,121 @@ class Fetcher:
 
     def fetch(self, tp: TopicPartition) -> list[ConsumerRecord]:
         """The records of ``tp`` from its position on; its position moves past them (and past the aborted
-        transactions met). Under the "raise" policy an undecodable record ends the fetch before it, and its
-        error is kept in :attr:`poison`."""
-        positions = self.subscription.positions
-        raw = self._read(tp, self.plog(tp).read_raw, self.config.max_partition_fetch_bytes)
-        pos = positions[tp] or 0
+        transactions met), never further. Under the "raise" policy an undecodable record ends the fetch
+        before it, and its error is kept in :attr:`poison`.
+
+        A damaged batch (:class:`~pylog.errors.CorruptRecordError`) ends the fetch before it too: the records
+        of the batches before it are returned, the position stays on the damaged batch, and the error is kept
+        in :attr:`pending` for the next fetch to raise (it is raised at once when nothing comes before it).
+        """
+        raw, damage = self._read_intact(tp, self.config.max_partition_fetch_bytes)
         records: list[ConsumerRecord] = []
+        try:
+            complete = self._decode(tp, raw, records)
+        except _UNREADABLE as exc:  # a batch whose CRC does not match
+            damage, complete = exc, True
+        if damage is not None and complete:
+            error = self._damaged_error(tp, self.subscription.positions[tp] or 0, damage)
+            if not records:
+                raise error
+            self.pending[tp] = error
+        return records
+
+    def _decode(self, tp: TopicPartition, raw: list[tuple[Any, int]], records: list[ConsumerRecord]) -> bool:
+        """Append the records of the batches ``raw`` to ``records``, moving the position of ``tp`` past each
+        batch once its records are there. False when it stopped before the end of ``raw`` (an open
+        transaction, or a record the "raise" policy stops at)."""
+        positions = self.subscription.positions
+        pos = positions[tp] or 0
         visibility = self._visibility()
         for buf, at in raw:
             header = decode_header(buf, at)
             if visibility is not None:
                 verdict = visibility.classify(header)
                 if verdict == OPEN:
-                    return records  # an open transaction: the last stable offset
+                    return False  # an open transaction: the last stable offset
                 if verdict != VISIBLE:  # aborted, or a control batch
                     positions[tp] = header.next_offset
                     continue
             stop = self._records(tp, _Columns(header, buf, at), pos, records)
             if stop is not None:  # a record that cannot be deserialized, under the "raise" policy
                 positions[tp] = stop
-                return records
+                return False
             positions[tp] = header.next_offset
-        return records
+        return True
+
+    def _read_intact(self, tp: TopicPartition, limit: int) -> tuple[list[tuple[Any, int]], PylogError | None]:
+        """The stored batches of ``tp`` from its position on (up to ``limit`` bytes), and the damage that
+        ended them early (None when none did).
+
+        A read of several batches fails as a whole when one of them is damaged (its header fails the checks),
+        which would hide the intact batches before it: the read is then done again one batch at a time, each
+        checked whole (its CRC too), up to the damaged one."""
+        plog = self.plog(tp)
+        try:
+            return self._read(tp, plog.read_raw, limit), None
+        except _UNREADABLE as exc:
+            first = exc
+        out: list[tuple[Any, int]] = []
+        offset = self.subscription.positions[tp] or 0
+        total = 0
+        while total < limit:
+            try:
+                got = plog.read_raw(offset, 1)
+                if not got:
+                    break
+                buf, at = got[0]
+                header = decode_header(buf, at)
+                check_crc(buf, at, header)  # its next offset leads the next read: it must be intact
+            except _UNREADABLE as exc:
+                return out, exc
+            out.append((buf, at))
+            total += header.batch_length
+            offset = header.next_offset
+        return out, None if out else first
+
+    def _damaged_error(self, tp: TopicPartition, pos: int, exc: PylogError) -> PylogError:
+        """The error a consumer raises for a damaged batch at offset ``pos`` of ``tp`` (where its position
+        stays; the records before it were returned). A batch of an unknown format raises its own error."""
+        if not isinstance(exc, CorruptRecordError):
+            return exc
+        error = CorruptRecordError(
+            f"{tp.topic}-{tp.partition}: the stored batch at offset {pos} is damaged ({exc}); the records "
+            f"before it were returned and the position stays at {pos}. Run 'pylog verify' for a report",
+            path=getattr(exc, "path", None),
+            position=getattr(exc, "position", None),
+        )
+        error.__cause__ = exc
+        return error
 
     def visible_batches(self, tp: TopicPartition, limit: int) -> tuple[list[DecodedBatch], int]:
         """The visible batches (decoded as columns) from the position of ``tp``, and that position; under
-        read_committed the position moves past aborted batches when none is visible."""
-        batches = self._read(tp, self.plog(tp).read, limit)
-        visibility = self._visibility()
+        read_committed the position moves past aborted batches when none is visible. A damaged batch ends
+        them as it ends :meth:`fetch` (the error is raised now when no batch comes before it, else kept in
+        :attr:`pending`)."""
+        raw, damage = self._read_intact(tp, limit)
+        batches: list[DecodedBatch] = []
+        try:
+            for buf, at in raw:
+                batches.append(decode_batch(buf, at))
+        except _UNREADABLE as exc:
+            damage = exc
         positions = self.subscription.positions
+        start = positions[tp] or 0
+        damaged_at = batches[-1].header.next_offset if batches else start
+        visibility = self._visibility()
         if visibility is not None:
             batches, skip_to = visibility.visible(batches)
             if not batches and skip_to is not None:
                 positions[tp] = skip_to
-        return batches, positions[tp] or 0
+        if damage is not None:
+            end = batches[-1].header.next_offset if batches else positions[tp]
+            if end == damaged_at:  # else the batches returned stop before it: the next read meets it
+                error = self._damaged_error(tp, damaged_at, damage)
+                if not batches:
+                    raise error
+                self.pending[tp] = error
+        return batches, start
 
     def _records(self, tp: TopicPartition, c: _Columns, start: int, out: list[ConsumerRecord]) -> int | None:
         """Append the batch's records from offset ``start`` on to ``out``. Returns the offset of a record the

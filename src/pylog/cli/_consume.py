@@ -146,8 +146,9 @@ def consume(args: argparse.Namespace) -> int:
             _loop(consumer, args, printer)
         except KeyboardInterrupt:
             pass
-        except CorruptRecordError as exc:
-            raise CliError(f"reading {args.topic}: {exc} (run 'pylog verify' for a report)") from exc
+        except CorruptRecordError as exc:  # what was printed is what the group commits (see _loop)
+            hint = "" if "pylog verify" in str(exc) else " (run 'pylog verify' for a report)"
+            raise CliError(f"reading {args.topic}: {exc}{hint}") from exc
         finally:
             with contextlib.suppress(BrokenPipeError):
                 sys.stdout.flush()
