@@ -35,6 +35,7 @@ from pylog.consumer_config import consumer_configs
 from pylog.deadletter import DeadLetters
 from pylog.errors import (
     ConfigError,
+    IllegalArgumentError,
     IllegalStateError,
     InvalidOffsetError,
     InvalidTimestampError,
@@ -279,15 +280,21 @@ class Consumer:
         self._current = None
 
     def pause(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._sub.paused.add(self._require(tp))
+        """Stop returning records of ``partitions`` until :meth:`resume` (the assignment is kept). Every
+        argument is checked before any is paused: not a TopicPartition is an
+        :class:`~pylog.errors.IllegalArgumentError` (a ``TypeError``), one not assigned an
+        :class:`~pylog.errors.IllegalStateError`."""
+        tps = [_topic_partition(tp) for tp in partitions]
+        self._sub.paused.update([self._require(tp) for tp in tps])
         if self._current is not None:
             self._current.halt()
         self._current = None
 
     def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._sub.paused.discard(_topic_partition(tp))
+        """Return records of ``partitions`` again; not a TopicPartition is an
+        :class:`~pylog.errors.IllegalArgumentError` (a ``TypeError``), checked before any is resumed."""
+        for tp in [_topic_partition(tp) for tp in partitions]:
+            self._sub.paused.discard(tp)
 
     def paused(self) -> set[TopicPartition]:
         return set(self._sub.paused)
@@ -660,20 +667,24 @@ class _Buffer:
 
 
 def _wait_ms(timeout_ms: object) -> float:
-    """A poll's ``timeout_ms`` as a number of milliseconds (a negative one waits not at all)."""
+    """A poll's ``timeout_ms`` as a number of milliseconds >= 0; a negative one is a ConfigError (a
+    ``ValueError``, as kafka-python raises)."""
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float) or math.isnan(timeout_ms):
         raise ConfigError(
             f"timeout_ms must be an int or float (float('inf') waits forever), got {timeout_ms!r}"
         )
-    return max(float(timeout_ms), 0.0)
+    if timeout_ms < 0:
+        raise ConfigError(f"timeout_ms must not be negative, got {timeout_ms!r}")
+    return float(timeout_ms)
 
 
 def _topic_partition(value: Any) -> TopicPartition:
-    """``value`` as a TopicPartition, or a typed error (not a TypeError from a tuple of the wrong shape)."""
+    """``value`` (a TopicPartition, or a ``(topic, partition)`` pair) as a TopicPartition; anything else is an
+    :class:`~pylog.errors.IllegalArgumentError` (a ``TypeError``, as kafka-python raises)."""
     try:
         topic, partition = value
     except (TypeError, ValueError):
-        raise UnknownPartitionError(f"not a TopicPartition(topic, partition): {value!r}") from None
+        raise IllegalArgumentError(f"not a TopicPartition(topic, partition): {value!r}") from None
     if type(topic) is not str or type(partition) is not int:
-        raise UnknownPartitionError(f"not a TopicPartition(topic: str, partition: int): {value!r}")
+        raise IllegalArgumentError(f"not a TopicPartition(topic: str, partition: int): {value!r}")
     return TopicPartition(topic, partition)

@@ -3,40 +3,46 @@
 Every error pylog raises on purpose is a :class:`PylogError`. Errors caused by a bad argument also subclass the
 fitting built-in (``ValueError``, ``TypeError``, ``KeyError``) so code written against plain Python keeps working.
 Each class says when it is raised and what to do about it; ``retriable`` tells whether the same call may succeed
-if simply tried again.
+if simply tried again (the retriable errors derive from :class:`RetriableError`, as in kafka-python).
+
+A program written for kafka-python catches pylog's errors under kafka-python's names where the condition exists:
+``KafkaError`` is :class:`PylogError`, and the names below the tree are aliases of pylog's classes.
 
 ::
 
-    PylogError
+    PylogError                                   (kafka-python: KafkaError)
     ├── ConfigError (ValueError)                 a config name or value is not valid
+    ├── IllegalArgumentError (TypeError)         an argument of the wrong type (a str for a TopicPartition)
     ├── InvalidTopicError (ValueError)           topic name breaks Kafka's naming rule
     ├── TopicExistsError                         create_topic of a name that exists
-    ├── UnknownTopicError (KeyError)             no such topic
-    ├── UnknownPartitionError (KeyError)         partition number outside 0..partitions-1
+    ├── UnknownTopicOrPartitionError (KeyError)  no such topic or partition
+    │   ├── UnknownTopicError                    no such topic
+    │   └── UnknownPartitionError                partition number outside 0..partitions-1
     ├── InvalidRecordError (ValueError)          a record that cannot be written as given
     │   ├── RecordTooLargeError                  batch over max_message_bytes
-    │   ├── SerializationError                   key/value/headers could not be encoded
+    │   ├── SerializationError (TypeError)       key/value/headers could not be encoded
     │   └── InvalidTimestampError                timestamp not an int in range, or outside the topic's window
     ├── DeserializationError                     a stored value could not be decoded by the deserializer
     ├── OffsetOutOfRangeError                    offset below log_start_offset or above log_end_offset
     ├── InvalidOffsetError (ValueError)          an offset argument that is not a valid offset at all
-    ├── LogClosedError                           the Log, Producer or Consumer was closed
     ├── ForkedProcessError                       an object opened before fork() used in the child
-    ├── LockError                                a lock on the log directory could not be taken
     ├── NotALogDirectoryError (ValueError)       a path that is not (and cannot become) a pylog log directory
     ├── ReadOnlyLogError                         a write to a log opened read-only
     ├── CorruptRecordError                       a stored batch fails its CRC, bounds or offset checks
     │   └── CorruptIndexError                    an index file fails its sanity check (rebuildable)
     ├── UnsupportedFormatError                   a file written by a newer/unknown format version
-    ├── StorageError                             the operating system refused an I/O operation
-    │   ├── DiskFullError                        ENOSPC / EDQUOT
-    │   └── RemoteStorageError                   the object store (tiered storage) refused or failed a request
-    ├── KafkaTimeoutError (TimeoutError)         a wait ran out (future.get, flush)
+    ├── RetriableError                           the same call may succeed if tried again
+    │   ├── LockError                            a lock on the log directory could not be taken
+    │   ├── StorageError (OSError)               the operating system refused an I/O operation
+    │   │   ├── DiskFullError                    ENOSPC / EDQUOT
+    │   │   └── RemoteStorageError               the object store (tiered storage) refused or failed a request
+    │   ├── KafkaTimeoutError (TimeoutError)     a wait ran out (future.get, flush)
+    │   └── RebalanceInProgressError             the group is rebalancing; retry after the next poll
     ├── DeliveryError                            records accepted by send() that could not be written
     ├── IllegalStateError                        a call that does not fit the object's state
+    │   └── LogClosedError                       the Log, Producer or Consumer was closed
     ├── NoOffsetForPartitionError                auto_offset_reset="none" and no position is known
     ├── CommitFailedError                        the member was fenced by a newer group generation
-    ├── RebalanceInProgressError                 the group is rebalancing; retry after the next poll
     ├── GroupNotEmptyError                       an admin action that needs the group to have no members
     ├── ProducerFencedError                      a newer producer with the same transactional_id took over
     ├── OutOfOrderSequenceError                  a producer id's batches are not in sequence order
@@ -47,6 +53,13 @@ if simply tried again.
         ├── NotASegmentFileError (ValueError)    `pylog dump` was given a file that holds no segment data
         ├── Unavailable                          a feature this pylog does not have (exit status 2)
         └── Interrupted                          SIGINT or SIGTERM ended the command (exit 128 + signal)
+
+kafka-python's names: ``KafkaError`` = :class:`PylogError`, ``KafkaConfigurationError`` = :class:`ConfigError`,
+``MessageSizeTooLargeError`` = :class:`RecordTooLargeError`, ``TopicAlreadyExistsError`` =
+:class:`TopicExistsError`, ``CorruptRecordException`` = :class:`CorruptRecordError`,
+``OutOfOrderSequenceNumberError`` = :class:`OutOfOrderSequenceError`, ``GroupIdNotFoundError`` =
+:class:`UnknownGroupError`, ``NonEmptyGroupError`` = :class:`GroupNotEmptyError`; ``RetriableError``,
+``IllegalArgumentError``, ``UnknownTopicOrPartitionError`` and the other same-named classes are pylog's own.
 
 The same tree is mirrored in ``docs/errors.md``.
 """
@@ -62,11 +75,14 @@ __all__ = [
     "ConfigError",
     "CorruptIndexError",
     "CorruptRecordError",
+    "CorruptRecordException",
     "DeliveryError",
     "DeserializationError",
     "DiskFullError",
     "ForkedProcessError",
+    "GroupIdNotFoundError",
     "GroupNotEmptyError",
+    "IllegalArgumentError",
     "IllegalStateError",
     "InputError",
     "Interrupted",
@@ -74,41 +90,63 @@ __all__ = [
     "InvalidRecordError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "KafkaConfigurationError",
+    "KafkaError",
     "KafkaTimeoutError",
     "LockError",
     "LogClosedError",
+    "MessageSizeTooLargeError",
     "NoOffsetForPartitionError",
+    "NonEmptyGroupError",
     "NotALogDirectoryError",
     "NotASegmentFileError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
+    "OutOfOrderSequenceNumberError",
     "ProducerFencedError",
     "PylogError",
     "ReadOnlyLogError",
     "RebalanceInProgressError",
     "RecordTooLargeError",
     "RemoteStorageError",
+    "RetriableError",
     "SerializationError",
     "StorageError",
+    "TopicAlreadyExistsError",
     "TopicExistsError",
     "Unavailable",
     "UnknownEntryWarning",
     "UnknownGroupError",
     "UnknownPartitionError",
     "UnknownTopicError",
+    "UnknownTopicOrPartitionError",
     "UnsupportedFormatError",
     "UsageError",
 ]
 
 
 class PylogError(Exception):
-    """Base of every error pylog raises on purpose."""
+    """Base of every error pylog raises on purpose (kafka-python's name for it, ``KafkaError``, is an alias)."""
 
     retriable: bool = False
+    #: kafka-python's flag for errors that call for a metadata refresh: never, without a broker
+    invalid_metadata: bool = False
+
+
+class RetriableError(PylogError):
+    """Base of the errors after which the same call may succeed if simply tried again (``retriable`` is True),
+    as kafka-python's ``RetriableError``."""
+
+    retriable = True
 
 
 class ConfigError(PylogError, ValueError):
     """A configuration name is unknown or its value is out of range. Fix the argument; nothing was changed."""
+
+
+class IllegalArgumentError(PylogError, TypeError):
+    """An argument is of the wrong type, where kafka-python raises ``TypeError``: a partition argument that is
+    not a ``TopicPartition`` (``pause("t")``). Fix the call; nothing was changed."""
 
 
 class InvalidTopicError(PylogError, ValueError):
@@ -119,14 +157,21 @@ class TopicExistsError(PylogError):
     """``create_topic`` was called for a topic that already exists. Use ``Log.topic(name)`` to open it."""
 
 
-class UnknownTopicError(PylogError, KeyError):
-    """The topic does not exist in this log directory. Create it first with ``Log.create_topic``."""
+class UnknownTopicOrPartitionError(PylogError, KeyError):
+    """The topic or the partition does not exist (kafka-python's name; pylog raises its two subclasses)."""
 
     def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "unknown topic or partition"
+
+
+class UnknownTopicError(UnknownTopicOrPartitionError):
+    """The topic does not exist in this log directory. Create it first with ``Log.create_topic``."""
+
+    def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown topic"
 
 
-class UnknownPartitionError(PylogError, KeyError):
+class UnknownPartitionError(UnknownTopicOrPartitionError):
     """The partition number is not in ``0 .. partitions-1`` for the topic."""
 
     def __str__(self) -> str:
@@ -141,8 +186,10 @@ class RecordTooLargeError(InvalidRecordError):
     """A record or batch is larger than the topic's ``max_message_bytes``. Nothing was written."""
 
 
-class SerializationError(InvalidRecordError):
-    """The key, value or headers could not be encoded. Nothing was written."""
+class SerializationError(InvalidRecordError, TypeError):
+    """The key, value or headers could not be encoded (a key that is not bytes or str without a
+    ``key_serializer``, headers that are not ``(str, bytes)`` pairs, a serializer that failed or did not return
+    bytes). Also a ``TypeError``, as kafka-python raises there. Nothing was written."""
 
 
 class InvalidTimestampError(InvalidRecordError):
@@ -173,18 +220,12 @@ class InvalidOffsetError(PylogError, ValueError):
     """An offset argument is not an integer >= 0 (or one of the special values the call accepts)."""
 
 
-class LogClosedError(PylogError):
-    """The object was closed. Open the log again to continue."""
-
-
 class ForkedProcessError(PylogError):
     """An object opened before ``fork()`` was used in the child. Open the log again in the child process."""
 
 
-class LockError(PylogError):
+class LockError(RetriableError):
     """A lock on the log directory could not be taken (another process holds it exclusively)."""
-
-    retriable = True
 
 
 class NotALogDirectoryError(PylogError, ValueError):
@@ -227,11 +268,9 @@ class UnsupportedFormatError(PylogError):
     """A file carries a format version this pylog does not know (written by a newer release)."""
 
 
-class StorageError(PylogError, OSError):
+class StorageError(RetriableError, OSError):
     """The operating system refused an I/O operation. The log stays consistent: the failed append is not
     acknowledged and the log end offset is unchanged. A failed fsync is never treated as success."""
-
-    retriable = True
 
 
 class DiskFullError(StorageError):
@@ -248,10 +287,8 @@ class RemoteStorageError(StorageError):
         self.key = key
 
 
-class KafkaTimeoutError(PylogError, TimeoutError):
+class KafkaTimeoutError(RetriableError, TimeoutError):
     """A wait ran out before the operation completed."""
-
-    retriable = True
 
 
 class DeliveryError(PylogError):
@@ -271,7 +308,12 @@ class IllegalStateError(PylogError):
     """The call does not fit the object's current state: ``seek()``, ``position()`` or ``pause()`` of a partition
     not assigned to the consumer, ``commit()``/``committed()`` without a ``group_id``, ``assign()`` after
     ``subscribe()`` (or ``subscribe()`` with both topics and a pattern), a transactional producer's calls out
-    of order. Fix the call; nothing was changed."""
+    of order. Fix the call; nothing was changed. :class:`LogClosedError` is one (kafka-python raises
+    ``IllegalStateError`` for a closed producer or consumer)."""
+
+
+class LogClosedError(IllegalStateError):
+    """The object was closed. Open the log again to continue."""
 
 
 class NoOffsetForPartitionError(PylogError):
@@ -285,10 +327,8 @@ class CommitFailedError(PylogError):
     delivered again to the new owner."""
 
 
-class RebalanceInProgressError(PylogError):
+class RebalanceInProgressError(RetriableError):
     """The group is rebalancing. Call ``poll()`` to complete the rebalance, then retry."""
-
-    retriable = True
 
 
 class GroupNotEmptyError(PylogError):
@@ -347,3 +387,14 @@ class Interrupted(CliError):
     def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
         self.exit_code = 128 + signum
+
+
+# kafka-python's names for the same conditions
+KafkaError = PylogError
+KafkaConfigurationError = ConfigError
+MessageSizeTooLargeError = RecordTooLargeError
+TopicAlreadyExistsError = TopicExistsError
+CorruptRecordException = CorruptRecordError
+OutOfOrderSequenceNumberError = OutOfOrderSequenceError
+GroupIdNotFoundError = UnknownGroupError
+NonEmptyGroupError = GroupNotEmptyError

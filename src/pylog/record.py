@@ -67,7 +67,7 @@ import numpy as np
 import numpy.typing as npt
 import zstandard as _zstd
 
-from pylog.errors import CorruptRecordError, InvalidRecordError, UnsupportedFormatError
+from pylog.errors import CorruptRecordError, InvalidRecordError, SerializationError, UnsupportedFormatError
 from pylog.structs import NO_HEADERS, Headers
 
 __all__ = [
@@ -230,20 +230,21 @@ def _width_signed(max_value: int) -> int:
 
 
 def encode_headers(headers: Any) -> bytes:
-    """Encode ``[(str, bytes), ...]`` as the msgpack array stored per record. Raises InvalidRecordError."""
+    """Encode ``[(str, bytes), ...]`` as the msgpack array stored per record. Raises SerializationError (a
+    ``TypeError``, as kafka-python raises for bad headers)."""
     if not isinstance(headers, list | tuple):
-        raise InvalidRecordError(
+        raise SerializationError(
             f"headers must be a list of (str, bytes) pairs, got {type(headers).__name__}"
         )
     pairs = []
     for item in headers:
         if not isinstance(item, tuple | list) or len(item) != 2:
-            raise InvalidRecordError(f"each header must be a (str, bytes) pair, got {item!r}")
+            raise SerializationError(f"each header must be a (str, bytes) pair, got {item!r}")
         key, value = item
         if not isinstance(key, str):
-            raise InvalidRecordError(f"header keys must be str, got {type(key).__name__}")
+            raise SerializationError(f"header keys must be str, got {type(key).__name__}")
         if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-            raise InvalidRecordError(f"header values must be bytes or None, got {type(value).__name__}")
+            raise SerializationError(f"header values must be bytes or None, got {type(value).__name__}")
         pairs.append((key, None if value is None else bytes(value)))
     return bytes(_PACK(pairs)) if pairs else b""
 

@@ -260,3 +260,117 @@ def test_named_tuples_have_kafka_pythons_fields_in_its_order(ours: str, theirs: 
     if ours in ("ConsumerGroupMetadata", "OffsetAndMetadata"):  # defaults a program relies on
         common = {k: v for k, v in their_class._field_defaults.items() if k != "offset"}
         assert {k: our_class._field_defaults[k] for k in common} == common
+
+
+# -- errors: kafka-python's names and built-in classes -------------------------------------------------------
+
+_KAFKA_NAMES = {
+    "KafkaError": "PylogError",
+    "KafkaConfigurationError": "ConfigError",
+    "MessageSizeTooLargeError": "RecordTooLargeError",
+    "TopicAlreadyExistsError": "TopicExistsError",
+    "CorruptRecordException": "CorruptRecordError",
+    "OutOfOrderSequenceNumberError": "OutOfOrderSequenceError",
+    "GroupIdNotFoundError": "UnknownGroupError",
+    "NonEmptyGroupError": "GroupNotEmptyError",
+}
+
+
+def test_kafka_pythons_error_names_catch_pylogs_errors(log: pylog.Log) -> None:
+    from pylog.errors import KafkaError, MessageSizeTooLargeError, TopicAlreadyExistsError
+
+    for theirs, ours in _KAFKA_NAMES.items():
+        assert getattr(errors, theirs) is getattr(errors, ours)
+    log.create_topic("t", max_message_bytes=1024)
+    with pytest.raises(TopicAlreadyExistsError):
+        log.create_topic("t")
+    producer = log.producer(value_serializer=None)
+    with pytest.raises(MessageSizeTooLargeError):
+        producer.send("t", b"x" * 2048)
+    with pytest.raises(KafkaError):
+        producer.send("missing", b"x")
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        producer.send("missing", b"x")
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        producer.send("t", b"x", partition=3)
+    producer.close()
+
+
+def test_retriable_errors_derive_from_retriable_error() -> None:
+    classes = {getattr(errors, name) for name in errors.__all__}
+    for cls in classes:
+        if issubclass(cls, errors.PylogError):
+            assert issubclass(cls, errors.RetriableError) == cls.retriable, cls
+    assert issubclass(errors.StorageError, errors.RetriableError)
+    assert issubclass(errors.KafkaTimeoutError, errors.RetriableError)
+
+
+@needs_kafka_python
+def test_the_names_pylog_shares_with_kafka_python_are_the_same_kind_of_error() -> None:
+    """A name in both packages: pylog's class says the same of retrying (kafka-python's RetriableError),
+    except where pylog documents why not."""
+    differs = {"UnknownTopicOrPartitionError", "RebalanceInProgressError"}  # see docs/errors.md
+    shared = [n for n in errors.__all__ if hasattr(kafka.errors, n) and n not in differs]
+    assert "KafkaTimeoutError" in shared and "CommitFailedError" in shared and len(shared) >= 15
+    for name in shared:
+        theirs, ours = getattr(kafka.errors, name), getattr(errors, name)
+        assert isinstance(theirs, type) and issubclass(theirs, kafka.errors.KafkaError), name
+        assert issubclass(ours, errors.RetriableError) == issubclass(theirs, kafka.errors.RetriableError), (
+            name
+        )
+
+
+def test_wrong_argument_types_are_type_errors_as_in_kafka_python(log: pylog.Log) -> None:
+    log.create_topic("t")
+    tp = pylog.TopicPartition("t", 0)
+    consumer = log.consumer()
+    consumer.assign([tp])
+    for call in (
+        lambda: consumer.pause("t"),
+        lambda: consumer.resume("t"),
+        lambda: consumer.position("t"),
+        lambda: consumer.seek("t", 0),
+        lambda: consumer.pause(tp, "t"),
+    ):
+        with pytest.raises(TypeError):
+            call()
+    assert consumer.paused() == set()  # every argument is checked before any partition is paused
+    with pytest.raises(errors.IllegalArgumentError):
+        consumer.pause(("t",))
+    consumer.close()
+    producer = log.producer()
+    with pytest.raises(TypeError):
+        producer.send("t", b"v", headers=[("k", "not bytes")])
+    with pytest.raises(TypeError):
+        producer.send("t", b"v", headers=[(1, b"v")])
+    with pytest.raises(errors.SerializationError):  # what errors.md names; also a ValueError, as before
+        producer.send("t", b"v", headers="k=v")
+    producer.close()
+    raw = log.producer(value_serializer=None)
+    with pytest.raises(TypeError):
+        raw.send("t", b"v", key=123)  # no key_serializer
+    raw.close()
+
+
+def test_a_negative_poll_timeout_is_a_value_error(log: pylog.Log) -> None:
+    log.create_topic("t")
+    consumer = log.consumer("t")
+    for bad in (-1, -0.5, float("-inf")):
+        with pytest.raises(ValueError, match="negative"):
+            consumer.poll(timeout_ms=bad)
+    with pytest.raises(errors.ConfigError):
+        consumer.poll(timeout_ms=-1)
+    assert consumer.poll(timeout_ms=0) == {}
+    consumer.close()
+
+
+def test_calls_after_close_are_illegal_state_errors(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer()
+    producer.close()
+    with pytest.raises(errors.IllegalStateError):
+        producer.send("t", 1)
+    consumer = log.consumer("t")
+    consumer.close()
+    with pytest.raises(errors.IllegalStateError):
+        consumer.poll()
