@@ -16,7 +16,7 @@ from pylog.clock import Clock
 from pylog.config import TopicConfig
 from pylog.consumer import Consumer
 from pylog.directory import LogDirectory, repair, validate_topic_name
-from pylog.errors import ConfigError, IllegalStateError, ReadOnlyLogError
+from pylog.errors import ConfigError, IllegalStateError, NotALogDirectoryError, ReadOnlyLogError
 from pylog.groups import admin
 from pylog.groups.admin import GroupDescription
 from pylog.groups.replica import open_groups_dir
@@ -28,9 +28,9 @@ from pylog.tiered.background import DEFAULT_INTERVAL_MS, PartitionTierStatus, Re
 from pylog.tiered.decisions import RemoteDecisions
 from pylog.tiered.fetch import DEFAULT_CACHE_BYTES, RemoteCache, RemotePartition
 from pylog.tiered.location import read_remote_storage, write_remote_storage
-from pylog.tiered.manifest import remote_topics
+from pylog.tiered.manifest import holds_log, remote_topics
 from pylog.tiered.retention import add_pending_deletion
-from pylog.tiered.store import ObjectStore, check_store
+from pylog.tiered.store import ObjectStore, check_store, local_path
 from pylog.tiered.uploader import TierResult, tier_partition
 from pylog.transactions import TxnDecisions
 
@@ -84,6 +84,11 @@ class Log(LogDirectory):
                         "with remote_storage=URL to replace it)"
                     ) from exc
                 raise
+        local = local_path(url) if url is not None else None
+        if url is not None and local is not None and not os.path.isdir(local):
+            raise NotALogDirectoryError(
+                f"{url} holds no pylog log ({local} does not exist): check the URL", path=url
+            )
         if url is not None:
             if not kwargs.get("read_only"):
                 raise ReadOnlyLogError(
@@ -107,6 +112,17 @@ class Log(LogDirectory):
         if remote_storage is not None:
             RemoteCache.check(remote_cache_bytes)
         manifest = remote_topics(self._store()) if url is not None else None
+        if (
+            url is not None
+            and manifest is not None
+            and not manifest["topics"]
+            and not holds_log(self._store())
+        ):
+            raise NotALogDirectoryError(
+                f"{url} holds no pylog log (no remote manifest, not even of a deleted topic): check the URL and "
+                "its prefix, or tier the log there first",
+                path=url,
+            )
         # after the store answered: a URL that cannot be opened leaves no groups directory behind
         replica_root = (
             open_groups_dir(groups_dir, url) if groups_dir is not None and url is not None else None

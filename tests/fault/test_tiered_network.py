@@ -90,7 +90,7 @@ def _read(log: pylog.Log) -> Model:
 
 def _restored(net: dict[str, Any], target: Path) -> Model:
     """The records of the segments the remote manifest names (restored straight from moto)."""
-    restore(net["url"], target, **net["direct"])
+    restore(net["url"], target, remote_storage_options=net["direct"])
     with pylog.open(target, clock=ManualClock()) as log:
         return _read(log) if "t" in log.topics() else {}
 

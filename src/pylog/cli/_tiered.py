@@ -53,8 +53,11 @@ place only when complete: a failed restore leaves no DIR behind. Nothing in the 
 
 Object-store options are --option KEY=VALUE (repeatable), as for 'pylog tier'.
 
-Exit status: 0 restored; 1 DIR is not empty, the store cannot be read, or an object fails its check; 2 a
-usage error."""
+URL must hold a pylog log: one that holds nothing pylog wrote (a mistyped bucket or prefix) is an error and
+nothing is created, unless --allow-empty (an empty log is then made).
+
+Exit status: 0 restored; 1 DIR is not empty, URL holds no pylog log, the store cannot be read, or an object
+fails its check; 2 a usage error."""
 
 
 def register(sub: Subparsers, parents: Parents) -> None:
@@ -78,6 +81,11 @@ def register(sub: Subparsers, parents: Parents) -> None:
     )
     p.add_argument("url", metavar="URL", help="object store the log was tiered to")
     p.add_argument("target", metavar="DIR", help="new log directory (must not exist, or be empty)")
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="make an empty log when URL holds no pylog log (else that is an error: a mistyped URL)",
+    )
     _add_options(p)
     p.set_defaults(func=restore)
 
@@ -135,7 +143,12 @@ def tier(args: argparse.Namespace) -> int:
 
 def restore(args: argparse.Namespace) -> int:
     out = Output(args)
-    report = restore_log(args.url, args.target, **store_options(args.option))
+    report = restore_log(
+        args.url,
+        args.target,
+        remote_storage_options=store_options(args.option),
+        allow_empty=args.allow_empty,
+    )
     rows = [
         {
             "topic": tp.topic,
@@ -150,7 +163,7 @@ def restore(args: argparse.Namespace) -> int:
     if out.json:
         out.document({"url": args.url, "target": args.target, "partitions": rows})
     elif not rows:
-        out.line(f"restored an empty log into {args.target}: the store holds no remote manifest")
+        out.line(f"restored an empty log into {args.target}: the store holds no remote manifest of a topic")
     else:
         out.table(list(rows[0]), [list(row.values()) for row in rows], title=f"restored into {args.target}")
     return 0

@@ -125,6 +125,7 @@ __all__ = [
     "encode_fence",
     "encode_manifest",
     "fence_key",
+    "holds_log",
     "manifest_key",
     "partition_prefix",
     "publish_manifest",
@@ -418,6 +419,18 @@ def publish_manifest(
     if not create_version(store, prefix, version, encode_manifest(published)):
         return None
     return published
+
+
+_LOG_KEY = re.compile(
+    r"^(?:[^/]+/(?:0|[1-9]\d*)|__transactions/decisions)/(?:manifest/\d{20}\.json|fences/\d{20})$"
+)
+
+
+def holds_log(store: ObjectStore) -> bool:
+    """True when the store holds anything pylog's tiering wrote that names a log: a partition's or the
+    transaction decisions' manifest version (a tombstone too) or fence. A URL that points anywhere else (a
+    mistyped bucket or prefix) holds none."""
+    return any(_LOG_KEY.match(info.key) for info in store.list())
 
 
 def remote_partitions(store: ObjectStore) -> dict[str, list[int]]:

@@ -3,7 +3,9 @@
 Steps (:func:`restore`):
 
 1. Refuse a target that exists and is not an empty directory (:class:`~pylog.errors.NotALogDirectoryError`).
-2. Read the newest valid manifest of every remote partition (:mod:`pylog.tiered.manifest`).
+2. Read the newest valid manifest of every remote partition (:mod:`pylog.tiered.manifest`). A store that
+   holds no pylog log at all (no manifest version or fence of any partition or of the transaction decisions:
+   a mistyped URL or prefix) is a :class:`~pylog.errors.NotALogDirectoryError`, unless ``allow_empty``.
 3. In a new staging directory beside the target (``.<name>.restore-<random>``), create every topic with the
    config and partition count its manifests name, then download each named segment and its indexes. Every
    object's size and CRC-32C must equal what the manifest names (:class:`~pylog.errors.CorruptRecordError`
@@ -40,6 +42,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,14 +51,20 @@ from pylog import fs
 from pylog.clock import Clock
 from pylog.config import TopicConfig
 from pylog.directory import LogDirectory
-from pylog.errors import CorruptRecordError, NotALogDirectoryError
+from pylog.errors import ConfigError, CorruptRecordError, NotALogDirectoryError
 from pylog.partition import files
 from pylog.partition.reader import walk_headers
 from pylog.record import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from pylog.structs import TopicPartition
 from pylog.tiered import decisions
-from pylog.tiered.manifest import PartitionManifest, RemoteSegment, read_manifest, remote_partitions
-from pylog.tiered.store import ObjectStore
+from pylog.tiered.manifest import (
+    PartitionManifest,
+    RemoteSegment,
+    holds_log,
+    read_manifest,
+    remote_partitions,
+)
+from pylog.tiered.store import ObjectStore, check_store, local_path
 from pylog.transactions import OPEN, TxnDecisions, TxnLog
 
 __all__ = ["RestoredPartition", "restore"]
@@ -73,15 +82,49 @@ class RestoredPartition:
 
 
 def restore(
-    store: ObjectStore | str, target: str | os.PathLike[str], *, clock: Clock | None = None, **options: Any
+    store: ObjectStore | str,
+    target: str | os.PathLike[str],
+    *,
+    clock: Clock | None = None,
+    remote_storage_options: dict[str, Any] | None = None,
+    allow_empty: bool = False,
+    **options: Any,
 ) -> dict[TopicPartition, RestoredPartition]:
     """Rebuild a log directory at ``target`` from ``store`` (an :class:`ObjectStore` or a URL, with
-    ``options`` for it); returns the offsets of every restored partition."""
+    ``remote_storage_options`` for it, as :func:`pylog.open` takes them); returns the offsets of every
+    restored partition. A store holding no pylog log at all (no manifest, not even of a deleted topic: a
+    mistyped URL or prefix) is a :class:`~pylog.errors.NotALogDirectoryError` and nothing is created, unless
+    ``allow_empty`` (an empty log directory is then made). Store options given as keyword arguments (the
+    former way) still work, with a :class:`DeprecationWarning`."""
+    if options:
+        warnings.warn(
+            "restore(url, target, **options) is deprecated: pass remote_storage_options={...}, as to pylog.open",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if remote_storage_options is not None:
+            raise ConfigError("give the store options once: remote_storage_options={...}")
+        remote_storage_options = options
     if isinstance(store, str):
-        store = ObjectStore(store, **options)
+        root = local_path(check_store(store, remote_storage_options))
+        if root is not None and not os.path.isdir(root) and not allow_empty:
+            raise NotALogDirectoryError(
+                f"{store} holds no pylog log ({root} does not exist): check the URL; nothing was restored",
+                path=store,
+            )
+        store = ObjectStore(store, **(remote_storage_options or {}))
+    elif remote_storage_options:
+        raise ConfigError("remote_storage_options are for a URL; an ObjectStore is opened with its own")
     target = os.path.abspath(os.fspath(target))
     _check_target(target)
     manifests = _manifests(store)
+    if not manifests and not allow_empty and not holds_log(store):
+        raise NotALogDirectoryError(
+            f"{store.url} holds no pylog log (no remote manifest, not even of a deleted topic): check the URL "
+            "and its prefix; nothing was restored (allow_empty=True, or pylog restore --allow-empty, makes an "
+            "empty log)",
+            path=store.url,
+        )
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.restore-", dir=parent)

@@ -73,7 +73,16 @@ from pylog.errors import ConfigError, RemoteStorageError
 if TYPE_CHECKING:
     from obstore.store import ObjectStore as _ObstoreStore
 
-__all__ = ["DEFAULT_RETRY", "ObjectInfo", "ObjectStore", "Written", "check_store", "check_url", "open_store"]
+__all__ = [
+    "DEFAULT_RETRY",
+    "ObjectInfo",
+    "ObjectStore",
+    "Written",
+    "check_store",
+    "check_url",
+    "local_path",
+    "open_store",
+]
 
 _CHUNK = 8 << 20  # bytes per chunk streamed to or from the store
 
@@ -463,6 +472,11 @@ def _option_error(url: str, options: dict[str, Any], exc: Exception) -> ConfigEr
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
+
+
+def local_path(url: str) -> str | None:
+    """The local directory of a ``file://`` URL (None for other schemes)."""
+    return _local_root(url)
 
 
 def _local_root(url: str) -> str | None:

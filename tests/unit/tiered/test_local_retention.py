@@ -100,7 +100,7 @@ def _decode(plog: Any, start: int, end: int) -> Iterator[Model]:
 
 def _remote(url: str, options: dict[str, Any], target: Path) -> Model:
     """The records of the object store, through a full restore (CRCs, manifests, Log.verify())."""
-    report = restore(url, target, **options)
+    report = restore(url, target, remote_storage_options=options)
     if TopicPartition("t", 0) not in report:
         return {}
     with pylog.open(target, clock=ManualClock()) as restored:

@@ -142,7 +142,7 @@ def test_url_and_restored_logs_read_committed_as_the_source_does(
         assert source == model.read_committed()  # stops at "expiring", still open
         with pylog.open(url, read_only=True, remote_storage_options=options, clock=ManualClock(TS0)) as ro:
             assert _rows(ro) == source
-        restore(url, tmp_path / "restored", clock=ManualClock(TS0), **options)
+        restore(url, tmp_path / "restored", clock=ManualClock(TS0), remote_storage_options=options)
         with pylog.open(tmp_path / "restored", clock=ManualClock(TS0)) as restored:
             assert _rows(restored) == source
 
@@ -159,7 +159,9 @@ def test_url_and_restored_logs_read_committed_as_the_source_does(
             assert _rows(ro) == before  # decisions are re-read at most once a second of the log's clock
             ro_clock.advance(1000)
             assert _rows(ro) == source
-        restore(url, tmp_path / "restored-2", clock=ManualClock(clock.time_ms()), **options)
+        restore(
+            url, tmp_path / "restored-2", clock=ManualClock(clock.time_ms()), remote_storage_options=options
+        )
         with pylog.open(tmp_path / "restored-2", clock=ManualClock(clock.time_ms())) as restored:
             assert _rows(restored) == source
             # "held" is still open in the restored log, and times out there as it does in the source

@@ -80,7 +80,7 @@ def _produce(log: pylog.Log, topic: str, n: int, tag: bytes) -> Model:
 def _restored(remote: tuple[str, dict[str, Any]], target: Path) -> dict[str, Model]:
     """Every record of the store, per topic, through a full restore (CRCs, manifests, Log.verify())."""
     url, options = remote
-    restore(url, target, **options)
+    restore(url, target, remote_storage_options=options)
     out: dict[str, Model] = {}
     with pylog.open(target, clock=ManualClock()) as log:
         for name in log.topics():

@@ -319,5 +319,5 @@ def test_an_unreachable_store_is_a_retriable_typed_error_after_bounded_retries(t
         assert info.value.retriable and "retries" in str(info.value)
         assert log.topic("t").partition(0).log_end_offset == 5  # nothing local changed
     with pytest.raises(RemoteStorageError):
-        restore("s3://nowhere/log", tmp_path / "restored", **options)
+        restore("s3://nowhere/log", tmp_path / "restored", remote_storage_options=options)
     assert not (tmp_path / "restored").exists()

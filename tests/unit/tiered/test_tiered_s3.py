@@ -46,7 +46,7 @@ def test_s3_round_trip_create_if_absent_and_ranged_reads(
     assert publish_manifest(store, draft, 1) is not None
     assert publish_manifest(store, draft, 1) is None  # S3 conditional write: If-None-Match
 
-    restore(url, tmp_path / "restored", **s3)
+    restore(url, tmp_path / "restored", remote_storage_options=s3)
     with pylog.open(tmp_path / "restored") as log:
         c = log.consumer(value_deserializer=None, key_deserializer=None)
         tps = log.topic("t").partitions()
