@@ -6,6 +6,7 @@ use, so a log with thousands of partitions costs nothing until they are touched.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,13 +21,15 @@ from pylog.errors import ConfigError, UnknownPartitionError
 from pylog.partition import files
 from pylog.partition.keymap import latest_mask
 from pylog.partition.log import PartitionLog
-from pylog.partition.visibility import OPEN, VISIBLE, Visibility
-from pylog.record import DecodedBatch, decode_batch
+from pylog.partition.remote import describe as describe_partition
+from pylog.partition.visibility import OPEN, VISIBLE, Visibility, consistent_cut
+from pylog.record import ATTR_TRANSACTIONAL as _TXN
+from pylog.record import BatchHeader, DecodedBatch, decode_batch, decode_header
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
     from pylog.clock import Clock
-    from pylog.partition.cleaner import CleanResult, TxnStatus
+    from pylog.partition.cleaner import CleanResult
     from pylog.partition.log import HandleBudget, RecoveryReport
     from pylog.partition.remote import RemoteSegments
     from pylog.partition.segment import MapCache
@@ -41,34 +44,68 @@ def msgpack_value(raw: bytes) -> Any:
     return msgpack.unpackb(raw, raw=False, strict_map_key=False)
 
 
-def _table_of(plog: PartitionLog, status: TxnStatus | None, out: dict[bytes, bytes]) -> None:
-    """Apply the latest record of every key of ``plog`` to ``out`` (a tombstone deletes its key). With
-    ``status``, aborted transactions are skipped and reading stops at the first open one."""
-    batches: list[DecodedBatch] = []
-    aborted: list[bool] = []
-    visibility = Visibility(status) if status is not None else None
+@dataclass
+class _TableScan:
+    """One partition read for :meth:`Topic.table`: its batches below the last stable offset, whether each is
+    hidden (aborted, or a control batch), and the span ``(first, next)`` of each committed transaction in it."""
+
+    batches: list[DecodedBatch]
+    hidden: list[bool]
+    stable: int
+    spans: dict[tuple[int, int, int], tuple[int, int]]
+
+
+def _table_scan(plog: PartitionLog, visibility: Visibility | None) -> _TableScan:
+    """Read ``plog`` from its start: every batch below its first open transaction (all of them without
+    ``visibility``), and the headers of the batches after it for the committed transactions' spans."""
+    scan = _TableScan([], [], -1, {})
     offset, end = plog.log_start_offset, plog.log_end_offset
     while offset < end:
         chunk = plog.read_raw(offset, 8 << 20)
         if not chunk:
             break
         for buf, at in chunk:
+            if scan.stable >= 0:  # past the last stable offset: only the committed transactions' spans
+                h = decode_header(buf, at)
+                if visibility is not None and visibility.classify(h) == VISIBLE and h.attributes & _TXN:
+                    _span(scan, h)
+                offset = h.next_offset
+                continue
             b = decode_batch(buf, at)
             verdict = visibility.classify(b.header) if visibility is not None else VISIBLE
             if verdict == OPEN:
-                offset = end  # the last stable offset: nothing after it is visible yet
-                break
-            batches.append(b)
-            aborted.append(verdict != VISIBLE)  # aborted, or a control batch
+                scan.stable = b.header.base_offset  # the last stable offset: nothing after it is visible yet
+                offset = b.header.next_offset
+                continue
+            scan.batches.append(b)
+            scan.hidden.append(verdict != VISIBLE)
+            if verdict == VISIBLE and b.header.attributes & _TXN:
+                _span(scan, b.header)
             offset = b.header.next_offset
+    if scan.stable < 0:
+        scan.stable = offset
+    return scan
+
+
+def _span(scan: _TableScan, h: BatchHeader) -> None:
+    key = (h.producer_id, h.producer_epoch, h.base_sequence)
+    first, _ = scan.spans.get(key, (h.base_offset, 0))
+    scan.spans[key] = (first, h.next_offset)
+
+
+def _table_apply(scan: _TableScan, cut: int, out: dict[bytes, bytes]) -> None:
+    """Apply the latest record of every key of ``scan``'s batches below offset ``cut`` to ``out`` (a
+    tombstone deletes its key; hidden batches are skipped)."""
+    n = bisect.bisect_left([b.header.base_offset for b in scan.batches], cut)
+    batches, hidden = scan.batches[:n], scan.hidden[:n]
     if not batches:
         return
     counts = [len(b.offsets) for b in batches]
-    mask = latest_mask(batches, ~np.repeat(np.array(aborted, dtype=np.bool_), counts))
+    mask = latest_mask(batches, ~np.repeat(np.array(hidden, dtype=np.bool_), counts))
     at = 0
-    for b, n in zip(batches, counts, strict=True):
-        idx = np.flatnonzero(mask[at : at + n])
-        at += n
+    for b, count in zip(batches, counts, strict=True):
+        idx = np.flatnonzero(mask[at : at + count])
+        at += count
         if not len(idx):
             continue
         alive = b.value_valid[idx]
@@ -205,8 +242,7 @@ class Topic:
         ]
 
     def _txn_status(self, producer_id: int, producer_epoch: int, txn: int) -> str:
-        """The state of a transaction, for the cleaner and ``table(read_committed)``: an open one past its
-        timeout is aborted first (by a writable log; a read-only one answers from the decisions as they are)."""
+        """The state of a transaction, for the cleaner: an open one past its timeout is aborted first (by a writable log; a read-only one answers from the decisions as they are)."""
         txns = self.env.txn_decisions()
         status = str(txns.status(producer_id, producer_epoch, txn))
         if status == "open" and txns.abort_expired(self.env.clock.time_ms()):
@@ -219,24 +255,47 @@ class Topic:
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[bytes], Any] | None = _DEFAULT,
         isolation_level: str = "read_uncommitted",
+        atomic: bool = True,
     ) -> dict[Any, Any]:
         """The stream-table view: the latest value of every key, read from the beginning of every partition
         (a tombstone removes its key; for a key in several partitions the highest partition wins). Values are
         msgpack-decoded unless ``value_deserializer`` says otherwise (``None``: raw bytes); keys are bytes
         unless ``key_deserializer`` is given.
 
-        ``isolation_level="read_committed"`` ignores records of aborted transactions and reads each partition
-        up to its first open transaction, as a read_committed consumer does; compaction never changes that
-        view. The latest record of each key is found with numpy over whole columns
-        (:mod:`pylog.partition.keymap`): only the surviving keys and values become Python objects."""
+        ``isolation_level="read_committed"`` ignores records of aborted transactions and shows committed
+        transactions whole: each partition is read up to its first open transaction (its last stable offset,
+        as a read_committed consumer reads it), and further down to the first batch of any committed
+        transaction that a partition's stop would otherwise cut in two (it wrote past that stop somewhere), so
+        that a transaction over several partitions is in the table entirely or not at all
+        (:func:`~pylog.partition.visibility.consistent_cut`); what follows such a stop in its partition shows
+        once the open transaction is decided. ``atomic=False`` keeps each partition's own last stable offset
+        (Kafka's per-partition rule: a committed transaction may then show in one partition and not yet in
+        another). Transactions count as decided as they were when the call began (a commit during the read
+        shows at the next call, whole). Compaction never changes this view. The latest record of each key is found with
+        numpy over whole columns (:mod:`pylog.partition.keymap`): only the surviving keys and values become
+        Python objects."""
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise ConfigError(
                 f"isolation_level must be read_uncommitted or read_committed, got {isolation_level!r}"
             )
-        status = self._txn_status if isolation_level == "read_committed" else None
+        if not isinstance(atomic, bool):
+            raise ConfigError(f"atomic must be a bool, got {atomic!r}")
+        visibility = None
+        if isolation_level == "read_committed":
+            txns = self.env.txn_decisions()
+            txns.abort_expired(self.env.clock.time_ms())  # those past their timeout: aborted, not open
+            visibility = Visibility(txns.frozen_status())  # decided before any partition is read
+        scans = [_table_scan(self.partition(p), visibility) for p in range(self.num_partitions)]
+        cut = {p: scan.stable for p, scan in enumerate(scans)}
+        if visibility is not None and atomic:
+            spans: dict[tuple[int, int, int], dict[int, tuple[int, int]]] = {}
+            for p, scan in enumerate(scans):
+                for txn, span in scan.spans.items():
+                    spans.setdefault(txn, {})[p] = span
+            cut = consistent_cut(cut, spans.values())
         latest: dict[bytes, bytes] = {}
-        for p in range(self.num_partitions):
-            _table_of(self.partition(p), status, latest)
+        for p, scan in enumerate(scans):
+            _table_apply(scan, cut[p], latest)
         decode_value = msgpack_value if value_deserializer is _DEFAULT else value_deserializer
         if key_deserializer is None and decode_value is None:
             return dict(latest)
@@ -250,20 +309,13 @@ class Topic:
             plog.flush()
 
     def describe(self) -> dict[str, Any]:
-        """Partitions with start/end offsets, segment count and bytes (what ``kafka-topics --describe`` shows)."""
+        """Partitions with start/end offsets, segment count and bytes (what ``kafka-topics --describe`` shows);
+        for a tiered partition (or a log opened from its URL) the whole log's, and the local and remote parts
+        (:func:`pylog.partition.remote.describe` lists the fields)."""
         parts = []
         for p in range(self.num_partitions):
             plog = self.partition(p)
-            segs = plog.segments
-            parts.append(
-                {
-                    "partition": p,
-                    "log_start_offset": segs[0].base_offset,
-                    "log_end_offset": segs[-1].next_offset,
-                    "segments": len(segs),
-                    "bytes": sum(s.size for s in segs),
-                }
-            )
+            parts.append({"partition": p, **describe_partition(plog.segments, plog.remote)})
         return {"topic": self.name, "partitions": parts, "config": self.config.to_dict()}
 
     def close(self, *, flush: bool = True) -> None:

@@ -213,17 +213,18 @@ def describe(args: argparse.Namespace) -> int:
             f"Topic: {info['topic']}  PartitionCount: {len(info['partitions'])}  "
             f"Configs: {_format_configs(info['overrides'])}"
         )
-        rows = [
-            (
-                p["partition"],
-                p["log_start_offset"],
-                p["log_end_offset"],
-                p["segments"],
-                p["bytes"],
-            )
-            for p in info["partitions"]
-        ]
-        out.table(["PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SEGMENTS", "BYTES"], rows, title)
+        columns = ["PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SEGMENTS", "BYTES"]
+        fields = ["partition", "log_start_offset", "log_end_offset", "segments", "bytes"]
+        if any("remote_bytes" in p for p in info["partitions"]):  # tiered: what is local, what is remote
+            columns += ["LOCAL-START-OFFSET", "REMOTE-START-OFFSET", "REMOTE-END-OFFSET", "REMOTE-BYTES"]
+            fields += [
+                "local_log_start_offset",
+                "remote_log_start_offset",
+                "remote_log_end_offset",
+                "remote_bytes",
+            ]
+        rows = [[p.get(f) for f in fields] for p in info["partitions"]]
+        out.table(columns, rows, title)
     return 0
 
 

@@ -31,11 +31,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pylog.errors import CorruptRecordError, OffsetOutOfRangeError, UnsupportedFormatError
+from pylog.errors import CorruptRecordError, OffsetOutOfRangeError, StorageError, UnsupportedFormatError
 from pylog.record import HEADER_SIZE, BatchHeader, decode_batch, decode_header
 
 __all__ = [
     "RemoteSegment",
+    "describe",
     "RemoteSegments",
     "offset_for_time",
     "read_raw",
@@ -91,6 +92,58 @@ class RemoteSegments(Protocol):
     def time_index(self, segment: RemoteSegment) -> np.ndarray[Any, Any]:
         """The segment's time index entries (``pylog.partition.index.TIME_ENTRY``), empty if none."""
         ...
+
+
+def describe(local: Sequence[Any], remote: RemoteSegments | None) -> dict[str, Any]:
+    """What :meth:`Topic.describe <pylog.topic.Topic.describe>` shows of a partition whose local segments are
+    ``local`` (objects with ``base_offset``, ``next_offset``, ``size``) and whose remote source is ``remote``.
+
+    ``log_start_offset`` and ``log_end_offset`` are the whole log's (as ``beginning_offsets`` and
+    ``end_offsets``), ``segments`` and ``bytes`` the segments holding it: the local ones plus the remote ones
+    wholly below the local log start (a segment both uploaded and still local counts once). With a remote
+    source, also ``local_log_start_offset``, ``local_segments``, ``local_bytes`` (what is on disk; None, 0, 0
+    for a log opened from its URL) and ``remote_log_start_offset``, ``remote_log_end_offset`` (None when the
+    manifest names no segment), ``remote_segments``, ``remote_bytes`` (what the newest manifest names: bytes
+    tiered). A store that cannot be read leaves the remote fields None and adds ``remote_error``; for a log
+    opened from its URL it raises."""
+    standalone = remote is not None and remote.standalone
+    mine = [] if standalone else list(local)
+    local_start = mine[0].base_offset if mine else None
+    out: dict[str, Any] = {
+        "log_start_offset": local_start if local_start is not None else 0,
+        "log_end_offset": mine[-1].next_offset if mine else 0,
+        "segments": len(mine),
+        "bytes": sum(s.size for s in mine),
+    }
+    if remote is None:
+        return out
+    out.update(local_log_start_offset=local_start, local_segments=len(mine), local_bytes=out["bytes"])
+    try:
+        found = list(remote.segments())
+    except StorageError as exc:
+        if standalone:
+            raise
+        none = dict.fromkeys(
+            ("remote_log_start_offset", "remote_log_end_offset", "remote_segments", "remote_bytes")
+        )
+        out.update(none, remote_error=str(exc))
+        return out
+    below = [s for s in found if local_start is None or s.next_offset <= local_start]
+    if found:
+        out["log_start_offset"] = (
+            found[0].base_offset if local_start is None else min(found[0].base_offset, local_start)
+        )
+    if not mine and found:
+        out["log_end_offset"] = found[-1].next_offset
+    out["segments"] += len(below)
+    out["bytes"] += sum(s.size for s in below)
+    out.update(
+        remote_log_start_offset=found[0].base_offset if found else None,
+        remote_log_end_offset=found[-1].next_offset if found else None,
+        remote_segments=len(found),
+        remote_bytes=sum(s.size for s in found),
+    )
+    return out
 
 
 def segment_at(segments: Sequence[RemoteSegment], offset: int) -> int:
