@@ -242,7 +242,8 @@ class Topic:
         ]
 
     def _txn_status(self, producer_id: int, producer_epoch: int, txn: int) -> str:
-        """The state of a transaction, for the cleaner: an open one past its timeout is aborted first (by a writable log; a read-only one answers from the decisions as they are)."""
+        """The state of a transaction, for the cleaner: an open one past its timeout is aborted first (by a
+        writable log; a read-only one answers from the decisions as they are)."""
         txns = self.env.txn_decisions()
         status = str(txns.status(producer_id, producer_epoch, txn))
         if status == "open" and txns.abort_expired(self.env.clock.time_ms()):

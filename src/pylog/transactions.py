@@ -47,7 +47,7 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -143,6 +143,23 @@ class TxnDecisions:
     def abort_expired(self, now_ms: int) -> int:
         """A reader that cannot write aborts nothing: 0 (:meth:`TxnLog.abort_expired` records the aborts)."""
         return 0
+
+    def frozen_status(self) -> Callable[[int, int, int], str]:
+        """A status function (as :meth:`status`) over the decisions made up to now: later ones are not seen,
+        their transactions stay open to it. Every batch of a transaction is written before its decision, so a
+        reader that takes this first and then reads partitions to their ends finds every batch of each
+        transaction it sees committed (a read of several partitions then shows none of them in part)."""
+        with self._thread_lock:
+            self._refresh()
+            decisions, epochs = dict(self._decisions), dict(self._epochs)
+
+        def status(pid: int, epoch: int, txn: int) -> str:
+            found = decisions.get((pid, epoch, txn))
+            if found is not None:
+                return found
+            return ABORTED if epochs.get(pid, -1) > epoch else OPEN
+
+        return status
 
     def status(self, pid: int, epoch: int, txn: int) -> str:
         """``COMMITTED``, ``ABORTED`` or ``OPEN`` for the transaction a batch belongs to (the status function
