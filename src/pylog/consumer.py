@@ -3,7 +3,8 @@
 ``position(tp)`` is the next offset to return. ``seek``/``seek_to_beginning``/``seek_to_end`` are lazy: they
 take effect at the next fetch. A position outside ``[log_start_offset, log_end_offset]`` (for example after
 retention deleted the records) is reset according to ``auto_offset_reset`` (``"earliest"``, ``"latest"``) or
-raises :class:`~pylog.errors.OffsetOutOfRangeError` (``"none"``).
+raises :class:`~pylog.errors.OffsetOutOfRangeError` (``"none"``), also when records already fetched (by a
+consumer paused or slow) were deleted before being returned: records below the log start are never returned.
 
 A consumer sees records appended by other threads and other processes as soon as their batch is published;
 ``poll(timeout_ms=...)`` waits for new data on the doorbells of its partitions (:mod:`pylog.partition.doorbell`):
@@ -400,6 +401,8 @@ class Consumer:
             buf = self._buffers.get(tp)
             if buf is not None:
                 buf.halt()
+                if buf.i < len(buf.recs) and self._deleted_since_fetched(buf):
+                    buf = None
             if buf is None or buf.i >= len(buf.recs):
                 error = poisoned.get(tp) or self._fetcher.pending.get(tp)
                 if error is not None:
@@ -432,6 +435,22 @@ class Consumer:
                 break
         return out
 
+    def _deleted_since_fetched(self, buf: _Buffer) -> bool:
+        """Whether the next record of ``buf`` is below the log start now (retention or ``delete_records``
+        deleted it after the fetch, while the consumer was paused or slow). Then the buffer is dropped and the
+        position left on that record, outside the log: the next fetch resets it by ``auto_offset_reset``
+        (or raises OffsetOutOfRangeError under ``"none"``), as for any position below the log start. Records
+        below the log start are never returned."""
+        offset = buf.recs[buf.i].offset
+        try:
+            if offset >= self._guarded(buf.tp, lambda: self._plog(buf.tp).log_start_offset):
+                return False
+        except (UnknownTopicError, UnknownPartitionError):
+            return False  # the topic is gone: the next fetch says so
+        self._drop_buffer(buf.tp)
+        self._sub.positions[buf.tp] = offset
+        return True
+
     def _rotated(self, tps: list[TopicPartition]) -> list[TopicPartition]:
         """``tps`` starting one further at each call, so that every partition is first in turn: one that
         keeps raising (a damaged batch) cannot keep the others from being read."""
@@ -460,7 +479,7 @@ class Consumer:
             del old
             if not recs:
                 return None
-            buf = self._buffers[tp] = _Buffer(recs)
+            buf = self._buffers[tp] = _Buffer(tp, recs)
             return buf
         finally:
             if paused:
@@ -548,8 +567,10 @@ class Consumer:
         while True:
             buf = self._current
             if buf is not None and (self._group is None or not self._group.wants_poll):
-                yield buf.walk()
                 buf.settle()
+                if buf.i < len(buf.recs) and not self._deleted_since_fetched(buf):
+                    yield buf.walk()
+                    buf.settle()
             buf = None  # the next fetch frees the records walked (see _refill)
             try:
                 rec = self._next(wait)
@@ -606,9 +627,14 @@ class Consumer:
         return self._group.committed_metadata(tp) if metadata else self._group.committed(tp)
 
     def lag(self) -> dict[TopicPartition, int]:
-        """Records between this consumer's position and the log end, per assigned partition."""
+        """Records between this consumer's position and the log end, per assigned partition; from the log
+        start when the position is below it (records deleted since are not counted)."""
         self._check()
-        return {tp: max(self._plog(tp).log_end_offset - self.position(tp), 0) for tp in self._sub.assigned}
+        out = {}
+        for tp in self._sub.assigned:
+            plog = self._plog(tp)
+            out[tp] = max(plog.log_end_offset - max(self.position(tp), plog.log_start_offset), 0)
+        return out
 
     def close(self, autocommit: bool = True) -> None:
         if self._closed:
@@ -639,9 +665,10 @@ class _Buffer:
     :meth:`halt` ends such a walk early (a seek, a pause, a revocation, close) by moving the iterator to the
     end of the list (``list_iterator.__setstate__``), without copying or changing ``recs``."""
 
-    __slots__ = ("_it", "i", "recs")
+    __slots__ = ("_it", "i", "recs", "tp")
 
-    def __init__(self, recs: list[ConsumerRecord]) -> None:
+    def __init__(self, tp: TopicPartition, recs: list[ConsumerRecord]) -> None:
+        self.tp = tp
         self.recs = recs
         self.i = 0
         self._it: Any = None  # a list_iterator over recs while a walk is in progress

@@ -18,7 +18,9 @@ at least one batch), and for each batch:
    ``dead_letter`` sends its stored bytes to the dead-letter topic.
 
 The position of the partition (kept in the :class:`~pylog.subscription.Subscription`) moves past what the
-fetch returns; a position outside the log is reset by ``auto_offset_reset`` (or raises under ``"none"``).
+fetch returns, never further. A position outside the log (below the log start after retention) is reset by
+``auto_offset_reset`` to the log start or end, or raises :class:`~pylog.errors.OffsetOutOfRangeError` under
+``"none"``: records below the log start are never returned.
 
 Thread-safety: not thread-safe; it belongs to one consumer.
 """
@@ -55,6 +57,7 @@ from pylog.record import (
     decode_header,
     decode_lists,
 )
+from pylog.speedups import core as _core
 from pylog.structs import ConsumerRecord, Headers, TopicPartition
 
 if TYPE_CHECKING:
@@ -97,6 +100,10 @@ class _Columns:
         self.value_data: Any = (
             None  # the value bytes back to back, when no value is None (a batch decoded whole)
         )
+        if _core is not None:  # the compiled path: one C loop, any batch size
+            (_, self.offsets, self.timestamps, self.keys, self.values, self.headers, self.ksizes, self.vsizes,
+             self.value_data) = _core.decode_lists(buf, at)  # fmt: skip
+            return
         if header.record_count <= _FEW and not header.attributes & ATTR_COMPRESSION_MASK:
             lists = decode_lists(buf, at)
             self.offsets, self.timestamps = lists.offsets, lists.timestamps
@@ -173,19 +180,38 @@ class Fetcher:
         return pos
 
     def _read(self, tp: TopicPartition, read: Callable[[int, int], list[_T]], limit: int) -> list[_T]:
-        """``read(position, limit)`` from the position of ``tp``; a position outside the log is reset by
-        ``auto_offset_reset`` first (the new one is left in the subscription)."""
+        """``read(position, limit)`` from the position of ``tp``; a position outside the log is reset first
+        (see :meth:`_reset_out_of_range`; the new one is left in the subscription)."""
         positions = self.subscription.positions
         pos = positions.get(tp)
         if pos is None:
             pos = self.reset_position(tp)
         try:
             return read(pos, limit)
-        except OffsetOutOfRangeError:
-            if self.config.auto_offset_reset == "none":
-                raise
-            positions[tp] = None
-            return read(self.reset_position(tp), limit)
+        except OffsetOutOfRangeError as exc:
+            pos = positions[tp] = self._reset_out_of_range(tp, pos, exc)
+            return read(pos, limit)
+
+    def _reset_out_of_range(self, tp: TopicPartition, pos: int, cause: Exception | None = None) -> int:
+        """Kafka's rule for a position outside ``[log_start_offset, log_end_offset]`` (records below the log
+        start were deleted by retention or ``delete_records``; a log end below it was truncated by a repair):
+        the new position is the one ``auto_offset_reset`` names, the log start (``"earliest"``) or the log
+        end (``"latest"``), never the committed offset (which may be as far out); with ``"none"`` it is an
+        :class:`~pylog.errors.OffsetOutOfRangeError` and the position stays until a seek."""
+        plog = self.plog(tp)
+        reset = self.config.auto_offset_reset
+        if reset == "earliest":
+            return plog.log_start_offset
+        if reset == "latest":
+            return plog.log_end_offset
+        start, end = plog.log_start_offset, plog.log_end_offset
+        error = OffsetOutOfRangeError(
+            f"the position {pos} of {tp.topic}-{tp.partition} is outside the log [{start}, {end}]"
+            f"{' (its records were deleted)' if pos < start else ''} and auto_offset_reset='none': seek to "
+            f"an offset in range (seek_to_beginning, seek_to_end, seek)"
+        )
+        error.__cause__ = cause
+        raise error
 
     # -- fetching ---------------------------------------------------------------------------------------
 
@@ -401,6 +427,12 @@ def _build(tp: TopicPartition, c: _Columns, keys: list[Any], values: list[Any]) 
     fields are kafka-python's, in its order: leader_epoch -1 and checksum None (unknown), the header sizes
     computed only for a batch that has headers."""
     headers = c.headers
+    if _core is not None:
+        sizes = list(map(_header_size, headers)) if any(headers) else None
+        return _core.build_records(  # type: ignore[no-any-return]
+            ConsumerRecord, tp.topic, tp.partition, c.header.timestamp_type, c.offsets, c.timestamps, keys,
+            values, headers, c.ksizes, c.vsizes, sizes,
+        )  # fmt: skip
     hsizes: Any = map(_header_size, headers) if any(headers) else repeat(-1)
     return list(
         map(
