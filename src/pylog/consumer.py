@@ -47,10 +47,17 @@ from pylog.errors import (
     UnknownTopicError,
 )
 from pylog.fetcher import Fetcher
+from pylog.future import Future
 from pylog.groups.member import GroupMember, topic_names
+from pylog.metrics import Sensor
 from pylog.partition.doorbell import Doorbell, Doorbells
 from pylog.record import DecodedBatch
-from pylog.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from pylog.structs import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from pylog.subscription import Subscription
 
 if TYPE_CHECKING:
@@ -89,6 +96,8 @@ class Consumer:
         self._next_meta_check = 0.0
         self._rr = 0
         self._closed = False
+        self._fetched = Sensor(log.clock.monotonic_ms())  # records per fetch into the buffers (metrics())
+        self._dropped = 0  # records fetched and dropped unreturned (a seek, a pause, a revocation)
         self._group: GroupMember | None = None
         if self.config.group_id is not None:
             self._group = GroupMember(log, self._sub, self.config.group_id, group)
@@ -249,8 +258,10 @@ class Consumer:
             tp = self._require(tp)
             self._sub.seek(tp, self._plog(tp).log_end_offset)
 
-    def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record this consumer will return for ``partition``."""
+    def position(self, partition: TopicPartition, timeout_ms: float | None = None) -> int:
+        """The offset of the next record this consumer will return for ``partition``. ``timeout_ms`` is
+        kafka-python's; nothing here waits for a network, so it bounds nothing."""
+        _check_timeout(timeout_ms)
         tp = self._require(partition)
         pos = self._sub.positions[tp]
         if pos is None:
@@ -276,6 +287,7 @@ class Consumer:
         buf = self._buffers.pop(tp, None)
         if buf is not None:
             buf.halt()
+            self._dropped += len(buf.recs) - buf.i
         self._fetcher.poison.pop(tp, None)
         self._fetcher.pending.pop(tp, None)
         self._current = None
@@ -306,18 +318,37 @@ class Consumer:
         return set(topic_names(self.log))
 
     def partitions_for_topic(self, topic: str) -> set[int]:
-        return set(range(self.log.topic(topic).num_partitions))
+        """The partition numbers of ``topic``; an empty set for a topic that does not exist (as kafka-python)."""
+        if topic not in topic_names(self.log):
+            return set()
+        try:
+            return set(range(self.log.topic(topic).num_partitions))
+        except UnknownTopicError:  # deleted meanwhile
+            return set()
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def highwater(self, partition: TopicPartition) -> int:
+        """The offset the next record appended to ``partition`` (assigned to this consumer) will get: its log
+        end offset, always known here (kafka-python: the last one a fetch reported, None before any)."""
+        tp = self._require(partition)
+        return self._plog(tp).log_end_offset
+
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
+    ) -> dict[TopicPartition, int]:
+        _check_timeout(timeout_ms)
         return {tp: self._plog(tp).log_start_offset for tp in map(_topic_partition, partitions)}
 
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
+    ) -> dict[TopicPartition, int]:
+        _check_timeout(timeout_ms)
         return {tp: self._plog(tp).log_end_offset for tp in map(_topic_partition, partitions)}
 
     def offsets_for_times(
-        self, timestamps: dict[TopicPartition, int]
+        self, timestamps: dict[TopicPartition, int], timeout_ms: float | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition the earliest offset whose timestamp is >= the given one, or None."""
+        _check_timeout(timeout_ms)
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp, ts in timestamps.items():
             if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= _MAX_TIMESTAMP:
@@ -479,6 +510,7 @@ class Consumer:
             del old
             if not recs:
                 return None
+            self._fetched.record(len(recs), self.log.clock.monotonic_ms())
             buf = self._buffers[tp] = _Buffer(tp, recs)
             return buf
         finally:
@@ -497,13 +529,53 @@ class Consumer:
             tp.topic, tp.partition, record.offset, record.timestamp, raw, error, "processing"
         )
 
-    def metrics(self) -> dict[str, int]:
-        """Counters: ``records_skipped`` and ``records_dead_lettered`` by the deserialization error policy
-        (and ``dead_letter()``)."""
-        return {
-            "records_skipped": self._dead_letters.skipped,
-            "records_dead_lettered": self._dead_letters.sent,
+    def metrics(self, raw: bool = False) -> dict[Any, Any]:
+        """kafka-python's shape, ``{group: {name: value}}`` (``raw=True``: ``{(group, name): value}``):
+
+        * ``consumer-fetch-manager-metrics``: ``records-consumed-total`` (records returned by ``poll()`` and
+          iteration), ``records-consumed-rate`` (records fetched for them per second over the last 30 s),
+          ``fetch-total``, ``fetch-rate``, ``records-per-request-avg`` (records per fetch), ``records-lag-max``
+          (the largest :meth:`lag` now of an assigned partition that has a position; ``-inf`` with none);
+        * ``consumer-coordinator-metrics``: ``assigned-partitions``;
+        * ``consumer-deserialization-metrics``: ``records-skipped-total``, ``records-dead-lettered-total`` (by
+          ``on_deserialization_error``, and ``dead_letter()``).
+
+        ``poll_arrow()`` reads are not counted."""
+        now = self.log.clock.monotonic_ms()
+        fetched = self._fetched
+        waiting = 0
+        for buf in self._buffers.values():
+            buf.settle()
+            waiting += len(buf.recs) - buf.i
+        lags = []
+        if not self._closed and not self.log.closed:
+            for tp in self._sub.assigned:
+                pos = self._consumed_position(tp)  # None: no position yet (none is chosen here)
+                if pos is not None:
+                    plog = self._plog(tp)
+                    lags.append(max(plog.log_end_offset - max(pos, plog.log_start_offset), 0))
+        out: dict[str, dict[str, float]] = {
+            "consumer-fetch-manager-metrics": {
+                "records-consumed-total": float(fetched.total - self._dropped - waiting),
+                "records-consumed-rate": fetched.rate(now),
+                "fetch-total": float(fetched.events),
+                "fetch-rate": fetched.event_rate(now),
+                "records-per-request-avg": fetched.avg(now),
+                "records-lag-max": float(max(lags, default=float("-inf"))),
+            },
+            "consumer-coordinator-metrics": {"assigned-partitions": float(len(self._sub.assigned))},
+            "consumer-deserialization-metrics": {
+                "records-skipped-total": float(self._dead_letters.skipped),
+                "records-dead-lettered-total": float(self._dead_letters.sent),
+            },
         }
+        if raw:
+            return {(group, name): v for group, values in out.items() for name, v in values.items()}
+        return out
+
+    def bootstrap_connected(self) -> bool:
+        """kafka-python's check of its broker connection: True while this consumer and its log are open."""
+        return not self._closed and not self.log.closed
 
     def poll_arrow(
         self, timeout_ms: float = 0, max_bytes: int | None = None, include_headers: bool = False
@@ -608,19 +680,41 @@ class Consumer:
 
     # -- groups and lifecycle ---------------------------------------------------------------------------
 
-    def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
+    def commit(
+        self, offsets: dict[TopicPartition, Any] | None = None, timeout_ms: float | None = None
+    ) -> None:
+        """Commit ``offsets`` (default: the position of every assigned partition) durably: returns after the
+        fsync. ``timeout_ms`` is kafka-python's, and bounds nothing here (no network to wait for)."""
+        _check_timeout(timeout_ms)
         if self._group is None:
             raise IllegalStateError("commit() needs a group_id")
         self._group.commit(offsets)
 
-    def commit_async(self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None) -> None:
+    def commit_async(self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None) -> Future:
+        """Commit in the background, as kafka-python does: returns a :class:`~pylog.future.Future` that the
+        committing thread resolves (value None, or the commit's error). ``callback(offsets, exception_or_None)``
+        runs on this thread in a later ``poll()``, ``commit()`` or ``close()``; a commit's errors reach it and
+        the future, and are not raised here (only a consumer without ``group_id`` raises
+        :class:`~pylog.errors.IllegalStateError`, and a closed one :class:`~pylog.errors.LogClosedError`)."""
         if self._group is None:
             raise IllegalStateError("commit_async() needs a group_id")
-        self._group.commit_async(offsets, callback)
+        return self._group.commit_async(offsets, callback)
 
-    def committed(self, partition: TopicPartition, metadata: bool = False) -> Any:
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group membership now, for ``producer.send_offsets_to_transaction(offsets,
+        consumer.group_metadata())``: the transaction's offsets are then committed only if this member is still
+        in that generation of the group (else :class:`~pylog.errors.CommitFailedError`). Without a
+        ``group_id``: ``ConsumerGroupMetadata(group_id=None)``, as kafka-python."""
+        if self._group is None:
+            return ConsumerGroupMetadata(group_id=None)
+        return self._group.group_metadata()
+
+    def committed(
+        self, partition: TopicPartition, metadata: bool = False, timeout_ms: float | None = None
+    ) -> Any:
         """The group's committed offset for ``partition`` (the next offset to read), or None; with
         ``metadata=True`` an :class:`OffsetAndMetadata`."""
+        _check_timeout(timeout_ms)
         if self._group is None:
             raise IllegalStateError("committed() needs a group_id")
         tp = _topic_partition(partition)
@@ -636,7 +730,10 @@ class Consumer:
             out[tp] = max(plog.log_end_offset - max(self.position(tp), plog.log_start_offset), 0)
         return out
 
-    def close(self, autocommit: bool = True) -> None:
+    def close(self, autocommit: bool = True, timeout_ms: float | None = None) -> None:
+        """Leave the group (committing the positions first with ``autocommit`` and ``enable_auto_commit``)
+        and release what the consumer holds. ``timeout_ms`` is kafka-python's and bounds nothing here."""
+        _check_timeout(timeout_ms)
         if self._closed:
             return
         try:
@@ -703,6 +800,14 @@ def _wait_ms(timeout_ms: object) -> float:
     if timeout_ms < 0:
         raise ConfigError(f"timeout_ms must not be negative, got {timeout_ms!r}")
     return float(timeout_ms)
+
+
+def _check_timeout(timeout_ms: object) -> None:
+    """kafka-python's ``timeout_ms`` argument of a call that waits for no network here: None or a number >= 0."""
+    if timeout_ms is None:
+        return
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float) or not timeout_ms >= 0:
+        raise ConfigError(f"timeout_ms must be None or a number >= 0, got {timeout_ms!r}")
 
 
 def _topic_partition(value: Any) -> TopicPartition:

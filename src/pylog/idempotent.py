@@ -35,7 +35,7 @@ from pylog.errors import (
     PylogError,
     StorageError,
 )
-from pylog.groups.admin import stage_transactional_offsets
+from pylog.groups.admin import check_transaction_member, stage_transactional_offsets
 from pylog.partition.log import AppendInfo
 from pylog.producer import Producer
 from pylog.record import decode_header
@@ -93,6 +93,7 @@ class IdempotentProducer(Producer):
         self._sequences: dict[TopicPartition, int] = {}
         self._txn = -1
         self._txn_offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        self._txn_members: dict[str, tuple[str, int]] = {}  # group -> (member id, generation) to fence with
 
     # -- batches ------------------------------------------------------------------------------------------
 
@@ -191,20 +192,35 @@ class IdempotentProducer(Producer):
             tid, self.producer_id, self.producer_epoch, self.log.clock.time_ms(), self.transaction_timeout_ms
         )
         self._txn_offsets = {}
+        self._txn_members = {}
 
-    def send_offsets_to_transaction(self, offsets: Mapping[Any, Any], group_id: Any) -> None:
-        """Commit ``offsets`` for ``group_id`` (a group id, or a consumer's ``group_metadata()``) together
-        with this transaction."""
+    def send_offsets_to_transaction(self, offsets: Mapping[Any, Any], group_metadata: Any) -> None:
+        """Commit ``offsets`` (``{TopicPartition: OffsetAndMetadata or int}``) for a consumer group together
+        with this transaction. ``group_metadata`` is a consumer's ``group_metadata()`` (preferred, as in
+        kafka-python 3) or a group id. With the metadata of a group member, the offsets are committed only if
+        that member is still in the same generation of the group, here and at ``commit_transaction()``
+        (Kafka's fencing of zombie consumers, KIP-447): else :class:`~pylog.errors.CommitFailedError`, and the
+        transaction is to be aborted."""
         self._require_transactional()
         if self._txn < 0:
             raise IllegalStateError("send_offsets_to_transaction() needs an open transaction")
-        group = getattr(group_id, "group_id", group_id)
+        group = getattr(group_metadata, "group_id", group_metadata)
         if not isinstance(group, str):
-            raise ConfigError(f"group_id must be a str, got {group_id!r}")
+            raise ConfigError(
+                "send_offsets_to_transaction() needs a consumer's group_metadata() (of a consumer with a "
+                f"group_id) or a group id str, got {group_metadata!r}"
+            )
+        member_id = getattr(group_metadata, "member_id", "")
+        generation = getattr(group_metadata, "generation_id", -1)
+        member = (member_id, generation) if isinstance(member_id, str) and member_id else None
+        if member is not None:
+            check_transaction_member(self.log, group, member)
         staged = self._txn_offsets.setdefault(group, {})
         for tp, value in offsets.items():
             om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
             staged[TopicPartition(*tp)] = om
+        if member is not None:
+            self._txn_members[group] = member
 
     def commit_transaction(self) -> None:
         """Make every record and offset of the transaction visible, atomically (after their fsync)."""
@@ -214,13 +230,18 @@ class IdempotentProducer(Producer):
         self.flush()  # appends and fsyncs every pending record of the transaction (acks="all")
         for group, offsets in self._txn_offsets.items():
             stage_transactional_offsets(
-                self.log, group, offsets, (self.producer_id, self.producer_epoch, self._txn)
+                self.log,
+                group,
+                offsets,
+                (self.producer_id, self.producer_epoch, self._txn),
+                self._txn_members.get(group),
             )
         try:
             self._txns.end(tid, self.producer_id, self.producer_epoch, self._txn, commit=True)
         finally:
             self._txn = -1
             self._txn_offsets = {}
+            self._txn_members = {}
 
     def abort_transaction(self) -> None:
         """Hide every record of the transaction; its offsets are not committed."""
@@ -236,3 +257,4 @@ class IdempotentProducer(Producer):
         finally:
             self._txn = -1
             self._txn_offsets = {}
+            self._txn_members = {}

@@ -28,6 +28,7 @@ Thread-safety: thread-safe. Any number of threads may call ``send`` concurrently
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,7 @@ from pylog.errors import (
     UnknownPartitionError,
 )
 from pylog.future import is_retriable
+from pylog.metrics import Sensor
 from pylog.producer_config import ProducerConfig
 from pylog.record import decode_headers, encode_headers
 from pylog.sender import SENDER_IDLE_S, Sender
@@ -67,6 +69,7 @@ __all__ = ["BatchFuture", "BatchResult", "FutureRecordMetadata", "Producer", "Pr
 _log = logging.getLogger("pylog.producer")
 _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _I64_MAX = 2**63 - 1
+_CLIENT_IDS = itertools.count(1)  # numbers the default client_id, as kafka-python does
 _SENDER_IDLE_S = SENDER_IDLE_S  # kept under its former name for code that waits for an idle sender
 
 
@@ -307,10 +310,16 @@ class Producer:
         self._fast: dict[Topic | None, TopicQueue] = {}
         self._closed = False
         self._fork = log.fork_generation
-        self._acc = RecordAccumulator(log, config, self._batch_fields, self._append_batch)
+        self.client_id = config.client_id or f"pylog-producer-{next(_CLIENT_IDS)}"
+        self._batches = Sensor(log.clock.monotonic_ms())  # bytes per batch written (metrics())
+        self._records = Sensor(log.clock.monotonic_ms())  # records per batch written
+        self._acc = RecordAccumulator(log, config, self._batch_fields, self._metered_append)
         self._sender = Sender(self._acc, self._run_callbacks, linger_ms=config.linger_ms, clock=log.clock)
         self._acc.on_callback = self._sender.wake
         self._sender.start()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} client_id={self.client_id!r} log={self.log.path!r}>"
 
     @property
     def _sender_idle(self) -> bool:
@@ -432,6 +441,16 @@ class Producer:
     ) -> AppendInfo:
         return plog.append(batch)
 
+    def _metered_append(
+        self, plog: PartitionLog, tp: TopicPartition, batch: bytes | bytearray, fields: Mapping[str, Any]
+    ) -> AppendInfo:
+        """:meth:`_append_batch`, counted for :meth:`metrics`."""
+        info = self._append_batch(plog, tp, batch, fields)
+        now = self.log.clock.monotonic_ms()
+        self._batches.record(len(batch), now)
+        self._records.record(info.last_offset - info.base_offset + 1, now)
+        return info
+
     def _serialize_key(self, key: Any) -> bytes:
         if self._key_ser is None:
             return _default_key(key)
@@ -538,6 +557,39 @@ class Producer:
             return BatchResult(topic, np.zeros(0, np.int32), np.zeros(0, np.int64))
         parts, offsets = self._acc.write_columns(t, kcol, vcol, partition, timestamps)
         return BatchResult(topic, parts, offsets)
+
+    # -- metadata and metrics ---------------------------------------------------------------------------
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic`` (kafka-python's call). A topic that does not exist is an
+        :class:`~pylog.errors.UnknownTopicError` at once (kafka-python waits ``max_block_ms`` for a broker to
+        create it, then raises ``KafkaTimeoutError``)."""
+        return set(range(self.log.topic(topic).num_partitions))
+
+    def metrics(self, raw: bool = False) -> dict[Any, Any]:
+        """kafka-python's shape, ``{"producer-metrics": {name: value}}`` (``raw=True``:
+        ``{(group, name): value}``), counting the batches written (by :meth:`send`, :meth:`send_batch`): the
+        ``-total`` names since the producer was created, ``-rate`` per second, ``-avg``/``-max`` over the last
+        30 s: ``record-send-total``, ``record-send-rate``, ``byte-total``, ``byte-rate``, ``batch-size-avg``,
+        ``batch-size-max`` (bytes of one batch as written), ``records-per-request-avg`` (records per batch)."""
+        now = self.log.clock.monotonic_ms()
+        batches, records = self._batches, self._records
+        values = {
+            "record-send-total": float(records.total),
+            "record-send-rate": records.rate(now),
+            "byte-total": float(batches.total),
+            "byte-rate": batches.rate(now),
+            "batch-size-avg": batches.avg(now),
+            "batch-size-max": batches.max(now),
+            "records-per-request-avg": records.avg(now),
+        }
+        if raw:
+            return {("producer-metrics", name): v for name, v in values.items()}
+        return {"producer-metrics": values}
+
+    def bootstrap_connected(self) -> bool:
+        """kafka-python's check of its broker connection: True while this producer and its log are open."""
+        return not self._closed and not self.log.closed
 
     # -- lifecycle --------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ Setting, default, allowed values::
     compression_type   None       None, "none", "gzip", "zstd", "lz4" (None: the topic's compression_type)
     max_queued_bytes   1048576    an int >= 1: queued bytes that make send() write them itself
                                   (never below batch_size)
+    client_id          None       None or a str: the producer's name in its repr (None: "pylog-producer-N")
 
 ``batch_size`` is 256 KiB instead of Kafka's 16 KiB: there is no network request to size, and bigger batches
 cost readers less per record. The idempotent producer's settings (``enable_idempotence``,
@@ -72,6 +73,7 @@ class ProducerConfig:
     value_serializer: Callable[[Any], bytes] | None = field(default=msgpack_serializer)
     compression_type: str | None = None
     max_queued_bytes: int = _DEFAULT_MAX_QUEUED
+    client_id: str | None = None
 
     def __post_init__(self) -> None:
         acks = self.acks
@@ -85,6 +87,8 @@ class ProducerConfig:
         object.__setattr__(self, "linger_ms", float(linger))
         _positive_int("batch_size", self.batch_size)
         _positive_int("max_queued_bytes", self.max_queued_bytes)
+        if self.client_id is not None and not isinstance(self.client_id, str):
+            raise _bad("client_id", self.client_id, "a str or None")
         if self.compression_type not in COMPRESSION_TYPES:
             raise _bad("compression_type", self.compression_type, "None, 'none', 'gzip', 'zstd' or 'lz4'")
         if self.key_serializer is not None and not callable(self.key_serializer):

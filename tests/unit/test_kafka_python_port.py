@@ -234,32 +234,32 @@ def test_offset_structs_take_a_leader_epoch(log: pylog.Log) -> None:
     consumer.close()
 
 
+_THEIR_STRUCTS = {
+    "TopicPartition": "kafka.structs.TopicPartition",
+    "OffsetAndMetadata": "kafka.structs.OffsetAndMetadata",
+    "OffsetAndTimestamp": "kafka.structs.OffsetAndTimestamp",
+    "ConsumerGroupMetadata": "kafka.structs.ConsumerGroupMetadata",
+    "ConsumerRecord": "kafka.consumer.fetcher.ConsumerRecord",
+    "RecordMetadata": "kafka.producer.future.RecordMetadata",
+}
+
+
 @needs_kafka_python
-@pytest.mark.parametrize(
-    "ours, theirs",
-    [
-        ("TopicPartition", "kafka.structs.TopicPartition"),
-        ("OffsetAndMetadata", "kafka.structs.OffsetAndMetadata"),
-        ("OffsetAndTimestamp", "kafka.structs.OffsetAndTimestamp"),
-        ("ConsumerGroupMetadata", "kafka.structs.ConsumerGroupMetadata"),
-        ("ConsumerRecord", "kafka.consumer.fetcher.ConsumerRecord"),
-        ("RecordMetadata", "kafka.producer.future.RecordMetadata"),
-    ],
-)
-def test_named_tuples_have_kafka_pythons_fields_in_its_order(ours: str, theirs: str) -> None:
+def test_named_tuples_have_kafka_pythons_fields_in_its_order() -> None:
     import importlib
 
     import pylog.structs
 
-    module, _, name = theirs.rpartition(".")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        their_class = getattr(importlib.import_module(module), name)
-    our_class = getattr(pylog.structs, ours)
-    assert our_class._fields == their_class._fields
-    if ours in ("ConsumerGroupMetadata", "OffsetAndMetadata"):  # defaults a program relies on
-        common = {k: v for k, v in their_class._field_defaults.items() if k != "offset"}
-        assert {k: our_class._field_defaults[k] for k in common} == common
+    for ours, theirs in _THEIR_STRUCTS.items():
+        module, _, name = theirs.rpartition(".")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            their_class = getattr(importlib.import_module(module), name)
+        our_class = getattr(pylog.structs, ours, None)
+        assert our_class is not None and our_class._fields == their_class._fields, ours
+        if ours in ("ConsumerGroupMetadata", "OffsetAndMetadata"):  # defaults a program relies on
+            common = {k: v for k, v in their_class._field_defaults.items() if k != "offset"}
+            assert {k: our_class._field_defaults.get(k) for k in common} == common, ours
 
 
 # -- errors: kafka-python's names and built-in classes -------------------------------------------------------
@@ -374,3 +374,223 @@ def test_calls_after_close_are_illegal_state_errors(log: pylog.Log) -> None:
     consumer.close()
     with pytest.raises(errors.IllegalStateError):
         consumer.poll()
+
+
+# -- consumer calls -------------------------------------------------------------------------------------------
+
+
+def _their_signature_params(cls: Any, name: str) -> list[str]:
+    import inspect
+
+    return [p for p in inspect.signature(getattr(cls, name)).parameters if p != "self"]
+
+
+_CONSUMER_CALLS = [
+    "poll",
+    "position",
+    "committed",
+    "commit",
+    "commit_async",
+    "close",
+    "beginning_offsets",
+    "end_offsets",
+    "offsets_for_times",
+    "highwater",
+    "pause",
+    "resume",
+    "paused",
+    "seek",
+    "seek_to_beginning",
+    "seek_to_end",
+    "subscribe",
+    "subscription",
+    "unsubscribe",
+    "assign",
+    "assignment",
+    "metrics",
+    "partitions_for_topic",
+    "topics",
+    "group_metadata",
+    "bootstrap_connected",
+]
+_PRODUCER_CALLS = [
+    "send",
+    "flush",
+    "close",
+    "partitions_for",
+    "metrics",
+    "bootstrap_connected",
+    "init_transactions",
+    "begin_transaction",
+    "send_offsets_to_transaction",
+    "commit_transaction",
+    "abort_transaction",
+]
+
+
+def _missing_arguments(ours: Any, theirs: Any, names: list[str], ignore: tuple[str, ...] = ()) -> list[str]:
+    """Each call of ``theirs`` (kafka-python) whose keyword arguments ``ours`` (pylog) does not all take."""
+    import inspect
+
+    missing = []
+    for name in names:
+        if not hasattr(ours, name):
+            missing.append(f"{name}()")
+            continue
+        have = inspect.signature(getattr(ours, name)).parameters
+        missing += [
+            f"{name}({p}=)" for p in _their_signature_params(theirs, name) if p not in (*have, *ignore)
+        ]
+    return missing
+
+
+@needs_kafka_python
+def test_consumer_calls_take_kafka_pythons_arguments() -> None:
+    assert _missing_arguments(pylog.Consumer, kafka.KafkaConsumer, _CONSUMER_CALLS) == []
+
+
+@needs_kafka_python
+def test_producer_calls_take_kafka_pythons_arguments() -> None:
+    from pylog.idempotent import IdempotentProducer
+
+    # close(null_logger=) is kafka-python's switch for closing from its own finalizer
+    missing = _missing_arguments(IdempotentProducer, kafka.KafkaProducer, _PRODUCER_CALLS, ("null_logger",))
+    assert missing == []
+
+
+def test_timeout_ms_is_accepted_where_kafka_python_takes_it(log: pylog.Log) -> None:
+    log.create_topic("t")
+    tp = pylog.TopicPartition("t", 0)
+    producer = log.producer()
+    producer.send("t", 1, timestamp_ms=5).get()
+    producer.close()
+    consumer = log.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.assign([tp])
+    assert consumer.beginning_offsets([tp], timeout_ms=1000) == {tp: 0}
+    assert consumer.end_offsets([tp], timeout_ms=1000) == {tp: 1}
+    assert consumer.offsets_for_times({tp: 0}, timeout_ms=1000)[tp] == (0, 5, -1)
+    assert consumer.position(tp, timeout_ms=1000) == 0
+    assert len(consumer.poll(timeout_ms=1000)[tp]) == 1
+    consumer.commit({tp: pylog.OffsetAndMetadata(1, "", -1)}, timeout_ms=1000)
+    assert consumer.committed(tp, metadata=True, timeout_ms=1000) == (1, "", -1)
+    with pytest.raises(errors.ConfigError):
+        consumer.position(tp, timeout_ms=-1)
+    consumer.close(autocommit=False, timeout_ms=1000)
+
+
+def test_highwater_partitions_and_bootstrap_as_in_kafka_python(log: pylog.Log) -> None:
+    log.create_topic("t", partitions=3)
+    producer = log.producer(client_id="orders-writer")
+    assert producer.partitions_for("t") == {0, 1, 2}
+    assert "orders-writer" in repr(producer) and producer.client_id == "orders-writer"
+    assert log.producer().client_id.startswith("pylog-producer-")
+    producer.send("t", 1, partition=2).get()
+    assert producer.bootstrap_connected()
+    producer.close()
+    assert not producer.bootstrap_connected()
+    tp = pylog.TopicPartition("t", 2)
+    consumer = log.consumer()
+    assert consumer.partitions_for_topic("missing") == set()  # kafka-python: an empty set
+    with pytest.raises(errors.IllegalStateError):
+        consumer.highwater(tp)  # not assigned
+    consumer.assign([tp])
+    assert consumer.highwater(tp) == 1
+    with pytest.raises(TypeError):
+        consumer.highwater("t")
+    consumer.close()
+    with pytest.raises(errors.ConfigError):
+        log.producer(client_id=5)
+
+
+def test_commit_async_returns_a_future_and_reports_errors_to_the_callback(log: pylog.Log) -> None:
+    log.create_topic("t")
+    producer = log.producer()
+    for i in range(3):
+        producer.send("t", i)
+    producer.close()
+    tp = pylog.TopicPartition("t", 0)
+    consumer = log.consumer("t", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    assert len(consumer.poll(timeout_ms=5000)[tp]) == 3
+    calls: list[Any] = []
+    ok = consumer.commit_async(callback=lambda offsets, response: calls.append((offsets, response)))
+    assert ok.get(timeout=10) is None and ok.succeeded() and ok.is_done
+    bad = consumer.commit_async(
+        {tp: 99}, callback=lambda offsets, response: calls.append((offsets, response))
+    )
+    assert bad.is_done and bad.failed() and isinstance(bad.exception, errors.InvalidOffsetError)  # not raised
+    seen: list[Any] = []
+    consumer.commit_async({tp: 2}).add_both(seen.append).get(timeout=10)
+    consumer.poll(timeout_ms=0)  # callbacks run in a later poll, as in kafka-python
+    assert calls[0] == ({tp: pylog.OffsetAndMetadata(3, "")}, None)
+    assert calls[1][0] == {tp: 99} and isinstance(calls[1][1], errors.InvalidOffsetError)
+    assert seen == [None]
+    assert consumer.committed(tp) == 2
+    consumer.close()
+    with pytest.raises(errors.IllegalStateError):
+        log.consumer().commit_async()  # no group_id: raised, as kafka-python does
+
+
+def test_group_metadata_fences_a_transaction_of_a_stale_member(log: pylog.Log, clock: Any) -> None:
+    log.create_topic("in", partitions=2)
+    log.create_topic("out")
+    feed = log.producer()
+    for i in range(4):
+        feed.send("in", i, partition=i % 2)
+    feed.close()
+    assert log.consumer().group_metadata() == pylog.structs.ConsumerGroupMetadata(group_id=None)
+    consumer = log.consumer("in", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    records = consumer.poll(timeout_ms=5000)
+    meta = consumer.group_metadata()
+    assert meta.group_id == "g" and meta.member_id and meta.generation_id >= 0
+    assert meta.state == pylog.structs.MemberState.STABLE
+    tx = log.producer(transactional_id="tx")
+    tx.init_transactions()
+    tx.begin_transaction()
+    tx.send("out", 1)
+    offsets = {tp: pylog.OffsetAndMetadata(recs[-1].offset + 1) for tp, recs in records.items()}
+    tx.send_offsets_to_transaction(offsets, meta)
+    tx.commit_transaction()
+    assert consumer.committed(pylog.TopicPartition("in", 0)) == 2
+    # another member joins: a new generation; the old metadata no longer commits
+    other = log.consumer("in", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    stable = pylog.structs.MemberState.STABLE
+    for _ in range(200):  # until the group settled with both members (each poll takes its turn)
+        consumer.poll(timeout_ms=10)
+        other.poll(timeout_ms=10)
+        now = consumer.group_metadata()
+        if now.state == stable and other.group_metadata().state == stable and other.assignment():
+            break
+    assert now.state == stable and now.generation_id != meta.generation_id
+    tx.begin_transaction()
+    with pytest.raises(errors.CommitFailedError):
+        tx.send_offsets_to_transaction({pylog.TopicPartition("in", 0): 2}, meta)
+    tx.abort_transaction()
+    tx.begin_transaction()
+    tx.send_offsets_to_transaction({pylog.TopicPartition("in", 0): 2}, consumer.group_metadata())
+    tx.commit_transaction()
+    tx.close()
+    other.close()
+    consumer.close()
+
+
+def test_metrics_have_kafka_pythons_shape(log: pylog.Log, clock: Any) -> None:
+    log.create_topic("t")
+    producer = log.producer(value_serializer=None)
+    for _ in range(10):
+        producer.send("t", b"x" * 10)
+    producer.flush()
+    m = producer.metrics()
+    assert set(m) == {"producer-metrics"}
+    assert m["producer-metrics"]["record-send-total"] == 10
+    assert m["producer-metrics"]["records-per-request-avg"] > 0 and m["producer-metrics"]["byte-total"] > 100
+    assert ("producer-metrics", "record-send-total") in producer.metrics(raw=True)
+    producer.close()
+    consumer = log.consumer("t", auto_offset_reset="earliest", value_deserializer=None, max_poll_records=4)
+    assert consumer.metrics()["consumer-fetch-manager-metrics"]["records-consumed-total"] == 0
+    got = consumer.poll(timeout_ms=5000)
+    assert sum(map(len, got.values())) == 4
+    fm = consumer.metrics()["consumer-fetch-manager-metrics"]
+    assert fm["records-consumed-total"] == 4 and fm["fetch-total"] >= 1 and fm["records-lag-max"] == 6
+    assert consumer.metrics()["consumer-coordinator-metrics"]["assigned-partitions"] == 1
+    assert all(isinstance(v, float) for g in consumer.metrics().values() for v in g.values())
+    consumer.close()

@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pylog.errors import ConfigError, GroupNotEmptyError, InvalidOffsetError, UnknownGroupError
+from pylog.errors import (
+    CommitFailedError,
+    ConfigError,
+    GroupNotEmptyError,
+    InvalidOffsetError,
+    UnknownGroupError,
+)
 from pylog.groups import coordinator
 from pylog.groups.store import (
     GroupStore,
@@ -190,14 +196,47 @@ def delete_group(log: LogDirectory, group_id: str) -> None:
         store.close()
 
 
+def check_group_member(state: Mapping[str, Any], group_id: str, member: tuple[str, int]) -> None:
+    """Kafka's fencing of a transaction's offsets (KIP-447): ``member`` (member id, generation), taken from a
+    consumer's ``group_metadata()``, must still be a member of the group in that generation; else
+    :class:`~pylog.errors.CommitFailedError` (the member was fenced by a rebalance: abort the transaction,
+    poll to rejoin, and process the records again)."""
+    member_id, generation = member
+    me = state["members"].get(member_id)
+    if me is None:
+        raise CommitFailedError(
+            f"transaction offsets refused: {member_id!r} is no longer a member of group {group_id!r} "
+            "(its session expired or it left); abort the transaction and poll() to rejoin"
+        )
+    if me["generation"] != generation:
+        raise CommitFailedError(
+            f"transaction offsets refused: group {group_id!r} moved from generation {generation} to "
+            f"{me['generation']} for member {member_id!r} since its group_metadata() was taken; abort the "
+            "transaction and poll() to complete the rebalance"
+        )
+
+
+def check_transaction_member(log: LogDirectory, group_id: str, member: tuple[str, int]) -> None:
+    """:func:`check_group_member` against the group's current state."""
+    validate_group_id(group_id)
+    store = GroupStore(groups_root(log), group_id)
+    try:
+        check_group_member(store.state_view(), group_id, member)
+    finally:
+        store.close()
+
+
 def stage_transactional_offsets(
     log: LogDirectory,
     group_id: str,
     offsets: dict[TopicPartition, OffsetAndMetadata],
     txn: tuple[int, int, int],
+    member: tuple[str, int] | None = None,
 ) -> None:
     """Write a transaction's offsets for ``group_id``, durably, tagged with the transaction: they count once
-    its commit decision is written (see :mod:`pylog.groups.store`). Each offset must lie within its partition."""
+    its commit decision is written (see :mod:`pylog.groups.store`). Each offset must lie within its partition.
+    With ``member`` (member id, generation), the member must still be in that generation of the group
+    (:func:`check_group_member`), checked under the group's lock."""
     validate_group_id(group_id)
     entries = []
     for tp, om in sorted(offsets.items()):
@@ -212,7 +251,10 @@ def stage_transactional_offsets(
     store = GroupStore(groups_root(log), group_id)
     try:
         with store.lock(shared=True):
-            generation = store.state_view()["generation"]
+            state = store.state_view()
+            if member is not None:
+                check_group_member(state, group_id, member)
+            generation = state["generation"]
             pending = store.write_offsets(
                 entries, generation=generation, member_id="", now_ms=log.clock.time_ms(), txn=txn
             )

@@ -55,11 +55,12 @@ from pylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from pylog.future import Future
 from pylog.groups import coordinator, ticker
 from pylog.groups.assignors import Assignor
 from pylog.groups.liveness import Slot, member_tag
 from pylog.groups.store import GroupStore, groups_root, partitions_of, to_topic_partition
-from pylog.structs import OffsetAndMetadata, TopicPartition
+from pylog.structs import ConsumerGroupMetadata, MemberState, OffsetAndMetadata, TopicPartition
 from pylog.subscription import Subscription
 
 if TYPE_CHECKING:
@@ -118,7 +119,9 @@ class GroupMember:
         # a member found not joined at the last look, shared by this process's members of the group
         self._laggards = _LAGGARDS.setdefault(self.store.directory, [])
         self._left_for_poll_interval = False
-        self._async: queue.Queue[tuple[dict[TopicPartition, OffsetAndMetadata], Any] | None] | None = None
+        self._async: (
+            queue.Queue[tuple[dict[TopicPartition, OffsetAndMetadata], Any, Future] | None] | None
+        ) = None
         self._async_thread: threading.Thread | None = None
         self._callbacks: deque[tuple[Callable[..., Any], dict[TopicPartition, OffsetAndMetadata], Any]] = (
             deque()
@@ -720,20 +723,29 @@ class GroupMember:
         for tp, om in normalized.items():
             self._last_committed[tp] = om.offset
 
-    def commit_async(self, offsets: Mapping[Any, Any] | None = None, callback: Any = None) -> None:
-        """Commit in the background; ``callback(offsets, exception_or_None)`` runs on the user's thread in a
-        later ``poll()``, ``commit()`` or ``close()``."""
+    def commit_async(self, offsets: Mapping[Any, Any] | None = None, callback: Any = None) -> Future:
+        """Commit in the background, as kafka-python does: returns a :class:`~pylog.future.Future` resolved
+        (None, or the commit's error) by the committing thread once the commit is durable or refused;
+        ``callback(offsets, exception_or_None)`` runs on the user's thread in a later ``poll()``, ``commit()``
+        or ``close()``. Offsets the commit refuses (not a valid offset, past the log end) fail the future and
+        reach the callback: they are not raised here."""
         self._check_open()
         if callback is not None and not callable(callback):
             raise ConfigError("callback must be callable")
-        normalized = self._normalize(offsets)
+        future = Future()
+        try:
+            normalized = self._normalize(offsets)
+        except PylogError as exc:
+            self._completed(callback, offsets, exc)
+            return future.failure(exc)
         if self._async is None:
             self._async = queue.Queue()
             self._async_thread = threading.Thread(
                 target=self._async_loop, name=f"pylog-commit-{self.group_id}", daemon=True
             )
             self._async_thread.start()
-        self._async.put((normalized, callback))
+        self._async.put((normalized, callback, future))
+        return future
 
     def _async_loop(self) -> None:
         assert self._async is not None
@@ -741,20 +753,42 @@ class GroupMember:
             item = self._async.get()
             if item is None:
                 return
-            offsets, callback = item
-            result: Any = None
+            offsets, callback, future = item
+            result: Exception | None = None
             try:
                 self.commit(offsets)
             except Exception as exc:
                 result = exc
-            if callback is not None:
-                self._callbacks.append((callback, offsets, result))
-            self.wants_poll = True
+            self._completed(callback, offsets, result)
+            if result is None:
+                future.success(None)
+            else:
+                future.failure(result)
+
+    def _completed(self, callback: Any, offsets: Any, result: Exception | None) -> None:
+        """Queue ``callback(offsets, result)`` of a finished async commit for the user's next poll."""
+        if callback is not None:
+            self._callbacks.append((callback, offsets, result))
+        self.wants_poll = True
 
     def _deliver_callbacks(self) -> None:
         while self._callbacks:
             callback, offsets, result = self._callbacks.popleft()
             callback(offsets, result)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's place in the group now: kafka-python's ``ConsumerGroupMetadata`` (``state``: not
+        joined, rebalancing, or stable with the group's current assignment)."""
+        instance = self.config.group_instance_id
+        if not self._subscribed or self.member_id is None:
+            return ConsumerGroupMetadata(self.group_id, -1, "", instance, MemberState.UNJOINED)
+        view = self.store.state_view()
+        me = view["members"].get(self.member_id)
+        if me is None:  # expelled: the next poll joins again
+            return ConsumerGroupMetadata(self.group_id, -1, "", instance, MemberState.UNJOINED)
+        stable = view["state"] == "Stable" and self.generation >= 0 and me["generation"] == self.generation
+        state = MemberState.STABLE if stable else MemberState.REBALANCING
+        return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, instance, state)
 
     def committed(self, tp: TopicPartition) -> int | None:
         found = self.store.offsets().get(tp)
