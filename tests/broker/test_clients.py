@@ -44,8 +44,7 @@ def confluent_consume(bootstrap: str, topic: str, n: int, partition: int = 0) ->
         got: list[ck.Message] = []
 
         def more() -> bool:
-            m = consumer.poll(0.5)
-            if m is not None:
+            for m in consumer.consume(1000, 0.5):
                 assert m.error() is None, m.error()
                 got.append(m)
             return len(got) >= n

@@ -50,6 +50,13 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     1: (4, 12),  # Fetch (13+ name topics by id)
     2: (1, 7),  # ListOffsets
     3: (0, 12),  # Metadata
+    8: (2, 7),  # OffsetCommit
+    9: (1, 7),  # OffsetFetch (8+ batch groups)
+    10: (0, 3),  # FindCoordinator (4+ batch keys)
+    11: (0, 7),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 4),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
     18: (0, 3),  # ApiVersions
 }
 _SERVED_FROM: Final = {0: 3}  # versions below these are advertised but refused
@@ -164,6 +171,8 @@ def _converter(tp: Any) -> Any:
         inner = _converter(args[0])
         return lambda v: None if v is None else inner(v)
     if isinstance(tp, type):
+        if issubclass(tp, str):  # a non-nullable string: null is written as ""
+            return lambda v: "" if v is None else v
         if dataclasses.is_dataclass(tp):
             return lambda v: build(tp, v) if isinstance(v, Mapping) else v
         if issubclass(tp, ErrorCode):

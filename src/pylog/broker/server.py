@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from pylog.broker import fetch, meta, produce
 from pylog.broker.context import Context
+from pylog.broker.groups import Coordinator
 from pylog.broker.protocol import (
     ApiError,
     Request,
@@ -66,6 +67,7 @@ class Server:
         self._connections: dict[asyncio.Task[None], bool] = {}  # task -> handling a request now
         self._stopping = False
         self._error: BaseException | None = None
+        self._handlers: dict[int, Handler] = dict(HANDLERS)
 
     def start(self) -> None:
         self._thread.start()
@@ -87,6 +89,17 @@ class Server:
 
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
+        coordinator = Coordinator(self.ctx)
+        self._handlers = {
+            **HANDLERS,
+            8: coordinator.offset_commit,
+            9: coordinator.offset_fetch,
+            10: coordinator.find_coordinator,
+            11: coordinator.join_group,
+            12: coordinator.heartbeat,
+            13: coordinator.leave_group,
+            14: coordinator.sync_group,
+        }
         try:
             server = await asyncio.start_server(self._connection, sock=self._sock, limit=1 << 16)
         except BaseException as exc:
@@ -101,8 +114,14 @@ class Server:
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()  # waiting for a request; a request being handled is answered first
+        for group in coordinator.groups.values():  # members waiting in a rebalance are answered now
+            for member in group.members.values():
+                for fut in (member.join, member.sync):
+                    if fut is not None and not fut.done():
+                        fut.cancel()
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=30)
+        coordinator.close()
         await server.wait_closed()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -160,7 +179,7 @@ class Server:
         except Exception as exc:  # kio raises several types for a malformed frame
             _log.warning("closing the connection from %s: malformed request (%s)", peer, exc)
             return False
-        handler = HANDLERS[request.api_key]
+        handler = self._handlers[request.api_key]
         try:
             data = await handler(self.ctx, request)
         except ApiError as exc:

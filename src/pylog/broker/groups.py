@@ -1,0 +1,487 @@
+"""Kafka's classic consumer group protocol, for Kafka clients: FindCoordinator, JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch.
+
+The broker is every group's coordinator. Membership lives in the broker's memory, as in Kafka (a broker
+restart makes members rejoin); committed offsets are pylog's: they are written to the group's
+``offsets.log`` (:class:`pylog.groups.store.GroupStore`, fsynced before the answer), so ``pylog groups
+describe``, ``log.group_offsets()``, lag and ``pylog groups reset-offsets`` see them, and they survive a
+restart of the broker.
+
+The protocol, as Kafka's ``GroupCoordinator`` runs it (simplified to one node):
+
+- JoinGroup adds the member (a new member id when it has none) and starts a rebalance (PreparingRebalance).
+  The rebalance completes when every known member has sent its JoinGroup, or when the longest rebalance
+  timeout has passed (members that did not rejoin are removed): the generation is incremented, a protocol
+  every member supports is chosen (the leader's first such), and every JoinGroup is answered; the leader's
+  answer carries every member's metadata (CompletingRebalance).
+- SyncGroup of the leader stores the assignments it computed (client-side assignors, cooperative-sticky
+  included) and answers every member's SyncGroup with its own (Stable).
+- Heartbeat answers REBALANCE_IN_PROGRESS during a rebalance (the member rejoins), ILLEGAL_GENERATION or
+  UNKNOWN_MEMBER_ID to a fenced member. A member whose last heartbeat is older than its session timeout is
+  removed, which starts a rebalance.
+- OffsetCommit checks the member and generation (a commit with generation -1 and no member id is a
+  "simple" commit of a consumer that uses ``assign()``); OffsetFetch reads the committed offsets.
+
+Mixed groups: a group whose pylog state has live embedded members (pylog consumers with that ``group_id``)
+is refused to Kafka clients with INCONSISTENT_GROUP_PROTOCOL, and the broker logs why, naming the group:
+the two kinds of members cannot share partitions without reading some twice.
+
+Thread-safety: the groups' state is used by the event loop alone; committed offsets are read and written in
+the context's thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pylog.broker.context import NODE_ID, Context
+from pylog.broker.protocol import ErrorCode, Request
+from pylog.errors import ConfigError, PylogError, UnknownGroupError
+from pylog.groups.store import GroupStore, groups_root, validate_group_id
+
+__all__ = ["Coordinator"]
+
+_log = logging.getLogger("pylog.broker")
+_CHECK_S = 0.5  # how often session timeouts are checked
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    client_id: str
+    host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    instance_id: str | None = None
+    assignment: bytes = b""
+    last_seen: float = 0.0
+    join: asyncio.Future[dict[str, Any]] | None = None
+    sync: asyncio.Future[dict[str, Any]] | None = None
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    state: str = "Empty"  # Empty, PreparingRebalance, CompletingRebalance, Stable
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    deadline: asyncio.TimerHandle | None = None
+
+
+class Coordinator:
+    """The groups of one broker (created in the event loop)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.groups: dict[str, Group] = {}
+        self._ids = itertools.count(1)
+        self._expiry: asyncio.Task[None] | None = None
+
+    def _group(self, group_id: str) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        if self._expiry is None:
+            self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        return group
+
+    def close(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+
+    # -- FindCoordinator ----------------------------------------------------------------------------------
+
+    async def find_coordinator(self, ctx: Context, request: Request) -> dict[str, Any]:
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "node_id": NODE_ID,
+            "host": ctx.options.host,
+            "port": ctx.options.port,
+        }
+
+    # -- JoinGroup ---------------------------------------------------------------------------------------
+
+    async def join_group(self, ctx: Context, request: Request) -> dict[str, Any]:
+        body = request.body
+        group_id = str(body.group_id)
+        try:
+            validate_group_id(group_id)
+        except ConfigError:
+            return _join_error(ErrorCode.invalid_group_id)
+        session_ms = _ms(body.session_timeout)
+        if not 1000 <= session_ms <= 30 * 60_000:
+            return _join_error(ErrorCode.invalid_session_timeout)
+        embedded = await ctx.run(_embedded_members, ctx, group_id)
+        if embedded:
+            _log.warning(
+                "refusing a Kafka client in consumer group %r: it has %d live pylog consumer(s) (%s); a group's "
+                "members are either pylog consumers or Kafka clients",
+                group_id,
+                len(embedded),
+                ", ".join(embedded[:3]),
+            )
+            return _join_error(ErrorCode.inconsistent_group_protocol)
+        group = self._group(group_id)
+        if group.protocol_type is not None and group.members and body.protocol_type != group.protocol_type:
+            return _join_error(ErrorCode.inconsistent_group_protocol)
+        protocols = [(str(p.name), bytes(p.metadata)) for p in body.protocols]
+        member_id = str(body.member_id)
+        instance_id = getattr(body, "group_instance_id", None)
+        if member_id and member_id not in group.members:
+            return _join_error(ErrorCode.unknown_member_id, member_id)
+        if not member_id:
+            member_id = f"{request.client_id or 'client'}-{uuid.uuid4()}"
+        loop = asyncio.get_running_loop()
+        member = group.members.get(member_id)
+        if member is None:
+            member = group.members[member_id] = Member(
+                member_id,
+                request.client_id or "",
+                "/127.0.0.1",
+                session_ms,
+                _ms(getattr(body, "rebalance_timeout", body.session_timeout)),
+                str(body.protocol_type),
+                protocols,
+                instance_id,
+            )
+        else:
+            member.protocols = protocols
+            member.session_timeout_ms = session_ms
+        member.last_seen = loop.time()
+        if member.join is not None and not member.join.done():
+            member.join.cancel()
+        member.join = joined = loop.create_future()
+        group.protocol_type = member.protocol_type
+        self._prepare_rebalance(group)
+        self._maybe_complete_join(group)
+        try:
+            answer: dict[str, Any] = await joined
+            return answer
+        except asyncio.CancelledError:
+            return _join_error(ErrorCode.rebalance_in_progress, member_id)
+
+    def _prepare_rebalance(self, group: Group) -> None:
+        if group.state == "PreparingRebalance":
+            return
+        for m in group.members.values():  # a member waiting in SyncGroup rejoins
+            if m.sync is not None and not m.sync.done():
+                m.sync.set_result(_sync_answer(ErrorCode.rebalance_in_progress))
+        group.state = "PreparingRebalance"
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+        loop = asyncio.get_running_loop()
+        if group.deadline is not None:
+            group.deadline.cancel()
+        group.deadline = loop.call_later(max(timeout, 0.001), self._complete_join, group, True)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state == "PreparingRebalance" and all(
+            m.join is not None and not m.join.done() for m in group.members.values()
+        ):
+            self._complete_join(group, False)
+
+    def _complete_join(self, group: Group, timed_out: bool) -> None:
+        if group.state != "PreparingRebalance":
+            return
+        if group.deadline is not None:
+            group.deadline.cancel()
+            group.deadline = None
+        for member_id, m in list(group.members.items()):
+            if m.join is None or m.join.done():  # did not rejoin in time
+                del group.members[member_id]
+        if not group.members:
+            group.state, group.leader, group.protocol = "Empty", None, None
+            group.generation += 1
+            return
+        group.generation += 1
+        group.protocol = _choose_protocol(group)
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = "CompletingRebalance"
+        everyone = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "metadata": dict(m.protocols)[group.protocol],
+            }
+            for m in group.members.values()
+        ]
+        for m in group.members.values():
+            assert m.join is not None
+            m.join.set_result(
+                {
+                    "throttle_time": 0,
+                    "error_code": ErrorCode.none,
+                    "generation_id": group.generation,
+                    "protocol_type": group.protocol_type,
+                    "protocol_name": group.protocol,
+                    "leader": group.leader,
+                    "member_id": m.member_id,
+                    "members": everyone if m.member_id == group.leader else [],
+                }
+            )
+            m.join = None
+
+    # -- SyncGroup ---------------------------------------------------------------------------------------
+
+    async def sync_group(self, ctx: Context, request: Request) -> dict[str, Any]:
+        body = request.body
+        group = self.groups.get(str(body.group_id))
+        member = None if group is None else group.members.get(str(body.member_id))
+        if group is None or member is None:
+            return _sync_answer(ErrorCode.unknown_member_id)
+        if int(body.generation_id) != group.generation:
+            return _sync_answer(ErrorCode.illegal_generation)
+        if group.state == "PreparingRebalance":
+            return _sync_answer(ErrorCode.rebalance_in_progress)
+        member.last_seen = asyncio.get_running_loop().time()
+        if group.state == "Stable":
+            return _sync_answer(ErrorCode.none, member.assignment, group)
+        if member.member_id == group.leader:
+            given = {str(a.member_id): bytes(a.assignment) for a in body.assignments}
+            for m in group.members.values():
+                m.assignment = given.get(m.member_id, b"")
+            group.state = "Stable"
+            for m in group.members.values():
+                if m.sync is not None and not m.sync.done():
+                    m.sync.set_result(_sync_answer(ErrorCode.none, m.assignment, group))
+                m.sync = None
+            return _sync_answer(ErrorCode.none, member.assignment, group)
+        member.sync = synced = asyncio.get_running_loop().create_future()
+        try:
+            synced_answer: dict[str, Any] = await synced
+            return synced_answer
+        except asyncio.CancelledError:  # the member left, or the broker is stopping
+            return _sync_answer(ErrorCode.rebalance_in_progress)
+
+    # -- Heartbeat, LeaveGroup ---------------------------------------------------------------------------
+
+    async def heartbeat(self, ctx: Context, request: Request) -> dict[str, Any]:
+        body = request.body
+        group = self.groups.get(str(body.group_id))
+        member = None if group is None else group.members.get(str(body.member_id))
+        if group is None or member is None:
+            code = ErrorCode.unknown_member_id
+        elif int(body.generation_id) != group.generation:
+            code = ErrorCode.illegal_generation
+        elif group.state == "PreparingRebalance":
+            code = ErrorCode.rebalance_in_progress
+        else:
+            code = ErrorCode.none
+        if member is not None:
+            member.last_seen = asyncio.get_running_loop().time()
+        return {"throttle_time": 0, "error_code": code}
+
+    async def leave_group(self, ctx: Context, request: Request) -> dict[str, Any]:
+        body = request.body
+        group = self.groups.get(str(body.group_id))
+        leaving = (
+            [str(m.member_id) for m in body.members] if hasattr(body, "members") else [str(body.member_id)]
+        )
+        results = []
+        for member_id in leaving:
+            if group is not None and member_id in group.members:
+                self._remove(group, member_id)
+                results.append(
+                    {"member_id": member_id, "group_instance_id": None, "error_code": ErrorCode.none}
+                )
+            else:
+                results.append(
+                    {
+                        "member_id": member_id,
+                        "group_instance_id": None,
+                        "error_code": ErrorCode.unknown_member_id,
+                    }
+                )
+        code = (
+            ErrorCode.none
+            if hasattr(body, "members") or results[0]["error_code"] == 0
+            else ErrorCode.unknown_member_id
+        )
+        return {"throttle_time": 0, "error_code": code, "members": results}
+
+    def _remove(self, group: Group, member_id: str) -> None:
+        member = group.members.pop(member_id)
+        for fut in (member.join, member.sync):
+            if fut is not None and not fut.done():
+                fut.cancel()
+        if group.members:
+            self._prepare_rebalance(group)
+            self._maybe_complete_join(group)
+        else:
+            if group.deadline is not None:
+                group.deadline.cancel()
+                group.deadline = None
+            group.state, group.leader, group.protocol = "Empty", None, None
+            group.generation += 1
+
+    async def _expire_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(_CHECK_S)
+            now = loop.time()
+            for group in list(self.groups.values()):
+                for member_id, m in list(group.members.items()):
+                    waiting = m.join is not None and not m.join.done()
+                    if not waiting and now - m.last_seen > m.session_timeout_ms / 1000:
+                        _log.info("member %s of group %r: session expired", member_id, group.group_id)
+                        self._remove(group, member_id)
+
+    # -- OffsetCommit, OffsetFetch -----------------------------------------------------------------------
+
+    async def offset_commit(self, ctx: Context, request: Request) -> dict[str, Any]:
+        body = request.body
+        group_id = str(body.group_id)
+        generation = int(getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)))
+        member_id = str(body.member_id)
+        code = self._check_commit(group_id, generation, member_id)
+        entries: list[tuple[str, int, int, str]] = []
+        if code == ErrorCode.none:
+            for t in body.topics:
+                for p in t.partitions:
+                    entries.append(
+                        (
+                            str(t.name),
+                            int(p.partition_index),
+                            int(p.committed_offset),
+                            p.committed_metadata or "",
+                        )
+                    )
+            try:
+                await ctx.run(_commit, ctx, group_id, entries, generation, member_id)
+            except PylogError as exc:
+                _log.warning("commit of group %r failed: %s", group_id, exc)
+                code = ErrorCode.kafka_storage_error
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                    ],
+                }
+                for t in body.topics
+            ],
+        }
+
+    def _check_commit(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
+        try:
+            validate_group_id(group_id)
+        except ConfigError:
+            return ErrorCode.invalid_group_id
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            if group is not None and group.members:
+                return ErrorCode.unknown_member_id  # Kafka refuses simple commits to a group with members
+            return ErrorCode.none
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        if group.state == "PreparingRebalance":
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    async def offset_fetch(self, ctx: Context, request: Request) -> dict[str, Any]:
+        body = request.body
+        group_id = str(body.group_id)
+        committed = await ctx.run(_committed, ctx, group_id)
+        if body.topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {str(t.name): [int(p) for p in t.partition_indexes] for t in body.topics}
+        topics = []
+        for topic, partitions in wanted.items():
+            parts = []
+            for p in partitions:
+                offset, metadata = committed.get((topic, p), (-1, ""))
+                parts.append(
+                    {
+                        "partition_index": p,
+                        "committed_offset": offset,
+                        "committed_leader_epoch": -1,
+                        "metadata": metadata,
+                        "error_code": ErrorCode.none,
+                    }
+                )
+            topics.append({"name": topic, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics, "error_code": ErrorCode.none}
+
+
+def _commit(
+    ctx: Context, group_id: str, entries: list[tuple[str, int, int, str]], generation: int, member_id: str
+) -> None:
+    store = GroupStore(groups_root(ctx.log), group_id)
+    try:
+        store.append_offsets(
+            entries, generation=generation, member_id=member_id, now_ms=ctx.log.clock.time_ms()
+        )
+    finally:
+        store.close()
+
+
+def _committed(ctx: Context, group_id: str) -> dict[tuple[str, int], tuple[int, str]]:
+    try:
+        offsets = ctx.log.group_offsets(group_id)
+    except (UnknownGroupError, ConfigError):
+        return {}
+    return {(tp.topic, tp.partition): (om.offset, om.metadata or "") for tp, om in offsets.items()}
+
+
+def _embedded_members(ctx: Context, group_id: str) -> list[str]:
+    """The live pylog consumers of ``group_id`` (expired ones are removed by describe_group)."""
+    try:
+        return [m.member_id for m in ctx.log.describe_group(group_id).members]
+    except (UnknownGroupError, ConfigError):
+        return []
+
+
+def _choose_protocol(group: Group) -> str:
+    members = list(group.members.values())
+    common = set.intersection(*({name for name, _ in m.protocols} for m in members))
+    leader = group.members.get(group.leader or "", members[0])
+    for name, _ in leader.protocols:
+        if name in common:
+            return name
+    return members[0].protocols[0][0]
+
+
+def _sync_answer(code: ErrorCode, assignment: bytes = b"", group: Group | None = None) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "protocol_type": None if group is None else group.protocol_type,
+        "protocol_name": None if group is None else group.protocol,
+        "assignment": assignment,
+    }
+
+
+def _join_error(code: ErrorCode, member_id: str = "") -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "generation_id": -1,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader": "",
+        "member_id": member_id,
+        "members": [],
+    }
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
