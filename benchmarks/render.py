@@ -34,6 +34,7 @@ GROUPS = {
     "latency": "End-to-end latency (producer process to consumer process)",
     "scale": "Scale: many partitions, reopen after an unclean shutdown",
     "groups": "Consumer groups at scale (settle, move, steady poll and commit, cooperative pause)",
+    "assignors": "Partition assignors at the size of Kafka's large-assignment tests (a million partitions)",
     "spark": "Spark scans",
     "spark-typed": "Spark scans of decoded values (msgpack maps to typed columns)",
 }

@@ -100,6 +100,7 @@ def case(
 def _load_all() -> None:
     # Importing the modules registers their cases; the order here is the order of the report.
     from benchmarks.cases import (  # noqa: F401
+        assignors,
         floors,
         groups,
         kafka,
