@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from pylog.broker.idempotence import Sequences
 from pylog.broker.waiting import FetchWaiters
 from pylog.log import Log
 from pylog.producer import Producer
@@ -45,6 +46,8 @@ class Context:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # one write at a time per partition from this broker, so that a Kafka batch gets consecutive offsets
     write_lock: threading.Lock = field(default_factory=threading.Lock)
+    # idempotent producers' epochs and last batches (used under write_lock)
+    sequences: Sequences = field(default_factory=Sequences)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the broker's thread pool."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from pylog.broker.context import Context
+from pylog.broker.idempotence import WRITE
 from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import InvalidBatchError, KafkaBatch, decode_batches
 from pylog.errors import (
@@ -85,18 +86,21 @@ def _produce_partition(
     if not batches:
         return ErrorCode.corrupt_message, -1, -1, "no record batch"
     for batch in batches:
-        if batch.control or batch.transactional or batch.producer_id >= 0:
-            return (
-                ErrorCode.invalid_record,
-                -1,
-                -1,
-                "idempotent and transactional producers are not served yet",
-            )
+        if batch.control or batch.transactional:
+            return ErrorCode.invalid_record, -1, -1, "transactional producers are not served yet"
     try:
         base = -1
         with ctx.write_lock:
             for batch in batches:
-                first = _write(ctx, topic, partition, batch, durable=acks == -1)
+                if batch.producer_id >= 0:
+                    verdict, first = ctx.sequences.check(topic, partition, batch)
+                    if isinstance(verdict, ErrorCode):
+                        return verdict, -1, -1, None
+                    if verdict == WRITE:
+                        first = _write(ctx, topic, partition, batch, durable=acks == -1)
+                        ctx.sequences.written(topic, partition, batch, first)
+                else:
+                    first = _write(ctx, topic, partition, batch, durable=acks == -1)
                 if base < 0:
                     base = first
         return ErrorCode.none, base, plog.log_start_offset, None

@@ -58,6 +58,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     13: (0, 4),  # LeaveGroup
     14: (0, 5),  # SyncGroup
     18: (0, 3),  # ApiVersions
+    22: (0, 4),  # InitProducerId
 }
 _SERVED_FROM: Final = {0: 3}  # versions below these are advertised but refused
 _HEAD: Final = struct.Struct(">hhi")

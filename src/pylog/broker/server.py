@@ -27,7 +27,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from pylog.broker import fetch, meta, produce
+from pylog.broker import fetch, idempotence, meta, produce
 from pylog.broker.context import Context
 from pylog.broker.groups import Coordinator
 from pylog.broker.protocol import (
@@ -51,6 +51,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     2: fetch.list_offsets,
     3: meta.metadata,
     18: meta.api_versions,
+    22: idempotence.init_producer_id,
 }
 
 
