@@ -57,8 +57,18 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     12: (0, 4),  # Heartbeat
     13: (0, 4),  # LeaveGroup
     14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 4),  # ListGroups
     18: (0, 3),  # ApiVersions
+    19: (2, 5),  # CreateTopics
+    20: (1, 5),  # DeleteTopics (6+ name topics by id)
     22: (0, 4),  # InitProducerId
+    32: (1, 4),  # DescribeConfigs
+    37: (0, 3),  # CreatePartitions
+    43: (0, 2),  # ElectLeaders (one node: ELECTION_NOT_NEEDED)
+    45: (0, 0),  # AlterPartitionReassignments (one node: INVALID_REPLICA_ASSIGNMENT)
+    46: (0, 0),  # ListPartitionReassignments (one node: none)
+    60: (0, 1),  # DescribeCluster
 }
 _SERVED_FROM: Final = {0: 3}  # versions below these are advertised but refused
 _HEAD: Final = struct.Struct(">hhi")

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from pylog.broker import fetch, idempotence, meta, produce
+from pylog.broker.admin import Admin
 from pylog.broker.context import Context
 from pylog.broker.groups import Coordinator
 from pylog.broker.protocol import (
@@ -100,6 +101,7 @@ class Server:
             12: coordinator.heartbeat,
             13: coordinator.leave_group,
             14: coordinator.sync_group,
+            **Admin(coordinator).handlers(),
         }
         try:
             server = await asyncio.start_server(self._connection, sock=self._sock, limit=1 << 16)
