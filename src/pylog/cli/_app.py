@@ -76,7 +76,22 @@ def _add_dir(parser: argparse.ArgumentParser) -> None:
         "--dir",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help=f"log directory (default: $PYLOG_DIR or {DEFAULT_DIR})",
+        help=f"log directory (default: $PYLOG_DIR or {DEFAULT_DIR}), or the URL of a log in an object store "
+        "(s3://bucket/prefix, file:///path), opened read-only",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        default=argparse.SUPPRESS,
+        help="object-store option of a tiered log or of a --dir URL (repeatable), e.g. region=eu-west-1 "
+        "endpoint=http://127.0.0.1:9000 allow_http=true",
+    )
+    parser.add_argument(
+        "--groups-dir",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="with a --dir URL: the local directory of its consumer groups (shared by the group's processes)",
     )
 
 

@@ -1,4 +1,4 @@
-"""``pylog tier URL`` and ``pylog restore URL DIR``: tiered storage from the command line.
+"""``pylog tier [URL]`` and ``pylog restore URL DIR``: tiered storage from the command line.
 
 ``tier`` uploads the sealed segments of every topic with ``remote_storage_enable`` in the log directory
 (``--dir``) to the object store at URL and prints what each partition uploaded (``Log.tier()``).
@@ -6,18 +6,20 @@
 ``restore`` rebuilds a new log directory DIR from the object store at URL and prints the offsets of every
 restored partition; DIR must not exist or be empty (see :mod:`pylog.tiered.restore`).
 
-Object-store options (an S3 endpoint, a region, credentials) are ``--option KEY=VALUE``, passed to obstore's
-``from_url``; ``allow_http``, ``timeout`` and ``connect_timeout`` go to its client options. The usual
-``AWS_*`` environment variables work too.
+Object-store options (an S3 endpoint, a region, credentials) are ``--option KEY=VALUE``
+(:func:`pylog.cli._common.store_options`), as for every command that opens a log. The usual ``AWS_*``
+environment variables work too.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+import os
+from typing import TYPE_CHECKING
 
 import pylog
-from pylog.cli._common import Output, Parents, UsageError, described, log_dir
+from pylog.cli._common import Output, Parents, UsageError, described, log_dir, store_options
+from pylog.tiered.location import read_remote_storage
 from pylog.tiered.restore import restore as restore_log
 
 if TYPE_CHECKING:
@@ -25,14 +27,14 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-_CLIENT_OPTIONS = ("allow_http", "timeout", "connect_timeout")
-
-
 _TIER_HELP = """\
 Upload to the object store at URL the sealed segments (never the active one) of every topic with
 remote_storage_enable=true, with their indexes, and publish a new manifest per partition naming them; then
 print what each partition uploaded. URL is s3://bucket/prefix or file:///path; a second run uploads only
 what is new.
+
+Without URL, the store recorded in the log directory is used. --roll first rolls the active segment of every
+tiered partition holding records, so everything written so far is uploaded (before a device shuts down).
 
 Object-store options (an S3 endpoint, a region, credentials) are --option KEY=VALUE (repeatable); the usual
 AWS_* environment variables work too. Options are never written to disk.
@@ -41,7 +43,8 @@ On disk: records URL in the log directory (the file remote_storage), so that lat
 to the same store. Nothing is deleted, locally or in the store: retention does that.
 
 Exit status: 0 done (also when no topic has remote_storage_enable); 1 the store cannot be reached or
-refused a write, or the log directory cannot be opened; 2 a usage error (an --option without '=')."""
+refused a write, URL or an --option is invalid, or the log directory cannot be opened; 2 a usage error (an
+--option without '=', no URL given and none recorded)."""
 
 _RESTORE_HELP = """\
 Rebuild a new log directory DIR from the object store at URL: the topics, their partition counts and
@@ -68,9 +71,16 @@ def register(sub: Subparsers, parents: Parents) -> None:
         **described(_TIER_HELP),
     )
     p.add_argument(
-        "url", metavar="URL", help="object store, e.g. s3://bucket/prefix or file:///mnt/shared/log"
+        "url",
+        metavar="URL",
+        nargs="?",
+        help="object store, e.g. s3://bucket/prefix or file:///mnt/shared/log (default: the one recorded)",
     )
-    _add_options(p)
+    p.add_argument(
+        "--roll",
+        action="store_true",
+        help="roll the active segment of every tiered partition holding records first: upload everything",
+    )
     p.set_defaults(func=tier)
 
     p = sub.add_parser(
@@ -86,41 +96,27 @@ def register(sub: Subparsers, parents: Parents) -> None:
         action="store_true",
         help="make an empty log when URL holds no pylog log (else that is an error: a mistyped URL)",
     )
-    _add_options(p)
-    p.set_defaults(func=restore)
-
-
-def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--option",
         action="append",
         metavar="KEY=VALUE",
         help="object-store option, e.g. endpoint=http://127.0.0.1:9000 region=us-east-1 allow_http=true",
     )
-
-
-def store_options(items: list[str] | None) -> dict[str, Any]:
-    """``["endpoint=http://h:9000", "allow_http=true"]`` -> obstore ``from_url`` keyword arguments."""
-    options: dict[str, Any] = {}
-    client: dict[str, Any] = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError(f"--option needs KEY=VALUE, got {item!r}")
-        parsed: Any = {"true": True, "false": False}.get(value.strip().lower(), value)
-        (client if key in _CLIENT_OPTIONS else options)[key] = parsed
-    if client:
-        options["client_options"] = client
-    return options
+    p.set_defaults(func=restore)
 
 
 def tier(args: argparse.Namespace) -> int:
     out = Output(args)
+    path = log_dir(args, store=True)
+    if "://" in path:
+        raise UsageError(f"tier uploads a log directory; --dir {path} is an object store")
+    if args.url is None and read_remote_storage(os.path.abspath(path)) is None:
+        raise UsageError(f"{path} records no object store: give its URL (pylog tier URL)")
     with pylog.open(
-        log_dir(args), remote_storage=args.url, remote_storage_options=store_options(args.option)
+        path, remote_storage=args.url, remote_storage_options=store_options(getattr(args, "option", None))
     ) as log:
-        results = log.tier()
+        url = log.remote_storage
+        results = log.tier(roll=args.roll)
     rows = [
         {
             "topic": r.topic,
@@ -133,7 +129,7 @@ def tier(args: argparse.Namespace) -> int:
         for r in results
     ]
     if out.json:
-        out.document({"url": args.url, "partitions": rows})
+        out.document({"url": url, "partitions": rows})
     elif not rows:
         out.line("no topic has remote_storage_enable=true: nothing to tier")
     else:
