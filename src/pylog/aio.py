@@ -180,7 +180,12 @@ def _resolve(done: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
 
 
 class AsyncConsumer:
-    """An asyncio consumer over :class:`~pylog.consumer.Consumer` (same ``*topics`` and ``**config``)."""
+    """An asyncio consumer over :class:`~pylog.consumer.Consumer` (same ``*topics`` and ``**config``).
+
+    ``getone()`` and ``async for`` take records from what one ``poll()`` returned, kept here until handed
+    out. Those not handed out yet are given back to the consumer (a ``seek`` to the first of them, per
+    partition) before any other call runs, so ``position()``, ``commit()``, ``close()``'s commit and a
+    rebalance never pass a record this object has not returned; ``getmany()`` returns them first."""
 
     def __init__(self, log: Log, *topics: str, **config: Any) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pylog-async-consumer")
@@ -208,12 +213,40 @@ class AsyncConsumer:
     async def getmany(
         self, timeout_ms: float = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """``poll()`` off the loop: ``{TopicPartition: [ConsumerRecord, ...]}``."""
+        """``poll()`` off the loop: ``{TopicPartition: [ConsumerRecord, ...]}``; the records ``getone()``
+        has kept and not returned yet come first (without a poll)."""
         await self.start()
+        if self._buffer:
+            return self._take(max_records)
         result: dict[TopicPartition, list[ConsumerRecord]] = await self._call(
             self._consumer.poll, timeout_ms, max_records
         )
         return result
+
+    def _take(self, max_records: int | None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        n = len(self._buffer) if max_records is None else min(max_records, len(self._buffer))
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for _ in range(n):
+            r = self._buffer.popleft()
+            out.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
+        return out
+
+    def _give_back(self) -> Callable[[], None]:
+        """Empty the records kept and not returned; what the consumer's thread must run first so that its
+        position is the first of them again, per partition."""
+        first: dict[TopicPartition, int] = {}
+        for r in self._buffer:
+            first.setdefault(TopicPartition(r.topic, r.partition), r.offset)
+        self._buffer.clear()
+        consumer = self._consumer
+
+        def rewind() -> None:
+            assigned = consumer.assignment()
+            for tp, offset in first.items():
+                if tp in assigned:
+                    consumer.seek(tp, offset)
+
+        return rewind
 
     async def getone(self) -> ConsumerRecord:
         """The next record, waiting as long as it takes."""
@@ -248,7 +281,16 @@ class AsyncConsumer:
 
         async def method(*args: Any, **kwargs: Any) -> Any:
             await self.start()
-            return await self._call(getattr(self._consumer, name), *args, **kwargs)
+            fn = getattr(self._consumer, name)
+            if not self._buffer:
+                return await self._call(fn, *args, **kwargs)
+            rewind = self._give_back()
+
+            def call() -> Any:
+                rewind()
+                return fn(*args, **kwargs)
+
+            return await self._call(call)
 
         method.__name__ = name
         return method
@@ -258,8 +300,16 @@ class AsyncConsumer:
         if self._closed:
             return
         if self._consumer is not None:
+            rewind, close = self._give_back(), self._consumer.close
+
+            def rewind_and_close() -> None:
+                try:
+                    rewind()
+                finally:
+                    close()
+
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self._consumer.close)
+            await loop.run_in_executor(self._executor, rewind_and_close)
         self._closed = True
         self._executor.shutdown(wait=True)
 

@@ -26,9 +26,11 @@ import contextlib
 import gc
 import math
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pylog.clock import SystemClock
@@ -69,6 +71,7 @@ __all__ = ["Consumer"]
 _T = TypeVar("_T")
 _MAX_TIMESTAMP = (1 << 63) - 1
 _GROUP_WAIT_S = 0.01  # longest doorbell wait of a group member between looks at the group
+_OFFSET = attrgetter("offset")
 
 
 class Consumer:
@@ -242,11 +245,29 @@ class Consumer:
         return tp
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
-        """Fetch from ``offset`` next (validated at the next fetch)."""
+        """Fetch from ``offset`` next (validated at the next fetch). A seek to a record the consumer still
+        holds from its last fetch of the partition (returned already, or not yet) returns it next without
+        fetching again: going back to a record to process it again costs nothing."""
         tp = self._require(partition)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidOffsetError(f"offset must be an int >= 0, got {offset!r}")
-        self._sub.seek(tp, offset)
+        if not self._seek_in_buffer(tp, offset):
+            self._sub.seek(tp, offset)
+
+    def _seek_in_buffer(self, tp: TopicPartition, offset: int) -> bool:
+        """Move the fetched buffer of ``tp`` to the record at ``offset`` when it holds it (a walk in progress
+        ends and the next one starts there). What the fetch met after the buffer (a record the "raise"
+        policy stopped at, a damaged batch) is kept: it comes again after these records."""
+        buf = self._buffers.get(tp)
+        if buf is None:
+            return False
+        recs = buf.recs
+        i = bisect_left(recs, offset, key=_OFFSET)
+        if i >= len(recs) or recs[i].offset != offset:
+            return False
+        buf.halt()
+        buf.i = i
+        return True
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         for tp in partitions or tuple(self._sub.assigned):
