@@ -7,6 +7,10 @@ it took *before* it read (so a publish between its read and its registration is 
 and it is woken at once) with one thread, :class:`FetchWaiters`, which waits on the union of the doorbells
 with ``futex_waitv`` and wakes, in the event loop, every fetch whose partitions changed.
 
+The thread also waits on a futex word of its own (the *control* word, in an anonymous shared map): a fetch
+that registers rings it, so that the thread, possibly asleep on the doorbells of other fetches, starts
+waiting on the new fetch's doorbells at once instead of after its current wait (up to :data:`MAX_WAIT_S`).
+
 Without futexes (not Linux) the doorbell thread falls back to re-checking every :data:`MAX_WAIT_S` seconds.
 
 Thread-safety: :meth:`FetchWaiters.marks` and :meth:`FetchWaiters.wait` may be called from any thread or
@@ -16,10 +20,13 @@ coroutine; the doorbell map objects are used under the lock, or by the doorbell 
 from __future__ import annotations
 
 import asyncio
+import mmap
+import struct
 import threading
 from dataclasses import dataclass, field
+from typing import cast
 
-from pylog.partition.doorbell import MAX_WAIT_S, Doorbell, Doorbells
+from pylog.partition.doorbell import MAX_WAIT_S, WAITING_AT, Doorbell, Doorbells, wake, word_address
 
 __all__ = ["FetchWaiters", "Marks"]
 
@@ -33,11 +40,36 @@ class _Waiter:
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+class _Control:
+    """The doorbell thread's own futex word (duck-typed as a :class:`Doorbell` for ``Doorbells.wait``)."""
+
+    _WORD = struct.Struct("<I")
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, 128)
+        self.address = word_address(self._map)
+
+    def mark(self) -> int:
+        return int(self._WORD.unpack_from(self._map, 8)[0])
+
+    def arm(self) -> None:
+        self._map[WAITING_AT] = 1
+
+    def ring(self) -> None:
+        self._WORD.pack_into(self._map, 8, (self.mark() + 1) & 0xFFFFFFFF)
+        if self._map[WAITING_AT]:
+            wake(self._map, self.address)
+
+    def close(self) -> None:
+        self._map.close()
+
+
 class FetchWaiters:
     """The doorbell thread of a broker: wakes waiting fetches when their partitions change."""
 
     def __init__(self) -> None:
         self._bells = Doorbells()
+        self._control = _Control()
         self._lock = threading.Condition()
         self._waiting: list[_Waiter] = []
         self._closed = False
@@ -61,6 +93,7 @@ class FetchWaiters:
         with self._lock:
             self._waiting.append(waiter)
             self._lock.notify()
+            self._control.ring()
         try:
             await asyncio.wait_for(waiter.event.wait(), timeout_s)
         except TimeoutError:
@@ -83,9 +116,11 @@ class FetchWaiters:
         with self._lock:
             self._closed = True
             self._lock.notify()
+        self._control.ring()
         self._thread.join(timeout=5)
         with self._lock:
             self._bells.close()
+            self._control.close()
 
     def _run(self) -> None:
         while True:
@@ -95,6 +130,7 @@ class FetchWaiters:
                 if self._closed:
                     return
                 waiting = list(self._waiting)
+                control = self._control.mark()  # before looking: a registration after this rings it
                 fired = [w for w in waiting if _changed(w.marks)]
                 for w in fired:
                     self._waiting.remove(w)
@@ -102,7 +138,9 @@ class FetchWaiters:
                 w.loop.call_soon_threadsafe(w.event.set)
             if fired:
                 continue
-            union: dict[int, tuple[Doorbell, int]] = {}
+            union: dict[int, tuple[Doorbell, int]] = {
+                id(self._control): (cast(Doorbell, self._control), control)
+            }
             for w in waiting:
                 for bell, mark in w.marks:
                     union.setdefault(id(bell), (bell, mark))
