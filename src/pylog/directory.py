@@ -59,6 +59,7 @@ import os
 import random
 import re
 import secrets
+import stat
 import struct
 import sys
 import threading
@@ -82,6 +83,7 @@ from pylog.errors import (
     LockError,
     LogClosedError,
     NotALogDirectoryError,
+    PermissionDeniedError,
     ReadOnlyLogError,
     StorageError,
     TopicExistsError,
@@ -101,6 +103,7 @@ __all__ = [
     "FORK_GENERATION",
     "LogDirectory",
     "abandon_logs",
+    "check_access",
     "decode_manifest",
     "repair",
     "validate_topic_name",
@@ -201,6 +204,7 @@ class LogDirectory:
             self._open_lock_fd = self._shared_fd = -1
             _OPEN_LOGS.add(self)
             return
+        check_access(self.path, "read")
         self.read_only = read_only or _not_writable(self.path)
         if self.read_only:
             self._open_read_only()
@@ -817,6 +821,34 @@ def decode_manifest(raw: bytes, path: str) -> dict[str, Any]:
 _READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
+def check_access(path: str, needed: str) -> None:
+    """Raise :class:`~pylog.errors.PermissionDeniedError` when ``path`` is a directory this process cannot
+    ``needed`` ("read": read and search it; "write": create and remove its entries). Nothing else."""
+    mode = os.R_OK | os.X_OK if needed == "read" else os.W_OK | os.X_OK
+    effective = os.access in os.supports_effective_ids
+    if not os.path.isdir(path) or os.access(path, mode, effective_ids=effective):
+        return
+    if needed == "read":
+        what = "cannot read the log directory"
+        why = "it needs read and search (r-x) permission on it"
+    else:
+        what = "cannot change the log directory"
+        why = "it needs write (w) permission on it and on its files"
+    raise PermissionDeniedError(
+        f"permission denied: {what} {path}: {_who(path)}; {why}", path=path, needed=needed
+    )
+
+
+def _who(path: str) -> str:
+    """This process's user, and the owner and mode of ``path``."""
+    try:
+        st = os.stat(path)
+        owner = f"owned by uid {st.st_uid} with mode {stat.filemode(st.st_mode)}"
+    except OSError:
+        owner = "its owner and mode unknown"
+    return f"this process runs as uid {os.geteuid()}, the directory is {owner}"
+
+
 def _not_writable(path: str) -> bool:
     """An existing directory this process cannot write (a read-only mount, another user's snapshot)."""
     return os.path.isdir(path) and not os.access(path, os.W_OK)
@@ -928,6 +960,21 @@ def repair(path: str | os.PathLike[str]) -> dict[str, list[str]]:
     root = os.path.abspath(os.fspath(path))
     if not os.path.isdir(root):
         raise NotALogDirectoryError(f"{root} is not a directory", path=root)
+    check_access(root, "read")
+    check_access(root, "write")
+    try:
+        return _repair(root)
+    except StorageError as exc:
+        if exc.errno not in _READ_ONLY_ERRNOS:
+            raise
+        raise PermissionDeniedError(
+            f"repair needs to write the files of the log directory {root}, and {exc}; {_who(root)}",
+            path=root,
+            needed="write",
+        ) from exc
+
+
+def _repair(root: str) -> dict[str, list[str]]:
     manifest_path = os.path.join(root, _MANIFEST)
     if not os.path.exists(manifest_path) and not any(_partition_dirs(root)):
         raise NotALogDirectoryError(

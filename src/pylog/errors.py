@@ -28,6 +28,7 @@ A program written for kafka-python catches pylog's errors under kafka-python's n
     ├── ForkedProcessError                       an object opened before fork() used in the child
     ├── NotALogDirectoryError (ValueError)       a path that is not (and cannot become) a pylog log directory
     ├── ReadOnlyLogError                         a write to a log opened read-only
+    ├── PermissionDeniedError (PermissionError)  the OS denied a permission pylog needs on the log
     ├── CorruptRecordError                       a stored batch fails its CRC, bounds or offset checks
     │   └── CorruptIndexError                    an index file fails its sanity check (rebuildable)
     ├── UnsupportedFormatError                   a file written by a newer/unknown format version
@@ -66,6 +67,7 @@ The same tree is mirrored in ``docs/errors.md``.
 
 from __future__ import annotations
 
+import errno
 import signal
 from typing import Any
 
@@ -103,6 +105,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "OutOfOrderSequenceNumberError",
+    "PermissionDeniedError",
     "ProducerFencedError",
     "PylogError",
     "ReadOnlyLogError",
@@ -243,6 +246,20 @@ class ReadOnlyLogError(PylogError):
     """A write (a producer, a topic change, a commit, retention) to a log opened read-only: with
     ``pylog.open(path, read_only=True)``, or because its directory cannot be written (a restored copy, a
     snapshot, a read-only mount). Reads work; open the log from a writable directory to change it."""
+
+
+class PermissionDeniedError(PylogError, PermissionError):
+    """The operating system denied this process a permission pylog needs on the log directory ``path``:
+    reading and searching it (``needed="read"``: to open the log at all), or writing it and its files
+    (``needed="write"``: to repair it). The message names the process's user and the directory's owner and
+    mode. Nothing was changed: run as a user with that permission, or grant it (a log that only needs
+    reading opens read-only from a directory this user can read but not write)."""
+
+    def __init__(self, message: str, *, path: str | None = None, needed: str = "") -> None:
+        super().__init__(message)
+        self.errno = errno.EACCES
+        self.path = path
+        self.needed = needed
 
 
 class UnknownEntryWarning(UserWarning):

@@ -15,7 +15,7 @@ from typing import Any
 from pylog.clock import Clock
 from pylog.config import TopicConfig
 from pylog.consumer import Consumer
-from pylog.directory import LogDirectory, repair, validate_topic_name
+from pylog.directory import LogDirectory, check_access, repair, validate_topic_name
 from pylog.errors import ConfigError, IllegalStateError, NotALogDirectoryError, ReadOnlyLogError
 from pylog.groups import admin
 from pylog.groups.admin import GroupDescription
@@ -222,23 +222,15 @@ class Log(LogDirectory):
 
     # -- tiered storage ---------------------------------------------------------------------------------
 
-    def tier(self, *, roll: bool = False) -> list[TierResult]:
+    def tier(self) -> list[TierResult]:
         """Copy the sealed segments of every topic with ``remote_storage_enable`` to ``remote_storage`` now,
         then publish each partition's remote manifest; one :class:`~pylog.tiered.uploader.TierResult` per
-        partition (``uploaded`` is empty when there was nothing new). With ``roll``, the active segment of
-        each of those partitions is rolled first when it holds records, so everything written so far is
-        uploaded (a device about to shut down; rolling often makes many small segments). Never deletes
-        anything: retention (:meth:`apply_retention`, or the background pass) deletes the local copies it
-        confirmed. A read-only log refuses (it publishes manifests): :class:`~pylog.errors.ReadOnlyLogError`."""
+        partition (``uploaded`` is empty when there was nothing new). Never deletes anything: retention
+        (:meth:`apply_retention`, or the background pass) deletes the local copies it confirmed. A read-only
+        log refuses (it publishes manifests): :class:`~pylog.errors.ReadOnlyLogError`."""
         self.check_writable("tier segments to the object store (it publishes remote manifests)")
         if self.remote_storage is None:
             raise IllegalStateError("tier() needs a remote_storage URL: pylog.open(path, remote_storage=...)")
-        if roll:
-            for name in self.topics():
-                topic = self.topic(name)
-                if topic.config.remote_storage_enable:
-                    for p in range(topic.num_partitions):
-                        topic.partition(p).roll()  # a no-op for an empty active segment
         if self._manager is not None:
             return self._manager.tier()
         results = []
@@ -375,4 +367,5 @@ def open_log(
 def _recorded_remote_storage(path: str | os.PathLike[str]) -> str | None:
     """The ``remote_storage`` URL recorded in an existing log directory, or None."""
     root = os.path.abspath(os.fspath(path))
+    check_access(root, "read")  # unreadable: PermissionDeniedError, not an error about a file in it
     return read_remote_storage(root) if os.path.isdir(root) else None

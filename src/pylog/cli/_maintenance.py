@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import pylog
-from pylog.cli._common import CliError, Output, Parents, UsageError, described, log_dir, open_log
+from pylog.cli._common import (
+    Output,
+    Parents,
+    UsageError,
+    check_log_dir,
+    described,
+    log_dir,
+    open_log,
+)
 from pylog.errors import CorruptRecordError
 
 if TYPE_CHECKING:
@@ -167,8 +175,7 @@ def _recovery_lines(report: dict[str, Any]) -> list[str]:
 def repair(args: argparse.Namespace) -> int:
     out = Output(args)
     path = log_dir(args)
-    if not os.path.isdir(path):
-        raise CliError(f"{path} is not a pylog log directory (no such directory)")
+    check_log_dir(path)
     # needs the directory to itself (LockError while a process has it open); a lost or damaged manifest is
     # rebuilt from the partition directories (NotALogDirectoryError when there are none)
     result = pylog.repair(path)
