@@ -17,7 +17,7 @@ Kafka's broker defaults except where an embedded log needs another one; each suc
 | ``flush_messages`` | -1 (off) | fsync after this many records |
 | ``flush_ms`` | -1 (off) | fsync when the oldest unflushed record is this old |
 | ``index_interval_bytes`` | 4096 | bytes of log between offset-index entries |
-| ``compression_type`` | ``"none"`` | ``"none"``, ``"gzip"``, ``"zstd"``, ``"lz4"`` (per batch) |
+| ``compression_type`` | ``"none"`` | ``"none"``, ``"gzip"``, ``"snappy"``, ``"zstd"``, ``"lz4"`` (per batch; snappy needs ``pylog[snappy]``) |
 | ``min_cleanable_dirty_ratio`` | 0.5 | compaction: dirty share that triggers cleaning |
 | ``delete_retention_ms`` | 1 day | compaction: how long tombstones survive |
 | ``min_compaction_lag_ms`` | 0 | compaction: records younger than this are not compacted |
@@ -51,7 +51,7 @@ from pylog.errors import ConfigError, InvalidTimestampError
 
 __all__ = ["COMPRESSION_TYPES", "TIMESTAMP_TYPES", "TopicConfig"]
 
-COMPRESSION_TYPES = ("none", "gzip", "zstd", "lz4")
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "zstd", "lz4")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 

@@ -12,7 +12,8 @@ Setting, default, allowed values::
     batch_size         262144     an int >= 1: bytes of one batch written to a partition
     key_serializer     None       None (keys given as bytes or str) or a callable returning bytes
     value_serializer   msgpack    None (values given as bytes) or a callable returning bytes
-    compression_type   None       None, "none", "gzip", "zstd", "lz4" (None: the topic's compression_type)
+    compression_type   None       None, "none", "gzip", "snappy", "zstd", "lz4" (None: the topic's
+                                  compression_type; "snappy" needs the cramjam package: pylog[snappy])
     max_queued_bytes   1048576    an int >= 1: queued bytes that make send() write them itself
                                   (never below batch_size)
     client_id          None       None or a str: the producer's name in its repr (None: "pylog-producer-N")
@@ -33,11 +34,12 @@ from typing import Any
 import msgpack
 
 from pylog.errors import ConfigError
+from pylog.record import check_codec
 
 __all__ = ["ACKS", "COMPRESSION_TYPES", "IDEMPOTENCE_SETTINGS", "ProducerConfig", "msgpack_serializer"]
 
 ACKS = (0, 1, "all")
-COMPRESSION_TYPES = (None, "none", "gzip", "zstd", "lz4")
+COMPRESSION_TYPES = (None, "none", "gzip", "snappy", "zstd", "lz4")
 #: Settings of :class:`~pylog.idempotent.IdempotentProducer`; a plain producer refuses them with a hint.
 IDEMPOTENCE_SETTINGS = (
     "enable_idempotence",
@@ -90,7 +92,11 @@ class ProducerConfig:
         if self.client_id is not None and not isinstance(self.client_id, str):
             raise _bad("client_id", self.client_id, "a str or None")
         if self.compression_type not in COMPRESSION_TYPES:
-            raise _bad("compression_type", self.compression_type, "None, 'none', 'gzip', 'zstd' or 'lz4'")
+            raise _bad(
+                "compression_type", self.compression_type, "None, 'none', 'gzip', 'snappy', 'zstd' or 'lz4'"
+            )
+        if self.compression_type is not None:
+            check_codec(self.compression_type)
         if self.key_serializer is not None and not callable(self.key_serializer):
             raise _bad("key_serializer", self.key_serializer, "a callable returning bytes, or None")
         if self.value_serializer is not None and not callable(self.value_serializer):

@@ -10,7 +10,7 @@ Batch header, 64 bytes (``HEADER``)::
     12     4    u32   crc                CRC-32C of bytes [16, batch_length): header fields after it AND payload
     16     1    u8    magic              format version, 1
     17     1    u8    reserved           0
-    18     2    i16   attributes         bits 0-2 compression (0 none, 1 gzip, 3 lz4, 4 zstd),
+    18     2    i16   attributes         bits 0-2 compression (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd),
                                          bit 3 timestamp type (0 CreateTime, 1 LogAppendTime),
                                          bit 4 transactional, bit 5 control batch
     20     4    i32   last_offset_delta  offset of the last record minus base_offset
@@ -67,7 +67,18 @@ import numpy as np
 import numpy.typing as npt
 import zstandard as _zstd
 
-from pylog.errors import CorruptRecordError, InvalidRecordError, SerializationError, UnsupportedFormatError
+try:  # snappy needs the optional cramjam package (the 'snappy' extra)
+    import cramjam as _cramjam
+except ImportError:  # pragma: no cover - exercised by patching _cramjam in the tests
+    _cramjam = None  # type: ignore[assignment]
+
+from pylog.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    SerializationError,
+    UnsupportedCodecError,
+    UnsupportedFormatError,
+)
 from pylog.structs import NO_HEADERS, Headers
 
 __all__ = [
@@ -76,6 +87,8 @@ __all__ = [
     "MAGIC",
     "BatchHeader",
     "DecodedBatch",
+    "check_codec",
+    "codec_available",
     "crc32c",
     "decode_batch",
     "decode_header",
@@ -94,7 +107,7 @@ LAYOUT_SIZE: Final = LAYOUT.size  # 8
 _CRC_START: Final = 16
 _CRC: Final = struct.Struct("<I")
 
-COMPRESSION_CODES: Final = {"none": 0, "gzip": 1, "lz4": 3, "zstd": 4}
+COMPRESSION_CODES: Final = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _CODE_NAMES: Final = {v: k for k, v in COMPRESSION_CODES.items()}
 ATTR_COMPRESSION_MASK: Final = 0x07
 ATTR_LOG_APPEND_TIME: Final = 0x08
@@ -116,9 +129,9 @@ _FMT_U: Final = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _FMT_S: Final = {1: "b", 2: "h", 4: "i"}
 
 crc32c = _crc32c.crc32c
-# the largest expansion each format can encode (deflate 1032:1, an lz4 length byte 255, a 4-byte zstd RLE block
-# 128 KiB): a payload_length beyond it is corrupt and is never allocated
-_MAX_RATIO: Final = {1: 1032, 3: 255, 4: 1 << 15}
+# the largest expansion each format can encode (deflate 1032:1, a 3-byte snappy copy 64 bytes, an lz4 length
+# byte 255, a 4-byte zstd RLE block 128 KiB): a payload_length beyond it is corrupt and is never allocated
+_MAX_RATIO: Final = {1: 1032, 2: 22, 3: 255, 4: 1 << 15}
 _ZSTD_C = _zstd.ZstdCompressor(level=3)
 _ZSTD_D = _zstd.ZstdDecompressor()
 _PACK = msgpack.Packer(use_bin_type=True).pack
@@ -538,10 +551,32 @@ def encode_columns(
     return b"".join([HEADER.pack(*fields), *body])
 
 
+def codec_available(name: str) -> bool:
+    """Whether the library of compression ``name`` (a key of :data:`COMPRESSION_CODES`) is installed."""
+    return name != "snappy" or _cramjam is not None
+
+
+def check_codec(name: str) -> None:
+    """:class:`~pylog.errors.UnsupportedCodecError` naming the extra to install if ``name``'s library is
+    missing (snappy: the cramjam package)."""
+    if not codec_available(name):
+        raise UnsupportedCodecError(
+            f"compression {name!r} needs the cramjam package, which is not installed: "
+            "pip install 'pylog[snappy]'"
+        )
+
+
+def _snappy() -> Any:
+    check_codec("snappy")
+    return _cramjam.snappy
+
+
 def _compress(code: int, payload: bytes) -> bytes:
     if code == 1:
         c = zlib.compressobj(6, zlib.DEFLATED, 31)
         return c.compress(payload) + c.flush()
+    if code == 2:  # one raw snappy block (Kafka's xerial framing is a wire detail pylog does not store)
+        return bytes(_snappy().compress_raw(payload))
     if code == 3:
         return bytes(_lz4.compress(payload, store_size=False))
     return bytes(_ZSTD_C.compress(payload))
@@ -558,13 +593,20 @@ def _decompress(code: int, body: bytes | memoryview, size: int) -> bytes:
         if code == 1:
             d = zlib.decompressobj(31)
             out = d.decompress(body, size)
+        elif code == 2:
+            snappy = _snappy()
+            if snappy.decompress_raw_len(body) != size:
+                raise CorruptRecordError(
+                    f"snappy block holds {snappy.decompress_raw_len(body)} bytes, header says {size}"
+                )
+            out = snappy.decompress_raw(body)
         elif code == 3:
             out = _lz4.decompress(body, uncompressed_size=size)
         elif code == 4:
             out = _ZSTD_D.decompress(body, max_output_size=size)
         else:
             raise CorruptRecordError(f"unknown compression code {code}")
-    except CorruptRecordError:
+    except (CorruptRecordError, UnsupportedCodecError):
         raise
     except Exception as exc:
         raise CorruptRecordError(f"batch payload does not decompress: {exc}") from exc

@@ -152,7 +152,7 @@ def test_msgpack_value_of_the_wrong_type_is_an_error_on_both_paths(spark: Any, t
             spark.conf.set(jvm.ENABLED, "true")
 
 
-@pytest.mark.parametrize("compression", ["gzip", "lz4", "zstd"])
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches(spark: Any, tmp_path: Any, compression: str) -> None:
     path = str(tmp_path / "log")
     rng = random.Random(compression)

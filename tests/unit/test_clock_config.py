@@ -157,7 +157,7 @@ def test_kafka_defaults() -> None:
         ("min_cleanable_dirty_ratio", True, 0),
         ("cleanup_policy", "compact,  delete", "compact,delete"),
         ("message_timestamp_type", "logappendtime", "LogAppendTime"),
-        ("compression_type", "snappy", "lz4"),
+        ("compression_type", "brotli", "lz4"),
         ("segment_bytes", True, 1000),
         ("segment_bytes", 1000.0, 1000),
         ("retention_ms", "1", 1),

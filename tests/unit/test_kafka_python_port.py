@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import pylog
+import pylog.record
 from pylog import errors, fs
 from pylog.future import Future
 
@@ -594,3 +595,50 @@ def test_metrics_have_kafka_pythons_shape(log: pylog.Log, clock: Any) -> None:
     assert consumer.metrics()["consumer-coordinator-metrics"]["assigned-partitions"] == 1
     assert all(isinstance(v, float) for g in consumer.metrics().values() for v in g.values())
     consumer.close()
+
+
+# -- snappy ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not pylog.record.codec_available("snappy"), reason="cramjam is not installed")
+def test_snappy_compression_round_trips(log: pylog.Log) -> None:
+    log.create_topic("t", partitions=2)
+    producer = log.producer(compression_type="snappy", value_serializer=None)
+    values = [b"value %d " % i * 20 for i in range(300)]
+    for i, v in enumerate(values):
+        producer.send("t", v, key=b"k%d" % i, headers=[("h", b"%d" % i)] if i % 3 == 0 else None)
+    producer.close()
+    plog = log.topic("t").partition(0)
+    (buf, at), *_ = plog.read_raw(0, 1 << 20)
+    header = pylog.record.decode_header(buf, at)
+    assert header.compression == "snappy" and header.batch_length < header.payload_length
+    consumer = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None)
+    got = {r.key: (r.value, r.headers) for r in consumer}
+    consumer.close()
+    assert got == {b"k%d" % i: (v, [("h", b"%d" % i)] if i % 3 == 0 else []) for i, v in enumerate(values)}
+    log.create_topic("s", compression_type="snappy")  # a topic's own compression too
+    plain = log.producer()
+    plain.send("s", {"a": 1}).get()
+    plain.close()
+    assert log.topic("s").partition(0).read(0, 1 << 20)[0].header.compression == "snappy"
+
+
+@pytest.mark.skipif(not pylog.record.codec_available("snappy"), reason="cramjam is not installed")
+def test_without_cramjam_snappy_is_an_error_naming_the_extra(
+    log: pylog.Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log.create_topic("t")
+    producer = log.producer(compression_type="snappy")
+    producer.send("t", 1).get()
+    producer.close()
+    monkeypatch.setattr(pylog.record, "_cramjam", None)
+    with pytest.raises(errors.UnsupportedCodecError, match=r"pylog\[snappy\]"):
+        log.producer(compression_type="snappy")
+    consumer = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+    with pytest.raises(errors.UnsupportedCodecError, match=r"pylog\[snappy\]"):
+        list(consumer)  # the stored batch is intact: not a CorruptRecordError
+    consumer.close()
+    monkeypatch.undo()
+    again = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+    assert [r.value for r in again] == [1]
+    again.close()

@@ -44,7 +44,7 @@ def test_acks_are_stored_in_one_form(given: Any, stored: Any) -> None:
         {"batch_size": 0},
         {"batch_size": True},
         {"max_queued_bytes": 1.5},
-        {"compression_type": "snappy"},
+        {"compression_type": "brotli"},
         {"key_serializer": "str"},
         {"value_serializer": 3},
     ],

@@ -9,6 +9,7 @@ import java.util.zip.CRC32C;
 import java.util.zip.GZIPInputStream;
 import net.jpountz.lz4.LZ4Factory;
 import net.jpountz.lz4.LZ4SafeDecompressor;
+import org.xerial.snappy.Snappy;
 
 /**
  * Record batches of pylog's on-disk format 1 ({@code docs/format.md}, owner {@code pylog/record.py}),
@@ -17,7 +18,7 @@ import net.jpountz.lz4.LZ4SafeDecompressor;
  * strictly increasing from 0 to {@code last_offset_delta}, and record lengths adding up to the payload.
  *
  * <p>Header (64 bytes, little-endian): base_offset i64 @0, batch_length i32 @8, crc u32 @12, magic u8 @16,
- * attributes i16 @18 (bits 0-2 compression: 1 gzip, 3 lz4 block, 4 zstd; bit 3 LogAppendTime),
+ * attributes i16 @18 (bits 0-2 compression: 1 gzip, 2 snappy block, 3 lz4 block, 4 zstd; bit 3 LogAppendTime),
  * last_offset_delta i32 @20, base_timestamp i64 @24, max_timestamp i64 @32, record_count i32 @56,
  * payload_length i32 @60. Payload: widths (ts, delta, key, value, header) in bytes 0-4, then the timestamp
  * deltas, offset deltas, key lengths, value lengths, header lengths, key bytes, value bytes, header bytes.
@@ -161,7 +162,7 @@ final class BatchDecoder {
   }
 
   private static byte[] decompress(int code, ByteBuffer seg, int at, int len, int size) {
-    long maxRatio = code == 1 ? 1032 : code == 3 ? 255 : code == 4 ? (1 << 15) : -1;
+    long maxRatio = code == 1 ? 1032 : code == 2 ? 22 : code == 3 ? 255 : code == 4 ? (1 << 15) : -1;
     if (maxRatio < 0) {
       throw new PylogReadException("unknown compression code " + code);
     }
@@ -180,6 +181,12 @@ final class BatchDecoder {
             throw new PylogReadException("decompressed payload is longer than the header says");
           }
         }
+      } else if (code == 2) {
+        if (Snappy.uncompressedLength(body, 0, len) != size) {
+          throw new PylogReadException("snappy block length differs from the header's payload length");
+        }
+        out = new byte[size];
+        Snappy.uncompress(body, 0, len, out, 0);
       } else if (code == 3) {
         out = new byte[size];
         int n = LZ4.decompress(body, 0, len, out, 0, size);
