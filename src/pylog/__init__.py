@@ -22,6 +22,7 @@ from pylog.groups.listener import ConsumerRebalanceListener
 from pylog.log import Log, open_log, repair
 from pylog.producer import BatchFuture, BatchResult, FutureRecordMetadata, Producer
 from pylog.structs import (
+    ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
     OffsetAndTimestamp,
@@ -39,6 +40,7 @@ __all__ = [
     "BatchResult",
     "Clock",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "FutureRecordMetadata",

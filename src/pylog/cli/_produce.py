@@ -124,7 +124,9 @@ def register(sub: Subparsers, parents: Parents) -> None:
         "--acks", choices=["0", "1", "all", "-1"], default="1", help="0, 1 (default) or all (fsync)"
     )
     p.add_argument(
-        "--compression", choices=["none", "gzip", "zstd", "lz4"], help="batch compression (default: topic's)"
+        "--compression",
+        choices=["none", "gzip", "snappy", "zstd", "lz4"],
+        help="batch compression (default: topic's; snappy needs pylog[snappy])",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar for --file")
     p.set_defaults(func=produce)
