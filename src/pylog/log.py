@@ -222,15 +222,23 @@ class Log(LogDirectory):
 
     # -- tiered storage ---------------------------------------------------------------------------------
 
-    def tier(self) -> list[TierResult]:
+    def tier(self, *, roll: bool = False) -> list[TierResult]:
         """Copy the sealed segments of every topic with ``remote_storage_enable`` to ``remote_storage`` now,
         then publish each partition's remote manifest; one :class:`~pylog.tiered.uploader.TierResult` per
-        partition (``uploaded`` is empty when there was nothing new). Never deletes anything: retention
-        (:meth:`apply_retention`, or the background pass) deletes the local copies it confirmed. A read-only
-        log refuses (it publishes manifests): :class:`~pylog.errors.ReadOnlyLogError`."""
+        partition (``uploaded`` is empty when there was nothing new). With ``roll``, the active segment of
+        each of those partitions is rolled first when it holds records, so everything written so far is
+        uploaded (a device about to shut down; rolling often makes many small segments). Never deletes
+        anything: retention (:meth:`apply_retention`, or the background pass) deletes the local copies it
+        confirmed. A read-only log refuses (it publishes manifests): :class:`~pylog.errors.ReadOnlyLogError`."""
         self.check_writable("tier segments to the object store (it publishes remote manifests)")
         if self.remote_storage is None:
             raise IllegalStateError("tier() needs a remote_storage URL: pylog.open(path, remote_storage=...)")
+        if roll:
+            for name in self.topics():
+                topic = self.topic(name)
+                if topic.config.remote_storage_enable:
+                    for p in range(topic.num_partitions):
+                        topic.partition(p).roll()  # a no-op for an empty active segment
         if self._manager is not None:
             return self._manager.tier()
         results = []

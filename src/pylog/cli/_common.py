@@ -64,6 +64,7 @@ __all__ = [
     "parse_datetime_ms",
     "parse_headers",
     "parse_value",
+    "store_options",
     "want_json",
 ]
 
@@ -99,10 +100,36 @@ class Parents(NamedTuple):
 # -- the log directory ------------------------------------------------------------------------------------
 
 
-def log_dir(args: argparse.Namespace) -> str:
-    """``--dir``, else ``$PYLOG_DIR``, else ``./pylog-data``."""
+def log_dir(args: argparse.Namespace, *, store: bool = False) -> str:
+    """``--dir``, else ``$PYLOG_DIR``, else ``./pylog-data``. Unless ``store`` (the command opens the log and
+    hands it the object-store options), ``--option`` and ``--groups-dir`` are refused: nothing would use them."""
+    if not store:
+        for flag, name in (("--option", "option"), ("--groups-dir", "groups_dir")):
+            if getattr(args, name, None):
+                raise UsageError(f"{flag} is for the commands that open a log (this one does not use it)")
     path: str | None = getattr(args, "dir", None)
     return path or os.environ.get("PYLOG_DIR") or DEFAULT_DIR
+
+
+_CLIENT_OPTIONS = ("allow_http", "timeout", "connect_timeout")
+
+
+def store_options(items: Iterable[str] | None) -> dict[str, Any]:
+    """``--option`` values (``["endpoint=http://h:9000", "allow_http=true"]``) as ``remote_storage_options``
+    (obstore ``from_url`` keyword arguments; ``allow_http``, ``timeout`` and ``connect_timeout`` go to its
+    client options)."""
+    options: dict[str, Any] = {}
+    client: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--option needs KEY=VALUE, got {item!r}")
+        parsed: Any = {"true": True, "false": False}.get(value.strip().lower(), value)
+        (client if key in _CLIENT_OPTIONS else options)[key] = parsed
+    if client:
+        options["client_options"] = client
+    return options
 
 
 def check_log_dir(path: str) -> None:
@@ -117,14 +144,32 @@ def check_log_dir(path: str) -> None:
 @contextlib.contextmanager
 def open_log(args: argparse.Namespace, *, create: bool = False) -> Iterator[Log]:
     """Open the log directory; unless ``create``, it must already be a pylog directory (so a mistyped
-    ``--dir`` is an error instead of a new empty log)."""
-    path = log_dir(args)
+    ``--dir`` is an error instead of a new empty log). ``--option KEY=VALUE`` are the options of its object
+    store (a tiered log's, or the store itself); a ``--dir`` that is an object-store URL opens the log there
+    read-only, its consumer groups in ``--groups-dir``."""
+    path = log_dir(args, store=True)
+    options = store_options(getattr(args, "option", None))
+    groups_dir = getattr(args, "groups_dir", None)
+    if "://" in path:
+        if create:
+            raise CliError(
+                f"{path} is an object store: a log there is read-only (pylog restore makes a directory)"
+            )
+        with pylog.open(path, read_only=True, remote_storage_options=options, groups_dir=groups_dir) as log:
+            yield log
+        return
+    if groups_dir:
+        raise UsageError(
+            "--groups-dir is for a --dir that is an object-store URL (a log directory keeps its groups)"
+        )
     if not create:
         check_log_dir(path)
         readable = os.access(path, os.R_OK | os.X_OK)  # if not, pylog.open says so (PermissionDeniedError)
         if readable and not any(os.path.exists(os.path.join(path, name)) for name in ("manifest", ".lock")):
             raise CliError(f"{path} is not a pylog log directory (no manifest)")
-    with pylog.open(path) as log:
+    with pylog.open(path, remote_storage_options=options) as log:
+        if options and log.remote_storage is None:
+            raise UsageError(f"--option is for a log with an object store; {path} has none (pylog tier URL)")
         yield log
 
 
