@@ -383,9 +383,10 @@ def test_sigkill_of_a_background_pass_never_loses_a_record_not_past_retention(tm
     hour, day = 3600 * 1000, 24 * 3600 * 1000
     t0 = 1_700_000_000_000
     base_root, base_remote = tmp_path / "log", tmp_path / "remote"
+    clock = ManualClock(t0)
     with pylog.open(
         base_root,
-        clock=ManualClock(t0),
+        clock=clock,
         remote_storage=base_remote.as_uri(),
         remote_log_manager_task_interval_ms=-1,
     ) as log:
@@ -401,6 +402,7 @@ def test_sigkill_of_a_background_pass_never_loses_a_record_not_past_retention(tm
                 p.flush()
                 log.topic("t").partition(0).roll()
                 log.tier()  # a baseline: the old records are remote, and still local
+                clock.advance(12 * hour)  # the young records are written twelve hours later
         p.flush()
         p.close()
         model = {f.get().offset: (b"k%d" % i, b"v%d" % i + bytes(i % 61)) for f, i in futs}
