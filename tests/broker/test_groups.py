@@ -16,6 +16,7 @@ from kafka_support import WAIT_S, wait_until
 
 import pylog
 from pylog.broker.broker import Broker
+from pylog.errors import ConfigError
 
 
 def _produce(bootstrap: str, topic: str, n: int) -> None:
@@ -156,3 +157,24 @@ def test_a_group_mixing_pylog_consumers_and_kafka_clients_is_refused(broker: Bro
     assert kafka.assignment() == []
     kafka.close()
     embedded.close()
+
+
+def test_a_pylog_consumer_cannot_join_a_group_of_kafka_clients(broker: Broker) -> None:
+    broker.log.create_topic("work", partitions=1)
+    kafka = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "kafka-only"})
+    kafka.subscribe(["work"])
+    wait_until(lambda: kafka.poll(0.1) is None and bool(kafka.assignment()), "the Kafka member's assignment")
+    with pytest.raises(ConfigError, match="'kafka-only' has Kafka clients"):
+        broker.log.consumer("work", group_id="kafka-only")  # refused when it subscribes
+    assert broker.log.describe_group("kafka-only").members == []
+    kafka.close()  # the last Kafka member leaves: pylog consumers may use the group again
+
+    def joins() -> bool:
+        try:
+            c = broker.log.consumer("work", group_id="kafka-only")
+        except ConfigError:
+            return False
+        c.close()
+        return True
+
+    wait_until(joins, "a pylog consumer to join after the Kafka member left")

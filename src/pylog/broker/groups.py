@@ -22,9 +22,12 @@ The protocol, as Kafka's ``GroupCoordinator`` runs it (simplified to one node):
 - OffsetCommit checks the member and generation (a commit with generation -1 and no member id is a
   "simple" commit of a consumer that uses ``assign()``); OffsetFetch reads the committed offsets.
 
-Mixed groups: a group whose pylog state has live embedded members (pylog consumers with that ``group_id``)
-is refused to Kafka clients with INCONSISTENT_GROUP_PROTOCOL, and the broker logs why, naming the group:
-the two kinds of members cannot share partitions without reading some twice.
+Mixed groups: a group's members are either pylog consumers or Kafka clients, never both (two coordinators
+would each hand out every partition, and records would be read twice). A Kafka client joining a group with
+live pylog consumers is refused with INCONSISTENT_GROUP_PROTOCOL, and the broker logs why, naming the group;
+while a group has Kafka members the broker holds the group's ``kafka.lock`` (taken under the group's lock,
+after checking that no pylog consumer is a member), and a pylog consumer joining it is refused with
+:class:`~pylog.errors.ConfigError` naming the group (:meth:`pylog.groups.store.GroupStore.kafka_clients`).
 
 Thread-safety: the groups' state is used by the event loop alone; committed offsets are read and written in
 the context's thread pool.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +90,8 @@ class Coordinator:
         self.groups: dict[str, Group] = {}
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
+        # group id -> descriptor holding the group's kafka.lock while Kafka clients are its members
+        self._claims: dict[str, int] = {}
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -98,6 +104,15 @@ class Coordinator:
     def close(self) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
+        for fd in self._claims.values():
+            os.close(fd)
+        self._claims.clear()
+
+    def _release(self, group: Group) -> None:
+        """The group has no Kafka member left: pylog consumers may join it again."""
+        fd = self._claims.pop(group.group_id, None)
+        if fd is not None:
+            os.close(fd)
 
     # -- FindCoordinator ----------------------------------------------------------------------------------
 
@@ -123,16 +138,21 @@ class Coordinator:
         session_ms = _ms(body.session_timeout)
         if not 1000 <= session_ms <= 30 * 60_000:
             return _join_error(ErrorCode.invalid_session_timeout)
-        embedded = await ctx.run(_embedded_members, ctx, group_id)
-        if embedded:
-            _log.warning(
-                "refusing a Kafka client in consumer group %r: it has %d live pylog consumer(s) (%s); a group's "
-                "members are either pylog consumers or Kafka clients",
-                group_id,
-                len(embedded),
-                ", ".join(embedded[:3]),
-            )
-            return _join_error(ErrorCode.inconsistent_group_protocol)
+        if group_id not in self._claims:
+            fd, embedded = await ctx.run(_claim, ctx, group_id)
+            if fd is None:
+                _log.warning(
+                    "refusing a Kafka client in consumer group %r: it has %d live pylog consumer(s) (%s); a "
+                    "group's members are either pylog consumers or Kafka clients",
+                    group_id,
+                    len(embedded),
+                    ", ".join(embedded[:3]),
+                )
+                return _join_error(ErrorCode.inconsistent_group_protocol)
+            if group_id in self._claims:  # claimed meanwhile by another join of the group
+                os.close(fd)
+            else:
+                self._claims[group_id] = fd
         group = self._group(group_id)
         if group.protocol_type is not None and group.members and body.protocol_type != group.protocol_type:
             return _join_error(ErrorCode.inconsistent_group_protocol)
@@ -140,6 +160,8 @@ class Coordinator:
         member_id = str(body.member_id)
         instance_id = getattr(body, "group_instance_id", None)
         if member_id and member_id not in group.members:
+            if not group.members:
+                self._release(group)  # claimed for this join, which failed: no Kafka member
             return _join_error(ErrorCode.unknown_member_id, member_id)
         if not member_id:
             member_id = f"{request.client_id or 'client'}-{uuid.uuid4()}"
@@ -203,6 +225,7 @@ class Coordinator:
         if not group.members:
             group.state, group.leader, group.protocol = "Empty", None, None
             group.generation += 1
+            self._release(group)
             return
         group.generation += 1
         group.protocol = _choose_protocol(group)
@@ -325,6 +348,7 @@ class Coordinator:
                 group.deadline = None
             group.state, group.leader, group.protocol = "Empty", None, None
             group.generation += 1
+            self._release(group)
 
     async def _expire_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -442,12 +466,26 @@ def _committed(ctx: Context, group_id: str) -> dict[tuple[str, int], tuple[int, 
     return {(tp.topic, tp.partition): (om.offset, om.metadata or "") for tp, om in offsets.items()}
 
 
-def _embedded_members(ctx: Context, group_id: str) -> list[str]:
-    """The live pylog consumers of ``group_id`` (expired ones are removed by describe_group)."""
+def _claim(ctx: Context, group_id: str) -> tuple[int | None, list[str]]:
+    """Take the group's ``kafka.lock`` for the broker's Kafka members (pylog consumers then refuse to join),
+    under the group's lock and only if it has no live pylog consumer: (descriptor, []), or (None, the live
+    pylog consumers' member ids)."""
     try:
-        return [m.member_id for m in ctx.log.describe_group(group_id).members]
+        live = [m.member_id for m in ctx.log.describe_group(group_id).members]  # expires dead members first
     except (UnknownGroupError, ConfigError):
-        return []
+        live = []
+    if live:
+        return None, live
+    store = GroupStore(groups_root(ctx.log), group_id)
+    try:
+        with store.lock():
+            members = list(store.state_view()["members"])
+            if members:
+                return None, members
+            fd = store.hold_kafka_lock()
+            return fd, [] if fd is not None else ["another broker"]
+    finally:
+        store.close()
 
 
 def _choose_protocol(group: Group) -> str:

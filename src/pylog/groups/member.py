@@ -187,6 +187,11 @@ class GroupMember:
         """Enter the group (under the lock): a static member takes its old entry back, others start a rebalance
         and join it at once (a new member owns nothing, so it has nothing to report first)."""
         now = self.clock.time_ms()
+        if self.store.kafka_clients():
+            raise ConfigError(
+                f"group {self.group_id!r} has Kafka clients as members (through pylog serve); a group's members "
+                "are either pylog consumers or Kafka clients: use another group_id"
+            )
         others = [m for mid, m in state["members"].items() if mid != self.member_id]
         if others and any(m["assignor"] != self.assignor.name for m in others):
             theirs = sorted({m["assignor"] for m in others})

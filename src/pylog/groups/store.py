@@ -14,6 +14,8 @@ Layout, one directory per group under the log root (or, for a log read from an o
             offsets.log       committed offsets: an append-only log, compacted by rewriting (format below)
             members/<id>.lock held (flock, exclusive) by a live dynamic member: a member whose lock can be
                               taken by someone else has died, and is removed without waiting for its session
+            kafka.lock        held (flock, exclusive) by pylog's broker while Kafka clients are members of
+                              the group (:mod:`pylog.broker.groups`): pylog consumers may not join then
 
 ``state`` (format 2)::
 
@@ -385,6 +387,31 @@ class GroupStore:
         fd = fs.FS.open(self.member_lock_path(member_id), os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
+
+    def hold_kafka_lock(self) -> int | None:
+        """Take the group's ``kafka.lock`` (pylog's broker, while Kafka clients are members): the descriptor
+        that keeps it held, or None when another broker holds it. Call under :meth:`lock`."""
+        fd = fs.FS.open(os.path.join(self.directory, "kafka.lock"), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fs.FS.close(fd)
+            return None
+        return fd
+
+    def kafka_clients(self) -> bool:
+        """True while pylog's broker has Kafka clients as members of this group (it holds ``kafka.lock``)."""
+        try:
+            fd = os.open(os.path.join(self.directory, "kafka.lock"), os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     def member_is_dead(self, member_id: str) -> bool:
         """True when nobody holds the member's liveness lock (its process died or it closed uncleanly)."""
