@@ -31,13 +31,14 @@ import argparse
 import contextlib
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pylog.cli._common import (
     CliError,
+    Interrupted,
     Parents,
     Unavailable,
     UsageError,
@@ -139,37 +140,59 @@ def _check_args(args: argparse.Namespace) -> None:
 def consume(args: argparse.Namespace) -> int:
     _check_args(args)
     printer = _Printer(args, sys.stdout)
-    with open_log(args) as log, _stop_on_sigterm():
+    with open_log(args) as log, _Signals() as signals:
         log.topic(args.topic)
         consumer = _consumer(log, args)
         try:
-            _loop(consumer, args, printer)
-        except KeyboardInterrupt:
-            pass
-        except CorruptRecordError as exc:  # what was printed is what the group commits (see _loop)
+            _loop(consumer, args, printer, signals)
+        except KeyboardInterrupt:  # a second signal, while printing or closing
+            signals.signum = signals.signum or signal.SIGINT
+        except CorruptRecordError as exc:  # the records before it were printed, and are what --group commits
             hint = "" if "pylog verify" in str(exc) else " (run 'pylog verify' for a report)"
             raise CliError(f"reading {args.topic}: {exc}{hint}") from exc
         finally:
             with contextlib.suppress(BrokenPipeError):
                 sys.stdout.flush()
+            printer.give_back(consumer)
             consumer.close()
+    if signals.signum is not None:
+        name = signal.Signals(signals.signum).name
+        committed = " (the group's offsets are those of the records printed)" if args.group else ""
+        raise Interrupted(f"interrupted by {name} after {printer.count} records{committed}", signals.signum)
     if sys.stderr.isatty():
         note(f"Processed a total of {printer.count} messages")
     return 0
 
 
-@contextlib.contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    """SIGTERM stops the consumer like Ctrl-C, so the log is closed cleanly and the group commits."""
+class _Signals:
+    """SIGINT (Ctrl-C) and SIGTERM during ``consume``: stop after the record being printed.
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+    The first signal is only noted: the loop stops before the next record (a poll waits at most 200 ms), so
+    no read, write or commit is cut short; the consumer is closed cleanly (a group commits the records
+    printed, see :meth:`_Printer.give_back`) and the command exits 130 (143 for SIGTERM). A second signal
+    raises KeyboardInterrupt wherever it lands (stdout blocked by a reader that stopped reading). Installed
+    only in the main thread (Python delivers signals there); a signal ignored (``nohup``) stays ignored."""
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
 
 
 def _consumer(log: Log, args: argparse.Namespace) -> Any:
@@ -207,22 +230,19 @@ def _seek(consumer: Any, tp: TopicPartition, where: str) -> None:
     consumer.seek(tp, offset)
 
 
-def _loop(consumer: Any, args: argparse.Namespace, printer: _Printer) -> None:
+def _loop(consumer: Any, args: argparse.Namespace, printer: _Printer, signals: _Signals) -> None:
     if args.timeout_ms is not None:
         idle_limit = float(args.timeout_ms)
     else:
         idle_limit = float("inf") if args.follow else 0.0
     remaining = args.max_messages
     last_record = time.monotonic()
-    while remaining is None or remaining > 0:
+    while (remaining is None or remaining > 0) and signals.signum is None:
         idle = (time.monotonic() - last_record) * 1000
         wait = max(0.0, min(200.0, idle_limit - idle))
         got = consumer.poll(timeout_ms=wait, max_records=min(500, remaining or 500))
         if got:
-            for records in got.values():
-                for record in records:
-                    printer.emit(record)
-            sys.stdout.flush()
+            printer.emit_all(got, signals)
             if remaining is not None:
                 remaining -= sum(len(r) for r in got.values())
             last_record = time.monotonic()
@@ -244,7 +264,8 @@ def _caught_up(consumer: Any) -> bool:
 
 
 class _Printer:
-    """Writes records as text lines or JSON lines."""
+    """Writes records as text lines or JSON lines, and knows which records a poll returned that are not
+    printed yet (:attr:`unprinted`), so that a consumer stopped in the middle gives them back."""
 
     def __init__(self, args: argparse.Namespace, stream: TextIO) -> None:
         self.args = args
@@ -253,6 +274,32 @@ class _Printer:
         self.value_format: str = args.value_format
         self.key_format: str = args.key_format
         self.count = 0
+        #: per partition, the offset of the first record returned by the last poll and not printed yet
+        self.unprinted: dict[TopicPartition, int] = {}
+
+    def emit_all(self, got: dict[TopicPartition, list[ConsumerRecord]], signals: _Signals) -> None:
+        """Print the records of one poll and flush; a signal stops it before the next record. Until the
+        flush returns, the whole poll counts as not printed (output buffered but not written when the
+        writing fails), so an error or a second signal meanwhile gives back more, never less."""
+        self.unprinted = {tp: recs[0].offset for tp, recs in got.items() if recs}
+        rest: dict[TopicPartition, int] = {}
+        for tp, records in got.items():
+            for record in records:
+                if signals.signum is not None:
+                    rest[tp] = record.offset
+                    break
+                self.emit(record)
+        self.stream.flush()
+        self.unprinted = rest
+
+    def give_back(self, consumer: Any) -> None:
+        """Move the consumer back to the first record not printed, per partition, so that what it commits
+        (``--group``, on close) is exactly what was printed."""
+        assigned = consumer.assignment()
+        for tp, offset in self.unprinted.items():
+            if tp in assigned:
+                consumer.seek(tp, offset)
+        self.unprinted = {}
 
     def emit(self, r: ConsumerRecord) -> None:
         try:
