@@ -6,9 +6,10 @@ deserializer cannot decode:
 * ``"raise"`` (default, like kafka-python): records before it are returned; then ``poll()`` raises
   :class:`~pylog.errors.DeserializationError` naming the partition and offset, again on every poll until the
   application seeks past it (``consumer.seek(err.topic_partition, err.offset + 1)``);
-* ``"skip"``: the record is skipped and counted (``consumer.metrics()["records_skipped"]``);
+* ``"skip"``: the record is skipped and counted (``records-skipped-total`` in the
+  ``consumer-deserialization-metrics`` group of ``consumer.metrics()``);
 * ``"dead_letter"``: the record's stored bytes are appended to ``dead_letter_topic`` with the error in its
-  headers, and counted (``records_dead_lettered``).
+  headers, and counted (``records-dead-lettered-total``).
 
 For errors in the application's own processing, ``consumer.dead_letter(record, error)`` sends a record it has
 already received to the dead-letter topic the same way.

@@ -68,12 +68,12 @@ def test_skip_and_dead_letter_deliver_exactly_the_good_records(
         c = _consumer(log, on_deserialization_error=policy, **extra)
         got = [r.value["i"] for r in c]
         assert got == [i for i in range(40) if i not in bad]
-        metrics = c.metrics()
+        metrics = c.metrics()["consumer-deserialization-metrics"]
         if policy == "skip":
-            assert metrics == {"records_skipped": len(bad), "records_dead_lettered": 0}
+            assert metrics == {"records-skipped-total": len(bad), "records-dead-lettered-total": 0}
             assert not log.has_topic("t.dlq")
         else:
-            assert metrics == {"records_skipped": 0, "records_dead_lettered": len(bad)}
+            assert metrics == {"records-skipped-total": 0, "records-dead-lettered-total": len(bad)}
             if bad:
                 _check_dead_letters(log, bad)
         c.close()
@@ -109,7 +109,7 @@ def test_processing_errors_go_to_the_dead_letter_topic(log: pylog.Log) -> None:
             total += 100 // rec.value["qty"]
         except ZeroDivisionError as exc:
             c.dead_letter(rec, exc)
-    assert c.metrics()["records_dead_lettered"] == 4
+    assert c.metrics()["consumer-deserialization-metrics"]["records-dead-lettered-total"] == 4
     dlq = log.consumer("orders.dlq", auto_offset_reset="earliest", consumer_timeout_ms=0)
     letters = list(dlq)
     assert [r.value for r in letters] == [{"qty": 0}] * 4  # the stored msgpack bytes, decoded again
@@ -147,4 +147,4 @@ def test_key_deserializer_errors_follow_the_policy(log: pylog.Log) -> None:
     )
     c.assign([TP])
     assert [r.key for r in c] == [1, 2, 4]
-    assert c.metrics()["records_skipped"] == 1
+    assert c.metrics()["consumer-deserialization-metrics"]["records-skipped-total"] == 1
