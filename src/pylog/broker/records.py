@@ -175,53 +175,81 @@ def _decode_one(buf: memoryview, pos: int) -> KafkaBatch:
 def _records(
     raw: bytes, count: int, base_ts: int
 ) -> tuple[list[int], list[bytes | None], list[bytes | None], list[list[Header]] | None]:
+    """The records of a batch, as columns. The hot loop of produce: one-byte varints (most lengths and
+    deltas) are read through a table, longer ones by :func:`_varint`."""
     timestamps: list[int] = []
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     headers: list[list[Header]] = []
     any_headers = False
+    one = _ONE_BYTE
+    varint = _varint
     pos = 0
     end = len(raw)
     try:
         for i in range(count):
-            length, pos = _varint(raw, pos)
+            b = raw[pos]
+            length, pos = (one[b], pos + 1) if b < 0x80 else varint(raw, pos)
             stop = pos + length
             if stop > end:
                 raise InvalidBatchError(f"record {i} of {length} bytes runs past the batch")
-            pos += 1  # attributes
-            ts_delta, pos = _varint(raw, pos)
-            offset_delta, pos = _varint(raw, pos)
+            b = raw[pos + 1]  # after the attributes byte
+            ts_delta, pos = (one[b], pos + 2) if b < 0x80 else varint(raw, pos + 1)
+            b = raw[pos]
+            offset_delta, pos = (one[b], pos + 1) if b < 0x80 else varint(raw, pos)
             if offset_delta != i:
                 raise InvalidBatchError(f"record {i} has offset delta {offset_delta}")
-            n, pos = _varint(raw, pos)
-            key = None if n < 0 else raw[pos : pos + n]
-            pos += max(n, 0)
-            n, pos = _varint(raw, pos)
-            value = None if n < 0 else raw[pos : pos + n]
-            pos += max(n, 0)
-            n, pos = _varint(raw, pos)
-            pairs: list[Header] = []
-            for _ in range(n):
-                kn, pos = _varint(raw, pos)
-                hkey = raw[pos : pos + kn].decode()
-                pos += kn
-                vn, pos = _varint(raw, pos)
-                pairs.append((hkey, None if vn < 0 else raw[pos : pos + vn]))
-                pos += max(vn, 0)
+            b = raw[pos]
+            n, pos = (one[b], pos + 1) if b < 0x80 else varint(raw, pos)
+            if n < 0:
+                keys.append(None)
+            else:
+                keys.append(raw[pos : pos + n])
+                pos += n
+            b = raw[pos]
+            n, pos = (one[b], pos + 1) if b < 0x80 else varint(raw, pos)
+            if n < 0:
+                values.append(None)
+            else:
+                values.append(raw[pos : pos + n])
+                pos += n
+            if raw[pos] == 0:  # no headers (the usual case)
+                pos += 1
+                headers.append([])
+            else:
+                pairs, pos = _headers(raw, pos)
+                headers.append(pairs)
+                any_headers = True
             if pos != stop:
                 raise InvalidBatchError(
                     f"record {i} is {length} bytes long but its fields are {pos - stop + length}"
                 )
             timestamps.append(base_ts + ts_delta)
-            keys.append(key)
-            values.append(value)
-            headers.append(pairs)
-            any_headers = any_headers or bool(pairs)
     except (IndexError, UnicodeDecodeError) as exc:
         raise InvalidBatchError(f"malformed record: {exc}") from exc
     if pos != end:
         raise InvalidBatchError(f"{end - pos} bytes after the batch's {count} records")
     return timestamps, keys, values, headers if any_headers else None
+
+
+def _headers(raw: bytes, pos: int) -> tuple[list[Header], int]:
+    n, pos = _varint(raw, pos)
+    if n < 0:
+        raise InvalidBatchError(f"header count {n}")
+    pairs: list[Header] = []
+    for _ in range(n):
+        kn, pos = _varint(raw, pos)
+        if kn < 0:
+            raise InvalidBatchError("a null header key")
+        key = raw[pos : pos + kn].decode()
+        pos += kn
+        vn, pos = _varint(raw, pos)
+        pairs.append((key, None if vn < 0 else raw[pos : pos + vn]))
+        pos += max(vn, 0)
+    return pairs, pos
+
+
+_ONE_BYTE: Final = [(b >> 1) ^ -(b & 1) for b in range(0x80)]  # zigzag value of a one-byte varint
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
