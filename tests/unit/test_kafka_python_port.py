@@ -642,3 +642,95 @@ def test_without_cramjam_snappy_is_an_error_naming_the_extra(
     again = log.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
     assert [r.value for r in again] == [1]
     again.close()
+
+
+# -- the ported worker as a whole ---------------------------------------------------------------------------
+
+
+def test_the_ported_worker_runs_with_its_kafka_python_idioms(log: pylog.Log) -> None:
+    """The program of the port report (a group worker with a listener committing on revoke, pause/resume,
+    seek_to_beginning, end_offsets, offsets_for_times, commit_async; a producer with callbacks, headers,
+    compression and serializers), with only its imports and constructor lines changed."""
+    import json
+
+    from pylog import ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
+    from pylog.errors import KafkaError, KafkaTimeoutError
+
+    log.create_topic("orders", partitions=2)
+    producer = log.producer(
+        client_id="worker",
+        compression_type="gzip",
+        key_serializer=str.encode,
+        value_serializer=lambda v: json.dumps(v).encode(),
+    )
+    acked: list[Any] = []
+    futures = []
+    for i in range(20):
+        fut = producer.send(
+            "orders", {"n": i}, key=str(i % 4), headers=[("src", b"web")], timestamp_ms=1000 + i
+        )
+        futures.append(fut.add_callback(acked.append).add_errback(lambda e: pytest.fail(str(e))))
+    producer.flush(timeout=10)
+    assert all(f.is_done and f.exception is None and f.succeeded() for f in futures)
+    assert sorted(m.offset for m in acked) == sorted(f.value.offset for f in futures)
+    topic, partition, tp0, offset, *_ = futures[0].get(timeout=10)
+    assert (topic, tp0, offset) == ("orders", TopicPartition("orders", partition), futures[0].value.offset)
+    producer.close()
+
+    committed_on_revoke: list[Any] = []
+
+    class CommitOnRevoke(ConsumerRebalanceListener):
+        def __init__(self, consumer: Any) -> None:
+            self.consumer = consumer
+
+        def on_partitions_revoked(self, revoked: Any) -> None:
+            if revoked:
+                self.consumer.commit()
+                committed_on_revoke.extend(revoked)
+
+        def on_partitions_assigned(self, assigned: Any) -> None:
+            pass
+
+    consumer = log.consumer(
+        group_id="workers",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        value_deserializer=lambda b: json.loads(b.decode()),
+    )
+    consumer.subscribe(["orders"], listener=CommitOnRevoke(consumer))
+    seen: list[int] = []
+    results: list[Any] = []
+    try:
+        while len(seen) < 20:
+            batch = consumer.poll(timeout_ms=1000)
+            for _tp, records in batch.items():
+                for _topic, _part, leader_epoch, _offset, _ts, _ts_type, key, value, headers, *_ in records:
+                    assert headers == [("src", b"web")] and leader_epoch == -1 and key is not None
+                    seen.append(value["n"])
+            if batch:
+                paused = next(iter(batch))
+                consumer.pause(paused)
+                assert consumer.paused() == {paused}
+                consumer.resume(paused)
+                future = consumer.commit_async(callback=lambda offsets, response: results.append(response))
+                assert future.get(timeout=10) is None
+    except KafkaError as exc:  # kafka-python's base catches every pylog error
+        pytest.fail(f"unexpected {exc!r}")
+    assert sorted(seen) == list(range(20))
+    tps = consumer.assignment()
+    ends = consumer.end_offsets(list(tps))
+    assert sum(ends.values()) == 20 and all(consumer.highwater(tp) == ends[tp] for tp in tps)
+    consumer.poll(timeout_ms=0)  # the commit callbacks run here
+    assert results and all(r is None for r in results)
+    assert all(consumer.committed(tp) == ends[tp] for tp in tps)
+    found = consumer.offsets_for_times({tp: 1005 for tp in tps})
+    assert sorted(v.timestamp for v in found.values() if v is not None)[0] == 1005
+    consumer.seek_to_beginning()
+    assert all(consumer.position(tp) == 0 for tp in tps)
+    with pytest.raises(KafkaTimeoutError):
+        pylog.future.Future().get(timeout=0)
+    consumer.commit({tp: OffsetAndMetadata(ends[tp], "done", -1) for tp in tps})
+    assert all(log.group_offsets("workers")[tp] == (ends[tp], "done", -1) for tp in tps)
+    consumer.close()
+    assert committed_on_revoke == sorted(tps)  # close() revokes: the listener committed the positions
+    assert all(log.group_offsets("workers")[tp].offset == 0 for tp in tps)
