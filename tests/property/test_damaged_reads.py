@@ -175,8 +175,12 @@ def _read_api(
         else:
             consumer.assign(tps)
         check = Checker(log, consumer, reading, tps)
-        if mode in ("poll", "group"):
-            _drain(lambda: _records(consumer.poll()), reading, check)
+        if mode in ("poll", "group"):  # a member waits for its assignment (it comes with the first poll)
+            _drain(
+                lambda: _records(consumer.poll(timeout_ms=0 if consumer.assignment() else 10_000)),
+                reading,
+                check,
+            )
         elif mode == "max_records":
             _drain(lambda: _records(consumer.poll(max_records=max_records)), reading, check)
         elif mode == "arrow":

@@ -76,8 +76,8 @@ def _iteration(consumer: Any) -> Callable[[], list[ConsumerRecord]]:
 
 
 READS = {
-    "poll": lambda c: _poll(c),
-    "poll_max_records_10": lambda c: _poll(c, max_records=10),
+    "poll": lambda c: _poll(c, timeout_ms=10_000),
+    "poll_max_records_10": lambda c: _poll(c, timeout_ms=10_000, max_records=10),
     "iteration": _iteration,
 }
 
@@ -89,8 +89,8 @@ def test_records_before_the_damaged_batch_are_returned_then_the_error(
 ) -> None:
     with pylog.open(damaged) as log:
         settings: dict[str, Any] = {"auto_offset_reset": "earliest", "consumer_timeout_ms": 0}
-        if group:
-            settings.update(group_id="g", auto_commit_interval_ms=0)
+        if group:  # the member gets its assignment in its first poll: a timeout lets that take its time
+            settings.update(group_id="g", auto_commit_interval_ms=0, consumer_timeout_ms=10_000)
         consumer = log.consumer(**settings)
         if group:
             consumer.subscribe(["ev"])
