@@ -495,10 +495,10 @@ class Consumer:
         below the log start are never returned."""
         offset = buf.recs[buf.i].offset
         try:
-            if offset >= self._guarded(buf.tp, lambda: self._plog(buf.tp).log_start_offset):
+            if offset >= buf.plog.log_start_offset:
                 return False
-        except (UnknownTopicError, UnknownPartitionError):
-            return False  # the topic is gone: the next fetch says so
+        except (OSError, PylogError):
+            return False  # the partition vanished (its topic was deleted): the next fetch says so
         self._drop_buffer(buf.tp)
         self._sub.positions[buf.tp] = offset
         return True
@@ -532,7 +532,7 @@ class Consumer:
             if not recs:
                 return None
             self._fetched.record(len(recs), self.log.clock.monotonic_ms())
-            buf = self._buffers[tp] = _Buffer(tp, recs)
+            buf = self._buffers[tp] = _Buffer(tp, recs, self._plog(tp))
             return buf
         finally:
             if paused:
@@ -783,10 +783,11 @@ class _Buffer:
     :meth:`halt` ends such a walk early (a seek, a pause, a revocation, close) by moving the iterator to the
     end of the list (``list_iterator.__setstate__``), without copying or changing ``recs``."""
 
-    __slots__ = ("_it", "i", "recs", "tp")
+    __slots__ = ("_it", "i", "plog", "recs", "tp")
 
-    def __init__(self, tp: TopicPartition, recs: list[ConsumerRecord]) -> None:
+    def __init__(self, tp: TopicPartition, recs: list[ConsumerRecord], plog: PartitionLog) -> None:
         self.tp = tp
+        self.plog = plog  # the partition read (its log start is checked before records are returned)
         self.recs = recs
         self.i = 0
         self._it: Any = None  # a list_iterator over recs while a walk is in progress
