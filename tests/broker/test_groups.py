@@ -178,3 +178,42 @@ def test_a_pylog_consumer_cannot_join_a_group_of_kafka_clients(broker: Broker) -
         return True
 
     wait_until(joins, "a pylog consumer to join after the Kafka member left")
+
+
+def test_a_static_member_back_within_its_session_keeps_its_partitions_without_a_rebalance(
+    broker: Broker,
+) -> None:
+    broker.log.create_topic("work", partitions=4)
+    revoked: list[list[int]] = []
+
+    def static(instance: str, **callbacks: object) -> ck.Consumer:
+        c = ck.Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "group.id": "static",
+                "group.instance.id": instance,
+                "session.timeout.ms": 30_000,
+                "partition.assignment.strategy": "range",
+            }
+        )
+        c.subscribe(["work"], **callbacks)
+        return c
+
+    a = static("a", on_revoke=lambda c, ps: revoked.append([p.partition for p in ps]))
+    b = static("b")
+
+    def split() -> bool:
+        x, y = _owned(a), _owned(b)
+        return bool(x) and bool(y) and x | y == {0, 1, 2, 3}
+
+    wait_until(split, "the two static members to split the partitions")
+    before_a, before_b = _owned(a), _owned(b)
+    revoked.clear()
+    b.close()  # a static member sends no LeaveGroup
+    b2 = static("b")
+    wait_until(lambda: _owned(b2) == before_b and _owned(a) == before_a, "the returning member's partitions")
+    for _ in range(10):  # a while of polling: no rebalance comes
+        assert _owned(a) == before_a
+    assert revoked == []
+    b2.close()
+    a.close()

@@ -22,6 +22,12 @@ The protocol, as Kafka's ``GroupCoordinator`` runs it (simplified to one node):
 - OffsetCommit checks the member and generation (a commit with generation -1 and no member id is a
   "simple" commit of a consumer that uses ``assign()``); OffsetFetch reads the committed offsets.
 
+Static membership (KIP-345, ``group.instance.id``): a static member that comes back (a restarted process)
+while the group is stable, within its session timeout, takes its earlier entry and assignment under a new
+member id, without a rebalance (its older incarnation is fenced: UNKNOWN_MEMBER_ID). A static member does
+not send LeaveGroup when it closes; its session timeout removes it. A returning leader, or a member whose
+protocols changed, rejoins with a rebalance.
+
 Mixed groups: a group's members are either pylog consumers or Kafka clients, never both (two coordinators
 would each hand out every partition, and records would be read twice). A Kafka client joining a group with
 live pylog consumers is refused with INCONSISTENT_GROUP_PROTOCOL, and the broker logs why, naming the group;
@@ -79,6 +85,7 @@ class Group:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     deadline: asyncio.TimerHandle | None = None
 
 
@@ -159,12 +166,21 @@ class Coordinator:
         protocols = [(str(p.name), bytes(p.metadata)) for p in body.protocols]
         member_id = str(body.member_id)
         instance_id = getattr(body, "group_instance_id", None)
+        if instance_id is not None and not member_id and instance_id in group.static:
+            back = self._static_rejoin(group, instance_id, request, protocols, session_ms)
+            if back is not None:
+                return back
         if member_id and member_id not in group.members:
             if not group.members:
                 self._release(group)  # claimed for this join, which failed: no Kafka member
             return _join_error(ErrorCode.unknown_member_id, member_id)
         if not member_id:
             member_id = f"{request.client_id or 'client'}-{uuid.uuid4()}"
+        if instance_id is not None:
+            old = group.static.get(instance_id)
+            if old is not None and old != member_id and old in group.members:
+                self._drop(group, old)  # its earlier incarnation, fenced
+            group.static[instance_id] = member_id
         loop = asyncio.get_running_loop()
         member = group.members.get(member_id)
         if member is None:
@@ -193,6 +209,50 @@ class Coordinator:
             return answer
         except asyncio.CancelledError:
             return _join_error(ErrorCode.rebalance_in_progress, member_id)
+
+    def _static_rejoin(
+        self,
+        group: Group,
+        instance_id: str,
+        request: Request,
+        protocols: list[tuple[str, bytes]],
+        session_ms: int,
+    ) -> dict[str, Any] | None:
+        """A static member back (KIP-345): in a stable group, with the same protocols, it takes its earlier
+        entry (its assignment and generation) under a new member id, the old id is fenced, and nothing is
+        rebalanced; the member then reads its assignment with SyncGroup. None: join as usual."""
+        old_id = group.static[instance_id]
+        old = group.members.get(old_id)
+        if old is None or group.state != "Stable" or old.protocols != protocols or old_id == group.leader:
+            return None
+        new_id = f"{request.client_id or 'client'}-{uuid.uuid4()}"
+        del group.members[old_id]
+        for fut in (old.join, old.sync):
+            if fut is not None and not fut.done():
+                fut.cancel()
+        old.member_id = new_id
+        old.session_timeout_ms = session_ms
+        old.last_seen = asyncio.get_running_loop().time()
+        old.join = old.sync = None
+        group.members[new_id] = old
+        group.static[instance_id] = new_id
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "generation_id": group.generation,
+            "protocol_type": group.protocol_type,
+            "protocol_name": group.protocol,
+            "leader": group.leader,
+            "member_id": new_id,
+            "members": [],
+        }
+
+    def _drop(self, group: Group, member_id: str) -> None:
+        """Remove a member without starting a rebalance (a static member's fenced incarnation)."""
+        member = group.members.pop(member_id)
+        for fut in (member.join, member.sync):
+            if fut is not None and not fut.done():
+                fut.cancel()
 
     def _prepare_rebalance(self, group: Group) -> None:
         if group.state == "PreparingRebalance":
@@ -313,6 +373,10 @@ class Coordinator:
             [str(m.member_id) for m in body.members] if hasattr(body, "members") else [str(body.member_id)]
         )
         results = []
+        if hasattr(body, "members") and group is not None:  # v3+: a static member may leave by instance id
+            leaving = [
+                str(m.member_id) or group.static.get(str(m.group_instance_id or ""), "") for m in body.members
+            ]
         for member_id in leaving:
             if group is not None and member_id in group.members:
                 self._remove(group, member_id)
@@ -336,6 +400,8 @@ class Coordinator:
 
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
+        if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
+            del group.static[member.instance_id]
         for fut in (member.join, member.sync):
             if fut is not None and not fut.done():
                 fut.cancel()
