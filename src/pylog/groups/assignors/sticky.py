@@ -42,7 +42,9 @@ The algorithm, in four steps:
    cooperative assignor finish in two rebalances. Each stage first takes cheap single moves (bulk moves within
    a topic from members above the group average to members below it, then steepest descent with lazy heaps, a
    few heap operations per move) and searches for longer paths only for what is left; a search costs
-   ``O(members + topics + subscriptions)``.
+   ``O(members + topics + subscriptions)``. Among topics with the same gap, the descent moves a partition of
+   the topic its receiver holds the fewest of, so a member joining a group whose members all hold what
+   balance allows takes one partition of each topic in turn rather than its whole share of one topic.
 4. **Spread each topic** over members with the same topics: a member holding two more partitions of a topic
    than another with the same subscription hands one over in exchange for one of another topic (a *swap*),
    whenever the swap evens out the topics (it lowers the sum of squared per-topic counts). Swaps keep every
@@ -684,7 +686,9 @@ def _in_turn(load: _Ints, n: int) -> _Ints:
 class _Descent:
     """Steepest descent over single moves: while some topic has a holder with at least two more partitions
     than one of its subscribers, move one partition across the largest such gap (most loaded holder -> least
-    loaded subscriber; ties: topic order, then lowest member number).
+    loaded subscriber; ties: lowest member number). Among topics with the same gap, the one whose receiver
+    holds the fewest of it goes first, then topic order: a member that joins a group whose members all hold
+    as many as balance allows gets one partition of each topic in turn, not all of its share from one topic.
 
     All heaps are lazy: a change of a member's count pushes fresh entries instead of updating old ones, and an
     entry whose value no longer matches is dropped when it reaches the top. A move costs
@@ -696,7 +700,7 @@ class _Descent:
         self.state, self.count = state, state.count
         self.light: dict[int, list[tuple[int, int]]] = {}
         self.heavy: dict[int, list[tuple[int, int]]] = {}
-        self.gaps: list[tuple[int, int, int]] = []
+        self.gaps: list[tuple[int, int, int, int]] = []
 
     def has_gap(self) -> bool:
         """Whether some topic's most loaded holder that can give has two more than its least loaded
@@ -722,9 +726,18 @@ class _Descent:
             heapq.heappop(heap)
         return heap[0][1] if heap else None
 
-    def gap(self, topic: int) -> int:
+    def key(self, topic: int) -> tuple[int, int, int, int]:
+        """The topic's entry in the heap of gaps: the largest gap first, then the fewest partitions of the
+        topic at its receiver, then topic order."""
         donor = self.heaviest(topic)
-        return 0 if donor is None else self.count[donor] - self.count[self.lightest(topic)]
+        if donor is None:
+            return (0, 0, self.state.rank[topic], topic)
+        receiver = self.lightest(topic)
+        gap = self.count[donor] - self.count[receiver]
+        if gap < 2:
+            return (-gap, 0, self.state.rank[topic], topic)
+        held = int(self.state.given[topic, receiver]) + int(self.state.kept[topic, receiver])
+        return (-gap, held, self.state.rank[topic], topic)
 
     def run(self) -> None:
         if not self.has_gap():
@@ -736,15 +749,14 @@ class _Descent:
             self.heavy[topic] = [(-self.count[m], m) for m in members]
             heapq.heapify(self.light[topic])
             heapq.heapify(self.heavy[topic])
-        self.gaps = [(-self.gap(topic), state.rank[topic], topic) for topic in state.topic_order]
+        self.gaps = [self.key(topic) for topic in state.topic_order]
         heapq.heapify(self.gaps)
         while self.gaps:
-            stored, _, topic = self.gaps[0]
-            gap = self.gap(topic)
-            if -stored != gap:
+            topic = self.gaps[0][3]
+            if self.key(topic) != self.gaps[0]:
                 heapq.heappop(self.gaps)  # stale: a fresher entry for this topic is in the heap
                 continue
-            if gap < 2:
+            if -self.gaps[0][0] < 2:
                 return  # the largest gap of any topic is at most 1
             donor, receiver = self.heaviest(topic), self.lightest(topic)
             if donor is None:  # pragma: no cover - a gap >= 2 has a donor
@@ -757,4 +769,4 @@ class _Descent:
                     heapq.heappush(self.heavy[other], (-self.count[member], member))
                     touched.add(other)
             for other in touched:
-                heapq.heappush(self.gaps, (-self.gap(other), state.rank[other], other))
+                heapq.heappush(self.gaps, self.key(other))
