@@ -151,10 +151,12 @@ def consume(args: argparse.Namespace) -> int:
             hint = "" if "pylog verify" in str(exc) else " (run 'pylog verify' for a report)"
             raise CliError(f"reading {args.topic}: {exc}{hint}") from exc
         finally:
-            with contextlib.suppress(BrokenPipeError):
-                sys.stdout.flush()
-            printer.give_back(consumer)
-            consumer.close()
+            try:  # records not printed are given back first: the flush may block (a reader that stopped)
+                printer.give_back(consumer)
+                with contextlib.suppress(BrokenPipeError):
+                    sys.stdout.flush()
+            finally:
+                consumer.close()
     if signals.signum is not None:
         name = signal.Signals(signals.signum).name
         committed = " (the group's offsets are those of the records printed)" if args.group else ""
