@@ -32,6 +32,7 @@ A program written for kafka-python catches pylog's errors under kafka-python's n
     ├── CorruptRecordError                       a stored batch fails its CRC, bounds or offset checks
     │   └── CorruptIndexError                    an index file fails its sanity check (rebuildable)
     ├── UnsupportedFormatError                   a file written by a newer/unknown format version
+    ├── UnsupportedCodecError                    a compression codec whose library is not installed (snappy)
     ├── RetriableError                           the same call may succeed if tried again
     │   ├── LockError                            a lock on the log directory could not be taken
     │   ├── StorageError (OSError)               the operating system refused an I/O operation
@@ -60,7 +61,8 @@ kafka-python's names: ``KafkaError`` = :class:`PylogError`, ``KafkaConfiguration
 :class:`TopicExistsError`, ``CorruptRecordException`` = :class:`CorruptRecordError`,
 ``OutOfOrderSequenceNumberError`` = :class:`OutOfOrderSequenceError`, ``GroupIdNotFoundError`` =
 :class:`UnknownGroupError`, ``NonEmptyGroupError`` = :class:`GroupNotEmptyError`; ``RetriableError``,
-``IllegalArgumentError``, ``UnknownTopicOrPartitionError`` and the other same-named classes are pylog's own.
+``IllegalArgumentError``, ``UnknownTopicOrPartitionError``, ``UnsupportedCodecError`` and the other same-named
+classes are pylog's own.
 
 The same tree is mirrored in ``docs/errors.md``.
 """
@@ -123,6 +125,7 @@ __all__ = [
     "UnknownPartitionError",
     "UnknownTopicError",
     "UnknownTopicOrPartitionError",
+    "UnsupportedCodecError",
     "UnsupportedFormatError",
     "UsageError",
 ]
@@ -283,6 +286,13 @@ class CorruptIndexError(CorruptRecordError):
 
 class UnsupportedFormatError(PylogError):
     """A file carries a format version this pylog does not know (written by a newer release)."""
+
+
+class UnsupportedCodecError(PylogError):
+    """A compression codec whose library is not installed: ``compression_type="snappy"`` (of a producer or a
+    topic), or a snappy-compressed batch to read, without the ``cramjam`` package. Install it with
+    ``pip install 'pylog[snappy]'``; nothing was written, and the stored batch is intact. (kafka-python's
+    name for the same condition.)"""
 
 
 class StorageError(RetriableError, OSError):
