@@ -207,3 +207,39 @@ def test_long_poll_is_woken_by_a_write(broker: Broker) -> None:
     got = consumer.poll(20_000)
     consumer.close()
     assert [r.value for rs in got.values() for r in rs] == [b"ding"]
+
+
+def test_log_append_time_topics_report_the_logs_timestamps(broker: Broker) -> None:
+    broker.log.create_topic("appended", message_timestamp_type="LogAppendTime")
+    reports: list[tuple[int, int]] = []
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce(
+        "appended",
+        value=b"v",
+        partition=0,
+        timestamp=1000,
+        on_delivery=lambda err, m: reports.append(m.timestamp()),
+    )
+    assert producer.flush(WAIT_S) == 0
+    [(kind, stamped)] = reports
+    assert kind == ck.TIMESTAMP_LOG_APPEND_TIME and stamped > 1000  # the log's time, not the client's
+    [m] = confluent_consume(broker.bootstrap_servers, "appended", 1)
+    assert m.timestamp() == (ck.TIMESTAMP_LOG_APPEND_TIME, stamped)
+    [r] = embedded_read(broker.log, "appended")
+    assert r.timestamp == stamped
+
+
+def test_list_offsets_max_timestamp(broker: Broker) -> None:
+    from confluent_kafka.admin import OffsetSpec
+
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    base = 1_700_000_000_000
+    for i, shift in enumerate([5, 9, 2, 9, 1]):  # the largest timestamp first at offset 1
+        producer.produce("maxts", value=b"%d" % i, partition=0, timestamp=base + shift)
+        producer.flush(WAIT_S)  # one batch each
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    tp = ck.TopicPartition("maxts", 0)
+    result = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(WAIT_S)
+    assert (result.offset, result.timestamp) == (1, base + 9)
+    latest = admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(WAIT_S)
+    assert latest.offset == 5

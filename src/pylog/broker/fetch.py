@@ -33,6 +33,7 @@ __all__ = ["fetch", "list_offsets"]
 
 EARLIEST = -2
 LATEST = -1
+MAX_TIMESTAMP = -3  # ListOffsets v7+: the record with the largest timestamp (KIP-734)
 
 
 @dataclass
@@ -142,6 +143,30 @@ def _read_partition(ctx: Context, p: _Part, limit: int, visibility: Visibility |
     return out
 
 
+def _max_timestamp(plog: Any) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record with the largest timestamp of the partition, or None when it
+    is empty. Reads every batch header (and the records of the batch holding the largest): the ListOffsets
+    max-timestamp form is an occasional admin query."""
+    best: tuple[int, int, Any, int] | None = None  # (max timestamp, base offset, buffer, position)
+    offset, end = plog.log_start_offset, plog.log_end_offset
+    while offset < end:
+        chunk = plog.read_raw(offset, 8 << 20)
+        if not chunk:
+            break
+        for buf, at in chunk:
+            h = decode_header(buf, at)
+            if best is None or h.max_timestamp > best[0]:
+                best = (h.max_timestamp, h.base_offset, buf, at)
+            offset = h.next_offset
+    if best is None:
+        return None
+    records = decode_lists(best[2], best[3])
+    for o, ts in zip(records.offsets, records.timestamps, strict=True):
+        if ts == best[0] or records.header.attributes & 0x08:
+            return o, best[0]
+    return best[1], best[0]
+
+
 async def list_offsets(ctx: Context, request: Request) -> dict[str, Any]:
     topics = await ctx.run(_list_offsets, ctx, request.body)
     return {"throttle_time": 0, "topics": topics}
@@ -172,6 +197,10 @@ def _offset_for(ctx: Context, topic: str, partition: int, timestamp: int) -> dic
             out["offset"] = plog.log_start_offset
         elif timestamp >= 0:
             found = plog.offset_for_time(timestamp)
+            if found is not None:
+                out["offset"], out["timestamp"] = found
+        elif timestamp == MAX_TIMESTAMP:
+            found = _max_timestamp(plog)
             if found is not None:
                 out["offset"], out["timestamp"] = found
         else:

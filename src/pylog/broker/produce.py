@@ -34,6 +34,7 @@ from pylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from pylog.record import decode_header
 
 __all__ = ["produce"]
 
@@ -60,7 +61,7 @@ def _produce_all(ctx: Context, body: Any, acks: int) -> list[dict[str, Any]]:
                     "index": pd.index,
                     "error_code": code,
                     "base_offset": base,
-                    "log_append_time": -1,
+                    "log_append_time": _append_time(ctx, topic_data.name, int(pd.index), code, base),
                     "log_start_offset": start,
                     "record_errors": [],
                     "error_message": message,
@@ -68,6 +69,22 @@ def _produce_all(ctx: Context, body: Any, acks: int) -> list[dict[str, Any]]:
             )
         out.append({"name": topic_data.name, "partition_responses": parts})
     return out
+
+
+def _append_time(ctx: Context, topic: str, partition: int, code: ErrorCode, base: int) -> int:
+    """The timestamp the log gave the records of a LogAppendTime topic (-1 for CreateTime), read from the
+    stored batch, so that clients report the records' real timestamps."""
+    if code != ErrorCode.none or base < 0:
+        return -1
+    try:
+        t = ctx.log.topic(topic)
+        if not t.config.log_append_time:
+            return -1
+        for buf, at in t.partition(partition).read_raw(base, 1):
+            return decode_header(buf, at).max_timestamp
+    except PylogError:
+        pass
+    return -1
 
 
 def _produce_partition(
