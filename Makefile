@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?= --durations=25
 
-.PHONY: install demo test lint typecheck docs unit bench torture clean
+.PHONY: install demo test lint typecheck docs unit unit-pure ext sanitize bench torture clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,45 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
 
+# The whole suite on the compiled path, then a fast subset of it on the pure-Python path (the fallback a
+# machine without a C compiler runs): the batch format's tests and the compiled-vs-pure property tests.
+PURE_SUBSET ?= tests/unit/test_record.py tests/property/test_speedups_properties.py tests/unit/test_consume_bulk.py
+
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	$(MAKE) unit-pure
+
+unit-pure: $(STAMP)
+	PYLOG_PURE_PYTHON=1 $(VENV)/bin/pytest -q -p no:cacheprovider $(PURE_SUBSET)
+
+# The C extension pylog._speedups. `pip install -e .` (make install) builds it in place; after editing
+# src/pylog/_speedups.c, `make ext` rebuilds it with the machine's gcc. The new library replaces the old one
+# by a rename, so processes that have the old one loaded keep it.
+EXT_SUFFIX = $(shell $(PY) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+PY_INCLUDE = $(shell $(PY) -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+EXT_WARNINGS := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+EXT_SRC := src/pylog/_speedups.c
+
+ext: $(STAMP)
+	gcc -shared -fPIC -O2 -std=c11 $(EXT_WARNINGS) -I$(PY_INCLUDE) $(EXT_SRC) -o src/pylog/_speedups$(EXT_SUFFIX).tmp
+	mv src/pylog/_speedups$(EXT_SUFFIX).tmp src/pylog/_speedups$(EXT_SUFFIX)
+
+# The extension built with AddressSanitizer and UndefinedBehaviorSanitizer, in a copy of the package under
+# build/sanitize (the tree's own build is left alone), and its tests run once against it: the compiled-vs-pure
+# property tests with a long fuzz, the batch format's tests and the consumer's bulk reads. Not part of `make test`.
+SANITIZE_DIR := build/sanitize
+SANITIZE_TESTS ?= tests/property/test_speedups_properties.py tests/unit/test_record.py tests/unit/test_consume_bulk.py
+sanitize: $(STAMP)
+	rm -rf $(SANITIZE_DIR) && mkdir -p $(SANITIZE_DIR)
+	cp -r src/pylog $(SANITIZE_DIR)/pylog
+	gcc -shared -fPIC -O1 -g -std=c11 $(EXT_WARNINGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
+		-fno-omit-frame-pointer -I$(PY_INCLUDE) $(EXT_SRC) -o $(SANITIZE_DIR)/pylog/_speedups$(EXT_SUFFIX)
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+		ASAN_OPTIONS=detect_leaks=0 PYTHONPATH=$(CURDIR)/$(SANITIZE_DIR) PYLOG_FUZZ_EXAMPLES=$${PYLOG_FUZZ_EXAMPLES:-3000} \
+		$(PY) -c "import pylog._speedups as m, pylog.speedups as s; assert '$(SANITIZE_DIR)' in m.__file__ and s.COMPILED, m.__file__; print('sanitized build:', m.__file__)"
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+		ASAN_OPTIONS=detect_leaks=0 PYTHONPATH=$(CURDIR)/$(SANITIZE_DIR) PYLOG_FUZZ_EXAMPLES=$${PYLOG_FUZZ_EXAMPLES:-3000} \
+		$(VENV)/bin/pytest -q -p no:cacheprovider $(SANITIZE_TESTS)
 
 test: lint typecheck docs unit
 
@@ -44,4 +81,4 @@ torture: $(STAMP)
 	PYLOG_TORTURE=1 $(VENV)/bin/pytest -q -s tests/fault/test_sigkill_loop.py tests/fault/test_exactly_once.py tests/fault/test_chaos.py tests/fault/test_crash_points.py tests/fault/test_compaction_crash.py tests/fault/test_bit_flips.py
 
 clean:
-	rm -rf $(VENV) pylog-data pylog-data-remote .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build src/pylog/_speedups*.so pylog-data pylog-data-remote .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -57,6 +57,7 @@ from pylog.record import (
     decode_header,
     decode_lists,
 )
+from pylog.speedups import core as _core
 from pylog.structs import ConsumerRecord, Headers, TopicPartition
 
 if TYPE_CHECKING:
@@ -99,6 +100,10 @@ class _Columns:
         self.value_data: Any = (
             None  # the value bytes back to back, when no value is None (a batch decoded whole)
         )
+        if _core is not None:  # the compiled path: one C loop, any batch size
+            (_, self.offsets, self.timestamps, self.keys, self.values, self.headers, self.ksizes, self.vsizes,
+             self.value_data) = _core.decode_lists(buf, at)  # fmt: skip
+            return
         if header.record_count <= _FEW and not header.attributes & ATTR_COMPRESSION_MASK:
             lists = decode_lists(buf, at)
             self.offsets, self.timestamps = lists.offsets, lists.timestamps
@@ -422,6 +427,12 @@ def _build(tp: TopicPartition, c: _Columns, keys: list[Any], values: list[Any]) 
     fields are kafka-python's, in its order: leader_epoch -1 and checksum None (unknown), the header sizes
     computed only for a batch that has headers."""
     headers = c.headers
+    if _core is not None:
+        sizes = list(map(_header_size, headers)) if any(headers) else None
+        return _core.build_records(  # type: ignore[no-any-return]
+            ConsumerRecord, tp.topic, tp.partition, c.header.timestamp_type, c.offsets, c.timestamps, keys,
+            values, headers, c.ksizes, c.vsizes, sizes,
+        )  # fmt: skip
     hsizes: Any = map(_header_size, headers) if any(headers) else repeat(-1)
     return list(
         map(

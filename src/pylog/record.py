@@ -79,6 +79,7 @@ from pylog.errors import (
     UnsupportedCodecError,
     UnsupportedFormatError,
 )
+from pylog.speedups import core as _core
 from pylog.structs import NO_HEADERS, Headers
 
 __all__ = [
@@ -811,6 +812,16 @@ class RecordLists(NamedTuple):
 def decode_lists(buf: bytes | memoryview | bytearray, position: int = 0) -> RecordLists:
     """Decode the batch at ``position`` into Python lists, with the same checks as :func:`decode_batch`.
 
+    On the compiled path (:mod:`pylog.speedups`) one C loop does it; the pure-Python path is
+    :func:`_decode_lists_pure`."""
+    if _core is None:
+        return _decode_lists_pure(buf, position)
+    return RecordLists._make(_core.decode_lists(buf, position)[:6])
+
+
+def _decode_lists_pure(buf: bytes | memoryview | bytearray, position: int = 0) -> RecordLists:
+    """:func:`decode_lists` in Python.
+
     Small uncompressed batches are parsed with ``struct`` alone (numpy's per-call overhead dominates there,
     which matters for latency); larger ones go through the vectorized decoder."""
     h = decode_header(buf, position)
@@ -915,3 +926,20 @@ ATTRIBUTES_AT: Final = HEADER_FIELD_AT["attributes"]  # i16
 LAST_DELTA_AT: Final = HEADER_FIELD_AT["last_offset_delta"]  # i32
 BASE_TIMESTAMP_AT: Final = HEADER_FIELD_AT["base_timestamp"]  # i64, followed by max_timestamp
 MAX_TIMESTAMP_AT: Final = HEADER_FIELD_AT["max_timestamp"]  # i64
+
+
+def _configure_compiled(module: Any) -> None:
+    """Hand the compiled loops (``pylog._speedups``) the one definition of everything they use."""
+    module.configure(
+        BatchHeader,
+        NO_HEADERS,
+        decode_headers,
+        crc32c,
+        _decompress,
+        CorruptRecordError,
+        UnsupportedFormatError,
+    )
+
+
+if _core is not None:
+    _configure_compiled(_core)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from pylog import __version__
+from pylog import __version__, speedups
 from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _serve, _tiered, _topics
 from pylog.cli._common import DEFAULT_DIR, CliError, Parents, UsageError, describe_error
 from pylog.errors import PylogError
@@ -53,7 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_dir(parser)
     _add_json(parser)
-    parser.add_argument("--version", action="version", version=f"pylog {__version__}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"pylog {__version__}, per-record paths: {speedups.PATH}",
+        help="print pylog's version and whether its compiled per-record paths are in use, and exit",
+    )
     dir_only = _Parser(add_help=False)
     _add_dir(dir_only)
     json_only = _Parser(add_help=False)

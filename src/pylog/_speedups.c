@@ -1,0 +1,667 @@
+/* pylog._speedups: the per-record hot loops of pylog's batch format, compiled.
+ *
+ * The format is defined once, in the docstring of pylog/record.py (the byte tables); this file implements
+ * loops over it and nothing else. Python keeps every decision: pylog.record configures this module with the
+ * classes and callables it needs (the header tuple type, the error classes, CRC-32C, decompression, header
+ * decoding) and chooses when to call it (pylog.speedups says whether it is in use). Every function here has a
+ * pure-Python twin in pylog.record or pylog.fetcher that produces the same bytes, the same records and the same
+ * error types; tests/property/test_speedups_properties.py checks both on random and mutated input.
+ *
+ * Memory safety: every read of a buffer is bounds-checked against its length before it happens (the decoder
+ * is fuzzed with random and mutated bytes, and run under AddressSanitizer by `make sanitize`). Integer sums
+ * are done in 64 bits from values that cannot overflow them (record counts are < 2^24, lengths < 2^31).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* --- the byte table of pylog/record.py, as offsets (all little-endian) ----------------------------------- */
+#define HEADER_SIZE 64
+#define LAYOUT_SIZE 8
+#define CRC_START 16
+#define MAGIC 1
+#define MAX_RECORDS (1 << 24)
+#define ATTR_COMPRESSION_MASK 0x07
+#define ATTR_LOG_APPEND_TIME 0x08
+#define ATTR_TRANSACTIONAL 0x10
+#define ATTR_CONTROL 0x20
+#define HEADER_FIELDS 15
+
+/* --- what pylog.record hands over at import (configure()) ------------------------------------------------ */
+static PyObject *BatchHeaderType;   /* pylog.record.BatchHeader (a NamedTuple) */
+static PyObject *NoHeaders;         /* pylog.structs.NO_HEADERS */
+static PyObject *DecodeHeaders;     /* pylog.record.decode_headers(bytes) -> Headers */
+static PyObject *Crc32c;            /* crc32c(data, value=0) -> int */
+static PyObject *Decompress;        /* pylog.record._decompress(code, body, size) -> bytes */
+static PyObject *CorruptError;      /* pylog.errors.CorruptRecordError */
+static PyObject *UnsupportedError;  /* pylog.errors.UnsupportedFormatError */
+static PyObject *str_position;      /* "position" */
+
+static int configured(void) {
+    if (BatchHeaderType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pylog._speedups is not configured (pylog.record does it)");
+        return 0;
+    }
+    return 1;
+}
+
+static inline uint64_t rd_u(const unsigned char *p, int width) {
+    switch (width) {
+    case 1: return p[0];
+    case 2: return (uint64_t)p[0] | ((uint64_t)p[1] << 8);
+    case 4: return (uint64_t)p[0] | ((uint64_t)p[1] << 8) | ((uint64_t)p[2] << 16) | ((uint64_t)p[3] << 24);
+    default: {
+        uint64_t v = 0;
+        for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+        return v;
+    }
+    }
+}
+
+static inline int64_t rd_s(const unsigned char *p, int width) {
+    switch (width) {
+    case 1: return (int8_t)p[0];
+    case 2: return (int16_t)(uint16_t)rd_u(p, 2);
+    case 4: return (int32_t)(uint32_t)rd_u(p, 4);
+    default: return (int64_t)rd_u(p, 8);
+    }
+}
+
+static inline void wr_u(unsigned char *p, uint64_t v, int width) {
+    for (int i = 0; i < width; i++) {
+        p[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+/* Raise CorruptRecordError(message, position=position); position < 0 leaves it out. Returns NULL. */
+static PyObject *corrupt(Py_ssize_t position, const char *fmt, ...) {
+    va_list va;
+    va_start(va, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
+    va_end(va);
+    if (msg == NULL) return NULL;
+    PyObject *args = PyTuple_Pack(1, msg);
+    Py_DECREF(msg);
+    if (args == NULL) return NULL;
+    PyObject *kwargs = NULL;
+    if (position >= 0) {
+        kwargs = PyDict_New();
+        PyObject *pos = PyLong_FromSsize_t(position);
+        if (kwargs == NULL || pos == NULL || PyDict_SetItem(kwargs, str_position, pos) < 0) {
+            Py_XDECREF(pos);
+            Py_XDECREF(kwargs);
+            Py_DECREF(args);
+            return NULL;
+        }
+        Py_DECREF(pos);
+    }
+    PyObject *exc = PyObject_Call(CorruptError, args, kwargs);
+    Py_DECREF(args);
+    Py_XDECREF(kwargs);
+    if (exc != NULL) {
+        PyErr_SetObject(CorruptError, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* --- the batch header ------------------------------------------------------------------------------------ */
+typedef struct {
+    int64_t base_offset;
+    int32_t batch_length;
+    uint32_t crc;
+    uint8_t magic, reserved;
+    int16_t attributes;
+    int32_t last_offset_delta;
+    int64_t base_timestamp, max_timestamp, producer_id;
+    int16_t producer_epoch;
+    uint16_t reserved2;
+    int32_t base_sequence, record_count, payload_length;
+} Header;
+
+static void parse_header(const unsigned char *p, Header *h) {
+    h->base_offset = rd_s(p + 0, 8);
+    h->batch_length = (int32_t)rd_s(p + 8, 4);
+    h->crc = (uint32_t)rd_u(p + 12, 4);
+    h->magic = p[16];
+    h->reserved = p[17];
+    h->attributes = (int16_t)rd_s(p + 18, 2);
+    h->last_offset_delta = (int32_t)rd_s(p + 20, 4);
+    h->base_timestamp = rd_s(p + 24, 8);
+    h->max_timestamp = rd_s(p + 32, 8);
+    h->producer_id = rd_s(p + 40, 8);
+    h->producer_epoch = (int16_t)rd_s(p + 48, 2);
+    h->reserved2 = (uint16_t)rd_u(p + 50, 2);
+    h->base_sequence = (int32_t)rd_s(p + 52, 4);
+    h->record_count = (int32_t)rd_s(p + 56, 4);
+    h->payload_length = (int32_t)rd_s(p + 60, 4);
+}
+
+/* The checks of pylog.record.decode_header, in its order. 0 when the header is sound, -1 with an error set. */
+static int check_header(const unsigned char *data, Py_ssize_t len, Py_ssize_t position, Header *h) {
+    if (position < 0 || position > len || len - position < HEADER_SIZE) {
+        corrupt(position, "truncated batch header at position %zd", position);
+        return -1;
+    }
+    parse_header(data + position, h);
+    if (h->magic != MAGIC) {
+        if (h->magic > MAGIC && h->batch_length >= HEADER_SIZE) {
+            PyErr_Format(UnsupportedError,
+                         "batch at position %zd has format version %d; this pylog reads version %d", position,
+                         (int)h->magic, MAGIC);
+            return -1;
+        }
+        corrupt(position, "bad magic %d at position %zd", (int)h->magic, position);
+        return -1;
+    }
+    if (h->batch_length < HEADER_SIZE + LAYOUT_SIZE || (Py_ssize_t)h->batch_length > len - position) {
+        corrupt(position, "batch length %d at position %zd is out of bounds", (int)h->batch_length, position);
+        return -1;
+    }
+    if (h->record_count < 1 || h->record_count > MAX_RECORDS || h->last_offset_delta < h->record_count - 1) {
+        corrupt(position, "bad record count or offset delta at position %zd", position);
+        return -1;
+    }
+    if (h->base_offset < 0 || h->base_offset > INT64_MAX - (int64_t)h->last_offset_delta ||
+        h->payload_length < LAYOUT_SIZE || h->max_timestamp < h->base_timestamp) {
+        corrupt(position, "impossible header field values at position %zd", position);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *header_tuple(const Header *h) {
+    PyObject *t = PyType_GenericAlloc((PyTypeObject *)BatchHeaderType, HEADER_FIELDS);
+    if (t == NULL) return NULL;
+    PyObject *v[HEADER_FIELDS] = {
+        PyLong_FromLongLong(h->base_offset),    PyLong_FromLong(h->batch_length),
+        PyLong_FromUnsignedLong(h->crc),        PyLong_FromLong(h->magic),
+        PyLong_FromLong(h->reserved),           PyLong_FromLong(h->attributes),
+        PyLong_FromLong(h->last_offset_delta),  PyLong_FromLongLong(h->base_timestamp),
+        PyLong_FromLongLong(h->max_timestamp),  PyLong_FromLongLong(h->producer_id),
+        PyLong_FromLong(h->producer_epoch),     PyLong_FromLong(h->reserved2),
+        PyLong_FromLong(h->base_sequence),      PyLong_FromLong(h->record_count),
+        PyLong_FromLong(h->payload_length),
+    };
+    int failed = 0;
+    for (int i = 0; i < HEADER_FIELDS; i++) {
+        if (v[i] == NULL) failed = 1;
+        PyTuple_SET_ITEM(t, i, v[i]);
+    }
+    if (failed) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* CRC-32C of data[0:len] through the configured crc32c function (hardware accelerated). The memoryview is
+ * over memory the caller holds a buffer of; crc32c keeps no reference to it. */
+static int crc_of(const unsigned char *data, Py_ssize_t len, uint32_t *out) {
+    PyObject *part = PyMemoryView_FromMemory((char *)data, len, PyBUF_READ);
+    if (part == NULL) return -1;
+    PyObject *crc = PyObject_CallOneArg(Crc32c, part);
+    Py_DECREF(part);
+    if (crc == NULL) return -1;
+    unsigned long v = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* --- decoding a payload into lists ----------------------------------------------------------------------- */
+typedef struct {
+    PyObject *offsets, *timestamps, *keys, *values, *headers, *ksizes, *vsizes;
+    Py_ssize_t value_start, value_end; /* the value bytes within the payload */
+    int values_null;                   /* some value is None */
+} Lists;
+
+static void lists_clear(Lists *l) {
+    Py_CLEAR(l->offsets);
+    Py_CLEAR(l->timestamps);
+    Py_CLEAR(l->keys);
+    Py_CLEAR(l->values);
+    Py_CLEAR(l->headers);
+    Py_CLEAR(l->ksizes);
+    Py_CLEAR(l->vsizes);
+}
+
+static int width_ok(int w, int allow0, int allow8) {
+    return (w == 1 || w == 2 || w == 4 || (allow0 && w == 0) || (allow8 && w == 8));
+}
+
+/* A key or value column: the sizes (checked >= -1), their sum of non-null bytes, whether any is null. */
+static int length_column(const unsigned char *col, int width, Py_ssize_t n, int64_t *total, int *nulls) {
+    int64_t sum = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v = rd_s(col + i * width, width);
+        if (v < -1) return -1;
+        if (v < 0)
+            *nulls = 1;
+        else
+            sum += v;
+    }
+    *total = sum;
+    return 0;
+}
+
+/* Bytes objects (None for a length of -1) from a length column over data starting at *at; sizes as ints. */
+static int slice_column(const unsigned char *payload, Py_ssize_t *at, const unsigned char *col, int width,
+                        Py_ssize_t n, PyObject *items, PyObject *sizes) {
+    Py_ssize_t pos = *at;
+    PyObject *minus1 = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t len = rd_s(col + i * width, width);
+        PyObject *item, *size;
+        if (len < 0) {
+            item = Py_NewRef(Py_None);
+            if (minus1 == NULL) minus1 = PyLong_FromLong(-1);
+            if (minus1 == NULL) {
+                Py_DECREF(item);
+                return -1;
+            }
+            size = Py_NewRef(minus1);
+        } else {
+            item = PyBytes_FromStringAndSize((const char *)payload + pos, (Py_ssize_t)len);
+            size = PyLong_FromLongLong(len);
+            pos += (Py_ssize_t)len;
+            if (item == NULL || size == NULL) {
+                Py_XDECREF(item);
+                Py_XDECREF(size);
+                Py_XDECREF(minus1);
+                return -1;
+            }
+        }
+        PyList_SET_ITEM(items, i, item);
+        if (sizes != NULL)
+            PyList_SET_ITEM(sizes, i, size);
+        else
+            Py_DECREF(size);
+    }
+    Py_XDECREF(minus1);
+    *at = pos;
+    return 0;
+}
+
+/* The checks of pylog.record._decode_columns / _small_lists over an (uncompressed) payload, building the lists.
+ * Errors are CorruptRecordError with the reason, without a position (the caller adds it). */
+static int decode_payload(const Header *h, const unsigned char *payload, Py_ssize_t plen, Lists *out) {
+    Py_ssize_t n = h->record_count;
+    if (plen < LAYOUT_SIZE) {
+        corrupt(-1, "columns run past the payload");
+        return -1;
+    }
+    int ts_w = payload[0], delta_w = payload[1], key_w = payload[2], value_w = payload[3], header_w = payload[4];
+    if ((int64_t)LAYOUT_SIZE + (int64_t)n * (ts_w + delta_w + key_w + value_w + header_w) > (int64_t)plen) {
+        corrupt(-1, "columns run past the payload");
+        return -1;
+    }
+    Py_ssize_t at = LAYOUT_SIZE;
+    /* timestamps */
+    const unsigned char *ts_col = NULL;
+    uint64_t span = (uint64_t)h->max_timestamp - (uint64_t)h->base_timestamp; /* max >= base: exact */
+    if (ts_w) {
+        if (!width_ok(ts_w, 0, 1)) {
+            corrupt(-1, "bad column width %d", ts_w);
+            return -1;
+        }
+        ts_col = payload + at;
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t d = rd_u(ts_col + i * ts_w, ts_w);
+            if (d < lo) lo = d;
+            if (d > hi) hi = d;
+        }
+        if (hi != span || lo != 0) {
+            corrupt(-1, "timestamps disagree with the batch header");
+            return -1;
+        }
+        at += (Py_ssize_t)ts_w * n;
+    } else if (span != 0) {
+        corrupt(-1, "timestamps disagree with the batch header");
+        return -1;
+    }
+    /* offset deltas */
+    const unsigned char *delta_col = NULL;
+    if (delta_w) {
+        if (!width_ok(delta_w, 0, 0)) {
+            corrupt(-1, "bad column width %d", delta_w);
+            return -1;
+        }
+        delta_col = payload + at;
+        uint64_t prev = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t d = rd_u(delta_col + i * delta_w, delta_w);
+            if ((i == 0 && d != 0) || (i > 0 && d <= prev)) {
+                corrupt(-1, "offset deltas are not increasing from 0 to last_offset_delta");
+                return -1;
+            }
+            prev = d;
+        }
+        if (prev != (uint64_t)(int64_t)h->last_offset_delta) {
+            corrupt(-1, "offset deltas are not increasing from 0 to last_offset_delta");
+            return -1;
+        }
+        at += (Py_ssize_t)delta_w * n;
+    } else if (h->last_offset_delta != n - 1) {
+        corrupt(-1, "dense batch with wrong last_offset_delta");
+        return -1;
+    }
+    /* key, value and header lengths */
+    if (!width_ok(key_w, 0, 0)) {
+        corrupt(-1, "bad column width %d", key_w);
+        return -1;
+    }
+    const unsigned char *key_col = payload + at;
+    at += (Py_ssize_t)key_w * n;
+    if (!width_ok(value_w, 0, 0)) {
+        corrupt(-1, "bad column width %d", value_w);
+        return -1;
+    }
+    const unsigned char *value_col = payload + at;
+    at += (Py_ssize_t)value_w * n;
+    const unsigned char *header_col = NULL;
+    if (header_w) {
+        if (!width_ok(header_w, 0, 0)) {
+            corrupt(-1, "bad column width %d", header_w);
+            return -1;
+        }
+        header_col = payload + at;
+        at += (Py_ssize_t)header_w * n;
+    }
+    int64_t key_total, value_total, header_total = 0;
+    int key_nulls = 0, value_nulls = 0;
+    if (length_column(key_col, key_w, n, &key_total, &key_nulls) < 0 ||
+        length_column(value_col, value_w, n, &value_total, &value_nulls) < 0) {
+        corrupt(-1, "negative record length");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; header_col && i < n; i++) header_total += (int64_t)rd_u(header_col + i * header_w, header_w);
+    if ((int64_t)at + key_total + value_total + header_total != (int64_t)plen) {
+        corrupt(-1, "record lengths do not add up to the payload length");
+        return -1;
+    }
+    /* everything is in bounds: build the lists */
+    out->offsets = PyList_New(n);
+    out->timestamps = PyList_New(n);
+    out->keys = PyList_New(n);
+    out->values = PyList_New(n);
+    out->headers = PyList_New(n);
+    out->ksizes = PyList_New(n);
+    out->vsizes = PyList_New(n);
+    if (!out->offsets || !out->timestamps || !out->keys || !out->values || !out->headers || !out->ksizes ||
+        !out->vsizes)
+        return -1;
+    PyObject *shared_ts = ts_w ? NULL : PyLong_FromLongLong(h->base_timestamp);
+    if (!ts_w && shared_ts == NULL) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t off = h->base_offset + (delta_w ? (int64_t)rd_u(delta_col + i * delta_w, delta_w) : (int64_t)i);
+        PyObject *o = PyLong_FromLongLong(off);
+        PyObject *t;
+        if (ts_w)
+            t = PyLong_FromLongLong((int64_t)((uint64_t)h->base_timestamp + rd_u(ts_col + i * ts_w, ts_w)));
+        else
+            t = Py_NewRef(shared_ts);
+        if (o == NULL || t == NULL) {
+            Py_XDECREF(o);
+            Py_XDECREF(t);
+            Py_XDECREF(shared_ts);
+            return -1;
+        }
+        PyList_SET_ITEM(out->offsets, i, o);
+        PyList_SET_ITEM(out->timestamps, i, t);
+    }
+    Py_XDECREF(shared_ts);
+    if (slice_column(payload, &at, key_col, key_w, n, out->keys, out->ksizes) < 0) return -1;
+    out->value_start = at;
+    if (slice_column(payload, &at, value_col, value_w, n, out->values, out->vsizes) < 0) return -1;
+    out->value_end = at;
+    out->values_null = value_nulls;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t hl = header_col ? (Py_ssize_t)rd_u(header_col + i * header_w, header_w) : 0;
+        PyObject *hv;
+        if (hl == 0) {
+            hv = Py_NewRef(NoHeaders);
+        } else {
+            PyObject *raw = PyBytes_FromStringAndSize((const char *)payload + at, hl);
+            if (raw == NULL) return -1;
+            hv = PyObject_CallOneArg(DecodeHeaders, raw);
+            Py_DECREF(raw);
+            if (hv == NULL) return -1;
+            at += hl;
+        }
+        PyList_SET_ITEM(out->headers, i, hv);
+    }
+    return 0;
+}
+
+/* Re-raise the current CorruptRecordError as "<message> (batch at position N)" with its position, as
+ * pylog.record.decode_batch does. */
+static void add_position(Py_ssize_t position) {
+    if (!PyErr_ExceptionMatches(CorruptError)) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    if (text == NULL) {
+        PyErr_Restore(type, value, tb);
+        return;
+    }
+    corrupt(position, "%U (batch at position %zd)", text, position);
+    Py_DECREF(text);
+    PyObject *t2, *v2, *tb2;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    if (v2 != NULL && value != NULL) PyException_SetCause(v2, Py_NewRef(value));
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_Restore(t2, v2, tb2);
+}
+
+PyDoc_STRVAR(decode_lists_doc,
+"decode_lists(buf, position, verify_crc=True) -> (header, offsets, timestamps, keys, values, headers,\n"
+"    key_sizes, value_sizes, value_data)\n\n"
+"The batch at ``position`` of ``buf`` as lists, with every check of pylog.record.decode_batch.\n"
+"``value_data`` is a memoryview of the value bytes back to back (None when some value is None).");
+
+static PyObject *decode_lists(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_lists(buf, position, verify_crc=True)");
+        return NULL;
+    }
+    if (!configured()) return NULL;
+    Py_ssize_t position = PyLong_AsSsize_t(args[1]);
+    if (position == -1 && PyErr_Occurred()) return NULL;
+    int verify = nargs < 3 ? 1 : PyObject_IsTrue(args[2]);
+    if (verify < 0) return NULL;
+    PyObject *src = args[0];
+    Py_buffer view;
+    if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *data = view.buf;
+    PyObject *result = NULL, *owner = NULL, *header = NULL;
+    Lists l = {0};
+    Header h;
+    if (check_header(data, view.len, position, &h) < 0) goto done;
+    if (verify) {
+        uint32_t crc;
+        if (crc_of(data + position + CRC_START, h.batch_length - CRC_START, &crc) < 0) goto done;
+        if (crc != h.crc) {
+            corrupt(position, "CRC mismatch in batch at position %zd (base offset %lld)", position,
+                    (long long)h.base_offset);
+            goto done;
+        }
+    }
+    const unsigned char *payload;
+    Py_ssize_t plen, base;
+    int code = h.attributes & ATTR_COMPRESSION_MASK;
+    if (code) {
+        PyObject *mv = PyMemoryView_FromObject(src);
+        PyObject *body = NULL;
+        if (mv != NULL) {
+            body = PyObject_CallFunction(Decompress, "iNi", code,
+                                         PySequence_GetSlice(mv, position + HEADER_SIZE, position + h.batch_length),
+                                         (int)h.payload_length);
+        }
+        Py_XDECREF(mv);
+        if (body == NULL) goto done;
+        if (!PyBytes_Check(body)) {
+            Py_DECREF(body);
+            PyErr_SetString(PyExc_TypeError, "decompress must return bytes");
+            goto done;
+        }
+        owner = body;
+        payload = (const unsigned char *)PyBytes_AS_STRING(body);
+        plen = PyBytes_GET_SIZE(body);
+        base = 0;
+    } else {
+        payload = data + position + HEADER_SIZE;
+        plen = h.batch_length - HEADER_SIZE;
+        base = position + HEADER_SIZE;
+        if (plen != h.payload_length) {
+            corrupt(position, "payload length mismatch at position %zd", position);
+            goto done;
+        }
+    }
+    if (decode_payload(&h, payload, plen, &l) < 0) {
+        add_position(position);
+        goto done;
+    }
+    header = header_tuple(&h);
+    if (header == NULL) goto done;
+    PyObject *value_data;
+    if (l.values_null) {
+        value_data = Py_NewRef(Py_None);
+    } else {
+        PyObject *mv = PyMemoryView_FromObject(owner ? owner : src);
+        value_data = mv ? PySequence_GetSlice(mv, base + l.value_start, base + l.value_end) : NULL;
+        Py_XDECREF(mv);
+        if (value_data == NULL) goto done;
+    }
+    result = PyTuple_Pack(9, header, l.offsets, l.timestamps, l.keys, l.values, l.headers, l.ksizes, l.vsizes,
+                          value_data);
+    Py_DECREF(value_data);
+done:
+    lists_clear(&l);
+    Py_XDECREF(header);
+    Py_XDECREF(owner);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* --- building consumer records ------------------------------------------------------------------------- */
+PyDoc_STRVAR(build_records_doc,
+"build_records(cls, topic, partition, timestamp_type, offsets, timestamps, keys, values, headers,\n"
+"    key_sizes, value_sizes, header_sizes) -> list\n\n"
+"One ``cls`` tuple (pylog.structs.ConsumerRecord) per record, fields in ConsumerRecord's order with\n"
+"leader_epoch -1 and checksum None; ``header_sizes`` None means -1 for every record. The lists must have one\n"
+"entry per record.");
+
+#define RECORD_FIELDS 13
+
+static PyObject *build_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "build_records takes 12 arguments");
+        return NULL;
+    }
+    PyObject *cls = args[0], *topic = args[1], *partition = args[2], *ts_type = args[3];
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple subclass");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *cols[8];
+    Py_ssize_t n = -1;
+    for (int i = 0; i < 8; i++) {
+        PyObject *c = args[4 + i];
+        if (i == 7 && c == Py_None) {
+            cols[i] = NULL;
+            continue;
+        }
+        if (!PyList_Check(c)) {
+            PyErr_SetString(PyExc_TypeError, "build_records: the columns must be lists");
+            return NULL;
+        }
+        if (n < 0) n = PyList_GET_SIZE(c);
+        if (PyList_GET_SIZE(c) != n) {
+            PyErr_SetString(PyExc_ValueError, "build_records: the columns differ in length");
+            return NULL;
+        }
+        cols[i] = c;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    PyObject *minus1 = PyLong_FromLong(-1);
+    if (minus1 == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = type->tp_alloc(type, RECORD_FIELDS);
+        if (r == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(minus1);
+            return NULL;
+        }
+        PyObject *const fields[RECORD_FIELDS] = {
+            topic,
+            partition,
+            minus1,
+            PyList_GET_ITEM(cols[0], i),
+            PyList_GET_ITEM(cols[1], i),
+            ts_type,
+            PyList_GET_ITEM(cols[2], i),
+            PyList_GET_ITEM(cols[3], i),
+            PyList_GET_ITEM(cols[4], i),
+            Py_None,
+            PyList_GET_ITEM(cols[5], i),
+            PyList_GET_ITEM(cols[6], i),
+            cols[7] ? PyList_GET_ITEM(cols[7], i) : minus1,
+        };
+        for (int f = 0; f < RECORD_FIELDS; f++) PyTuple_SET_ITEM(r, f, Py_NewRef(fields[f]));
+        PyList_SET_ITEM(out, i, r);
+    }
+    Py_DECREF(minus1);
+    return out;
+}
+
+/* --- configuration --------------------------------------------------------------------------------------- */
+PyDoc_STRVAR(configure_doc,
+"configure(batch_header, no_headers, decode_headers, crc32c, decompress, corrupt_error, unsupported_error)\n\n"
+"Called once by pylog.record with the one definition of each of these.");
+
+static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "configure takes 7 arguments");
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "batch_header must be a tuple subclass");
+        return NULL;
+    }
+    PyObject **slots[7] = {&BatchHeaderType, &NoHeaders,    &DecodeHeaders,   &Crc32c,
+                           &Decompress,      &CorruptError, &UnsupportedError};
+    for (int i = 0; i < 7; i++) Py_XSETREF(*slots[i], Py_NewRef(args[i]));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
+    {"decode_lists", (PyCFunction)(void (*)(void))decode_lists, METH_FASTCALL, decode_lists_doc},
+    {"build_records", (PyCFunction)(void (*)(void))build_records, METH_FASTCALL, build_records_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "pylog._speedups",
+    "The per-record hot loops of pylog's batch format, compiled (see pylog.speedups).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    str_position = PyUnicode_InternFromString("position");
+    if (str_position == NULL) return NULL;
+    return PyModule_Create(&module);
+}

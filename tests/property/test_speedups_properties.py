@@ -1,0 +1,300 @@
+"""The compiled per-record loops (``pylog._speedups``) and their pure-Python twins agree, on every input.
+
+Hypothesis builds record batches with every feature of the format (null and empty keys and values, lengths
+that need 1-, 2- and 4-byte length columns, headers, timestamps from the whole int64 range, gaps in the offsets
+as compaction leaves them, the four codecs, transactional, control and LogAppendTime batches, producer fields),
+in bytes, bytearray and memoryview buffers at any position, and checks that both paths give the same records.
+The batch decoder is then fuzzed: random bytes, and valid batches with bytes changed, truncated or extended,
+with the CRC fixed up afterwards so that the damage reaches the column checks behind it. Both paths must give
+the same result, or raise the same pylog error (CorruptRecordError, UnsupportedFormatError): never another
+exception, and never a crash of the process (``make sanitize`` runs this file under AddressSanitizer).
+
+The compiled module is imported directly, so these tests compare both paths even when ``PYLOG_PURE_PYTHON``
+forces the pure one for the rest of pylog; they are skipped when the extension is not built.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from pylog import fetcher, record
+from pylog.errors import CorruptRecordError, UnsupportedFormatError
+from pylog.record import crc32c, encode_batch, encode_headers
+from pylog.structs import NO_HEADERS, ConsumerRecord, TopicPartition
+
+try:
+    speedups: Any = importlib.import_module("pylog._speedups")
+except ImportError:  # pragma: no cover - a build without a C compiler
+    pytest.skip("pylog._speedups is not built", allow_module_level=True)
+record._configure_compiled(speedups)
+
+FUZZ_EXAMPLES = int(os.environ.get("PYLOG_FUZZ_EXAMPLES", "300"))
+_SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+TYPED = (CorruptRecordError, UnsupportedFormatError)
+INTERESTING = [0x00, 0x01, 0x7F, 0x80, 0xFE, 0xFF]  # edges of signed and unsigned column values
+
+blobs = st.one_of(
+    st.none(),
+    st.binary(max_size=40),
+    st.binary(min_size=120, max_size=300),  # a 2-byte length column
+)
+header_lists = st.lists(
+    st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3
+)
+int64s = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[bytes, dict[str, Any]]:
+    """A batch built by the pure-Python encoder, and the arguments it was built from."""
+    n = draw(st.integers(1, 50))  # both sides of record._SMALL (32)
+    keys = draw(st.lists(blobs, min_size=n, max_size=n))
+    values = draw(st.lists(blobs, min_size=n, max_size=n))
+    if draw(st.booleans()) and values[0] is not None:
+        values[0] = bytes(draw(st.integers(32768, 40000)))  # a 4-byte length column
+    headers = None
+    if draw(st.booleans()):
+        headers = [encode_headers(h) for h in draw(st.lists(header_lists, min_size=n, max_size=n))]
+    base_ts = draw(int64s)
+    spans = draw(
+        st.sampled_from([0, 200, 60_000, 1 << 31, (1 << 63) - 1 - max(base_ts, 0)])
+    )  # 0, 1, 2, 4 and 8-byte timestamp columns
+    spans = max(0, min(spans, (1 << 63) - 1 - base_ts))
+    timestamps = [base_ts + draw(st.integers(0, spans)) for _ in range(n)]
+    offset_deltas = None
+    if draw(st.booleans()):
+        gaps = draw(st.lists(st.integers(1, 70000), min_size=n - 1, max_size=n - 1))
+        deltas = [0]
+        for g in gaps:
+            deltas.append(deltas[-1] + g)
+        import numpy as np
+
+        offset_deltas = np.asarray(deltas, dtype=np.int64)
+    fields = {
+        "compression": draw(st.sampled_from(["none", "none", "gzip", "lz4", "zstd"])),
+        "log_append_time": draw(st.booleans()),
+        "transactional": draw(st.booleans()),
+        "control": draw(st.booleans()),
+        "producer_id": draw(st.integers(-1, 1 << 40)),
+        "producer_epoch": draw(st.integers(-1, 32767)),
+        "base_sequence": draw(st.integers(-1, 1 << 30)),
+    }
+    base_offset = draw(st.integers(0, 1 << 62))
+    buf = encode_batch(base_offset, keys, values, timestamps, headers, offset_deltas=offset_deltas, **fields)
+    return buf, {"keys": keys, "values": values, "timestamps": timestamps, "headers": headers}
+
+
+def _decode(fn: Any, buf: Any, position: int) -> tuple[str, Any]:
+    """``("ok", result)`` or ``("error", its class)``; any exception but pylog's typed ones fails the test."""
+    try:
+        return "ok", fn(buf, position)
+    except TYPED as exc:
+        return "error", type(exc)
+
+
+def _pure(buf: Any, position: int) -> Any:
+    return tuple(record._decode_lists_pure(buf, position))
+
+
+def _compiled(buf: Any, position: int) -> Any:
+    return tuple(speedups.decode_lists(buf, position)[:6])
+
+
+def _check_same(buf: Any, position: int) -> tuple[str, Any]:
+    pure, compiled = _decode(_pure, buf, position), _decode(_compiled, buf, position)
+    assert pure == compiled
+    if pure[0] == "ok":  # records without headers share the read-only empty list on both paths
+        for a, b in zip(pure[1][5], compiled[1][5], strict=True):
+            assert (a is NO_HEADERS) == (b is NO_HEADERS)
+    return pure
+
+
+@_SETTINGS
+@given(
+    batches(), st.sampled_from([bytes, bytearray, memoryview]), st.binary(max_size=9), st.binary(max_size=9)
+)
+def test_both_paths_decode_the_same_records(
+    batch: tuple[bytes, dict[str, Any]], kind: Any, before: bytes, after: bytes
+) -> None:
+    buf, sent = batch
+    outcome, lists = _check_same(kind(before + buf + after), len(before))
+    assert outcome == "ok"
+    header, offsets, timestamps, keys, values, headers = lists
+    assert keys == sent["keys"] and values == sent["values"] and timestamps == sent["timestamps"]
+    assert all(type(k) is bytes for k in keys + values if k is not None)
+    assert offsets[0] == header.base_offset and offsets[-1] == header.last_offset
+    blobs_sent = sent["headers"] or [b""] * len(keys)
+    assert headers == [record.decode_headers(b) if b else [] for b in blobs_sent]
+    # the extra columns a consumer's records are built from
+    full = speedups.decode_lists(kind(before + buf + after), len(before))
+    assert full[6] == fetcher._sizes(keys) and full[7] == fetcher._sizes(values)
+    if any(v is None for v in values):
+        assert full[8] is None
+    else:
+        assert bytes(full[8]) == b"".join(values)  # type: ignore[arg-type]
+    assert header == record.decode_header(buf)
+
+
+@contextmanager
+def _pure_fetcher() -> Iterator[None]:
+    with mock.patch.object(fetcher, "_core", None):
+        yield
+
+
+@_SETTINGS
+@given(batches(), st.integers(0, 60))
+def test_both_paths_build_the_same_consumer_records(batch: tuple[bytes, dict[str, Any]], skip: int) -> None:
+    """What a consumer returns for a batch (from any offset in it), built by each path."""
+    buf, _ = batch
+    header = record.decode_header(buf)
+    tp = TopicPartition("t", 3)
+    start = header.base_offset + skip
+
+    def records() -> list[ConsumerRecord]:
+        c = fetcher._Columns(header, buf, 0)
+        if c.offsets[0] < start:
+            c.drop_before(start)
+        return fetcher._build(tp, c, c.keys, c.values)
+
+    compiled = records()
+    with _pure_fetcher():
+        pure = records()
+    assert compiled == pure
+    assert all(type(r) is ConsumerRecord for r in compiled)
+    assert [r.offset for r in compiled] == sorted(r.offset for r in compiled)
+
+
+def _fix_crc(buf: bytearray, position: int) -> None:
+    """Recompute the CRC of a (damaged) batch, so that the checks behind the CRC are what is tested."""
+    if len(buf) < position + 16:
+        return
+    (length,) = struct.unpack_from("<i", buf, position + 8)
+    end = position + length
+    if length >= 16 and end <= len(buf):
+        struct.pack_into("<I", buf, position + 12, crc32c(memoryview(buf)[position + 16 : end]))
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(batches(), st.sampled_from(["bytes", "columns", "truncate", "extend", "length"]), st.data())
+def test_fuzz_damaged_batches_give_the_same_typed_error_or_records(
+    batch: tuple[bytes, dict[str, Any]], how: str, data: st.DataObject
+) -> None:
+    buf = bytearray(batch[0])
+    values = st.one_of(st.sampled_from(INTERESTING), st.integers(0, 255))
+    fix_crc = data.draw(st.booleans())
+    if how == "bytes":
+        for _ in range(data.draw(st.integers(1, 4))):
+            buf[data.draw(st.integers(0, len(buf) - 1))] = data.draw(values)
+    elif how == "columns":  # the fixed-width columns of an uncompressed payload (lengths, deltas, timestamps)
+        h = record.decode_header(buf)
+        assume(not h.attributes & record.ATTR_COMPRESSION_MASK)
+        end = 72 + h.record_count * sum(record.LAYOUT.unpack_from(buf, 64))
+        for _ in range(data.draw(st.integers(1, 3))):
+            buf[data.draw(st.integers(72, end - 1))] = data.draw(values)
+        fix_crc = True
+    elif how == "truncate":
+        del buf[data.draw(st.integers(0, len(buf) - 1)) :]
+    elif how == "extend":
+        buf += data.draw(st.binary(min_size=1, max_size=8))
+    else:  # a header field that sizes something: batch, payload length, record count, a layout width
+        buf[data.draw(st.sampled_from([8, 9, 56, 57, 60, 61, 64, 65, 66, 67, 68, 20]))] = data.draw(values)
+    if fix_crc:
+        _fix_crc(buf, 0)
+    _check_same(bytes(buf), 0)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(st.binary(min_size=0, max_size=200), st.integers(-3, 210))
+def test_fuzz_random_bytes_give_a_typed_error(data: bytes, position: int) -> None:
+    if position < 0:  # the compiled decoder refuses a negative position as a truncated header
+        with pytest.raises(CorruptRecordError):
+            speedups.decode_lists(data, position)
+        return
+    _check_same(data, position)
+
+
+widths = st.sampled_from([0, 1, 2, 4, 8, 3, 255])
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(
+    st.tuples(widths, widths, widths, widths, widths),
+    st.binary(max_size=160),
+    st.integers(1, 40),
+    st.integers(0, 255),
+)
+def test_fuzz_forged_payloads_behind_a_valid_header_and_crc(
+    layout: tuple[int, int, int, int, int], rest: bytes, n: int, attributes: int
+) -> None:
+    """A header that passes every check and a valid CRC over a forged payload (its column widths drawn, the
+    rest random): only the column checks stand between the payload and the decoder's reads (a malicious
+    frame, a forged CRC)."""
+    payload = record.LAYOUT.pack(*layout) + rest
+    head = record.HEADER.pack(
+        5, 64 + len(payload), 0, 1, 0, attributes & 0x38, n - 1, 0, 0, -1, -1, 0, -1, n, len(payload)
+    )
+    buf = bytearray(head + payload)
+    _fix_crc(buf, 0)
+    _check_same(bytes(buf), 0)
+
+
+def _patched(keys: list[bytes | None], at: int, raw: bytes, timestamps: list[int] | None = None) -> bytes:
+    """A batch of ``keys`` (values b"v") with ``raw`` written at payload position ``at``, CRC fixed."""
+    n = len(keys)
+    buf = bytearray(encode_batch(7, keys, [b"v"] * n, timestamps or [10] * n))
+    buf[64 + at : 64 + at + len(raw)] = raw
+    _fix_crc(buf, 0)
+    return bytes(buf)
+
+
+@pytest.mark.parametrize(
+    ("name", "buf"),
+    [
+        pytest.param("a key length of -2", _patched([None, b"ab"], 8, b"\xfe"), id="a key length of -2"),
+        pytest.param("a key length of -128", _patched([None, b"ab"], 8, b"\x80"), id="a key length of -128"),
+        pytest.param(
+            "a key length one too long", _patched([b"a", b"ab"], 8, b"\x02"), id="a key length one too long"
+        ),
+        pytest.param(
+            "a timestamp column width of 3",
+            _patched([b"a", b"b"], 0, b"\x03"),
+            id="a timestamp column width of 3",
+        ),
+        pytest.param(
+            "a key column width of 0", _patched([b"a", b"b"], 2, b"\x00"), id="a key column width of 0"
+        ),
+        pytest.param(
+            "a header column width of 8", _patched([b"a", b"b"], 4, b"\x08"), id="a header column width of 8"
+        ),
+        pytest.param(
+            "an offset delta column on a dense batch",
+            _patched([b"a", b"b"], 1, b"\x01"),
+            id="an offset delta column on a dense batch",
+        ),
+        pytest.param(
+            "a timestamp delta beyond max_timestamp",
+            _patched([b"a", b"b"], 9, b"\x09", [10, 12]),
+            id="a timestamp delta beyond max_timestamp",
+        ),
+        pytest.param("no delta of 0", _patched([b"a", b"b"], 8, b"\x01", [10, 12]), id="no delta of 0"),
+    ],
+)
+def test_both_paths_refuse_each_damage_of_the_columns(name: str, buf: bytes) -> None:
+    """Each check behind the CRC, on its own: both paths raise CorruptRecordError."""
+    assert _check_same(buf, 0) == ("error", CorruptRecordError), name
