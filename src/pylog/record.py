@@ -299,7 +299,65 @@ def encode_batch(
     """Build one batch. ``headers`` are already-encoded blobs (see :func:`encode_headers`), b"" for none.
 
     ``offset_deltas`` (n increasing values from 0) is only given by compaction, which keeps offsets unchanged.
+    On the compiled path (:mod:`pylog.speedups`) one C loop builds dense batches of bytes keys and values
+    (:func:`_encode_batch_pure` builds the rest, byte for byte the same).
     """
+    if _core is not None and offset_deltas is None:
+        attributes = (
+            COMPRESSION_CODES.get(compression, -1)
+            | (ATTR_LOG_APPEND_TIME if log_append_time else 0)
+            | (ATTR_TRANSACTIONAL if transactional else 0)
+            | (ATTR_CONTROL if control else 0)
+        )
+        if attributes >= 0:
+            out = _core.encode_batch(
+                base_offset,
+                keys,
+                values,
+                timestamps if isinstance(timestamps, list) else np.asarray(timestamps, dtype=np.int64).tolist(),
+                headers,
+                attributes,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                False,
+            )
+            if out is not NotImplemented:
+                return out  # type: ignore[no-any-return]
+    return _encode_batch_pure(
+        base_offset,
+        keys,
+        values,
+        timestamps,
+        headers,
+        offset_deltas=offset_deltas,
+        compression=compression,
+        log_append_time=log_append_time,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=transactional,
+        control=control,
+    )
+
+
+def _encode_batch_pure(
+    base_offset: int,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    timestamps: npt.ArrayLike,
+    headers: list[bytes] | None = None,
+    *,
+    offset_deltas: npt.NDArray[np.int64] | None = None,
+    compression: str = "none",
+    log_append_time: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+) -> bytes:
+    """:func:`encode_batch` in Python."""
     n = len(keys)
     if n <= _SMALL and offset_deltas is None and compression == "none" and n:
         return _encode_small(
@@ -361,6 +419,34 @@ def encode_one(
     """One uncompressed record without headers as a batch with base offset 0: byte for byte what
     :func:`encode_batch` builds for it, in one ``struct`` call (the path of a caller that waits on each record).
     Returned as a ``bytearray``, which :meth:`PartitionLog.append` patches without copying."""
+    if _core is not None:
+        out = _core.encode_batch(
+            0,
+            [key],
+            [value],
+            [timestamp],
+            None,
+            ATTR_TRANSACTIONAL if transactional else 0,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            True,
+        )
+        if out is not NotImplemented:
+            return out  # type: ignore[no-any-return]
+    return _encode_one_pure(key, value, timestamp, producer_id, producer_epoch, base_sequence, transactional)
+
+
+def _encode_one_pure(
+    key: bytes | None,
+    value: bytes | None,
+    timestamp: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+) -> bytearray:
+    """:func:`encode_one` in Python."""
     klen = -1 if key is None else len(key)
     vlen = -1 if value is None else len(value)
     kw = 1 if klen < 128 else (2 if klen < 32768 else 4)
@@ -938,6 +1024,7 @@ def _configure_compiled(module: Any) -> None:
         _decompress,
         CorruptRecordError,
         UnsupportedFormatError,
+        _compress,
     )
 
 

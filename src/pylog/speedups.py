@@ -19,10 +19,13 @@ import os
 from types import ModuleType
 from typing import Final
 
-__all__ = ["COMPILED", "ENV", "PATH", "core"]
+__all__ = ["ABI_VERSION", "COMPILED", "ENV", "PATH", "core"]
 
 #: The environment variable that forces the pure-Python path.
 ENV: Final = "PYLOG_PURE_PYTHON"
+#: The interface version of ``pylog._speedups`` this pylog calls (an extension built from another checkout of
+#: the source, left in place by an older build, is not used).
+ABI_VERSION: Final = 2
 
 
 def _load() -> tuple[ModuleType | None, str]:
@@ -32,6 +35,8 @@ def _load() -> tuple[ModuleType | None, str]:
         module = importlib.import_module("pylog._speedups")
     except ImportError as exc:
         return None, f"pure Python (the compiled extension does not import: {exc})"
+    if getattr(module, "ABI_VERSION", None) != ABI_VERSION:
+        return None, "pure Python (the compiled extension is out of date: rebuild it with pip install or make ext)"
     return module, f"compiled ({module.__name__})"
 
 

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -79,8 +80,6 @@ def batches(draw: st.DrawFn) -> tuple[bytes, dict[str, Any]]:
         deltas = [0]
         for g in gaps:
             deltas.append(deltas[-1] + g)
-        import numpy as np
-
         offset_deltas = np.asarray(deltas, dtype=np.int64)
     fields = {
         "compression": draw(st.sampled_from(["none", "none", "gzip", "lz4", "zstd"])),
@@ -93,7 +92,8 @@ def batches(draw: st.DrawFn) -> tuple[bytes, dict[str, Any]]:
     }
     base_offset = draw(st.integers(0, 1 << 62))
     buf = encode_batch(base_offset, keys, values, timestamps, headers, offset_deltas=offset_deltas, **fields)
-    return buf, {"keys": keys, "values": values, "timestamps": timestamps, "headers": headers}
+    args = (base_offset, keys, values, timestamps, headers)
+    return buf, {"args": args, "offset_deltas": offset_deltas, **fields}
 
 
 def _decode(fn: Any, buf: Any, position: int) -> tuple[str, Any]:
@@ -132,10 +132,11 @@ def test_both_paths_decode_the_same_records(
     outcome, lists = _check_same(kind(before + buf + after), len(before))
     assert outcome == "ok"
     header, offsets, timestamps, keys, values, headers = lists
-    assert keys == sent["keys"] and values == sent["values"] and timestamps == sent["timestamps"]
+    _, keys_sent, values_sent, timestamps_sent, headers_sent = sent["args"]
+    assert keys == keys_sent and values == values_sent and timestamps == timestamps_sent
     assert all(type(k) is bytes for k in keys + values if k is not None)
     assert offsets[0] == header.base_offset and offsets[-1] == header.last_offset
-    blobs_sent = sent["headers"] or [b""] * len(keys)
+    blobs_sent = headers_sent or [b""] * len(keys)
     assert headers == [record.decode_headers(b) if b else [] for b in blobs_sent]
     # the extra columns a consumer's records are built from
     full = speedups.decode_lists(kind(before + buf + after), len(before))
@@ -145,6 +146,85 @@ def test_both_paths_decode_the_same_records(
     else:
         assert bytes(full[8]) == b"".join(values)  # type: ignore[arg-type]
     assert header == record.decode_header(buf)
+
+
+@_SETTINGS
+@given(batches(), st.sampled_from([list, tuple, "array"]))
+def test_both_paths_encode_the_same_bytes(batch: tuple[bytes, dict[str, Any]], ts_kind: Any) -> None:
+    """The compiled encoder (dense batches of bytes keys and values) builds byte for byte what the pure one
+    does, whatever container the timestamps come in."""
+    _, sent = batch
+    base_offset, keys, values, timestamps, headers = sent.pop("args")
+    ts = np.asarray(timestamps, dtype=np.int64) if ts_kind == "array" else ts_kind(timestamps)
+    pure = record._encode_batch_pure(base_offset, keys, values, ts, headers, **sent)
+    assert record.encode_batch(base_offset, keys, values, ts, headers, **sent) == pure
+    if sent["offset_deltas"] is None:  # the compiled encoder's own answer (not a fallback to the pure one)
+        assert _compiled_encode(base_offset, keys, values, timestamps, headers, sent) == pure
+
+
+def _compiled_encode(
+    base_offset: int, keys: Any, values: Any, timestamps: list[int], headers: Any, fields: dict[str, Any]
+) -> Any:
+    attributes = (
+        record.COMPRESSION_CODES[fields["compression"]]
+        | (record.ATTR_LOG_APPEND_TIME if fields["log_append_time"] else 0)
+        | (record.ATTR_TRANSACTIONAL if fields["transactional"] else 0)
+        | (record.ATTR_CONTROL if fields["control"] else 0)
+    )
+    out = speedups.encode_batch(
+        base_offset,
+        keys,
+        values,
+        list(timestamps),
+        headers,
+        attributes,
+        fields["producer_id"],
+        fields["producer_epoch"],
+        fields["base_sequence"],
+        False,
+    )
+    assert out is not NotImplemented
+    return out
+
+
+@_SETTINGS
+@given(
+    blobs,
+    blobs,
+    int64s,
+    st.integers(-1, 1 << 40),
+    st.integers(-1, 32767),
+    st.integers(-1, 1 << 30),
+    st.booleans(),
+)
+def test_both_paths_encode_one_record_the_same(
+    key: bytes | None, value: bytes | None, ts: int, pid: int, epoch: int, seq: int, txn: bool
+) -> None:
+    pure = record._encode_one_pure(key, value, ts, pid, epoch, seq, txn)
+    compiled = record.encode_one(key, value, ts, pid, epoch, seq, txn)
+    assert type(compiled) is bytearray and compiled == pure
+    assert bytes(compiled) == record._encode_batch_pure(
+        0, [key], [value], [ts], producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=txn
+    )
+
+
+def test_the_compiled_encoder_leaves_other_inputs_to_the_pure_one() -> None:
+    """Keys or values that are not bytes, timestamps beyond int64, no records: NotImplemented, and
+    record.encode_batch gives what the pure encoder gives."""
+    cases: list[tuple[list[Any], list[Any], list[Any]]] = [
+        ([bytearray(b"k")], [b"v"], [1]),
+        ([b"k"], [memoryview(b"v")], [1]),
+        ([b"k"], [b"v"], [1 << 64]),
+        ([b"k"], [b"v"], ["1"]),
+        ([], [], []),
+        ([b"k", b"k"], [b"v"], [1, 2]),
+    ]
+    for keys, values, ts in cases:
+        got = speedups.encode_batch(0, keys, values, ts, None, 0, -1, -1, -1, False)
+        assert got is NotImplemented, (keys, values, ts)
+    assert record.encode_batch(0, [bytearray(b"k")], [b"v"], [1]) == record._encode_batch_pure(
+        0, [bytearray(b"k")], [b"v"], [1]
+    )
 
 
 @contextmanager
@@ -298,3 +378,12 @@ def _patched(keys: list[bytes | None], at: int, raw: bytes, timestamps: list[int
 def test_both_paths_refuse_each_damage_of_the_columns(name: str, buf: bytes) -> None:
     """Each check behind the CRC, on its own: both paths raise CorruptRecordError."""
     assert _check_same(buf, 0) == ("error", CorruptRecordError), name
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=5000))
+def test_the_native_crc32c_is_the_crc32c_packages(data: bytes) -> None:
+    """Short buffers are summed natively (SSE 4.2), long ones by the crc32c package: the same CRC-32C."""
+    assert speedups.crc32c(data) == crc32c(data)
+    for cut in (0, 1, 7, 8, 9, 4095, 4096, 4097):
+        assert speedups.crc32c(data[:cut]) == crc32c(data[:cut])
