@@ -112,3 +112,12 @@ def test_a_child_process_can_be_interrupted():
 def test_tests_can_interrupt_their_processes_when_pytest_was_started_ignoring_sigint(tmp_path: Path) -> None:
     r, _ = _pytest(tmp_path, "test_interrupts.py", _INTERRUPTS, ignore_sigint=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """The test folders are not packages, so pytest imports each test module by its basename: two files of
+    one name in different folders stop the whole run at collection ('import file mismatch')."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
