@@ -1,0 +1,46 @@
+"""pylog.streams: stream processing on a pylog log, with Kafka Streams' model and no broker.
+
+>>> from pylog.streams import App, TestDriver
+>>> app = App(None, "word-count")
+>>> words = app.stream("lines").flat_map_values(str.split).group_by(lambda k, word: word).count(name="counts")
+>>> words.to_stream().to("word-counts")
+>>> driver = TestDriver(app)
+>>> driver.pipe("lines", "to be or not to be")
+>>> driver.store("counts").to_dict()
+{'to': 2, 'be': 2, 'or': 1, 'not': 1}
+
+See docs/streams.md for the concepts, every operation, state, exactly-once and the test driver.
+"""
+
+from __future__ import annotations
+
+from pylog.streams.app import App
+from pylog.streams.driver import TestDriver, TestRecord
+from pylog.streams.dsl import GroupedStream, Stream, Table, WindowedStream
+from pylog.streams.serde import BYTES, JSON, MSGPACK, STRING, Serde
+from pylog.streams.stores import KeyValueStore, WindowStore
+from pylog.streams.topology import TaskId, Topology
+from pylog.streams.windows import WINDOWED, HoppingWindows, TumblingWindows, Windowed
+
+__all__ = [
+    "BYTES",
+    "JSON",
+    "MSGPACK",
+    "STRING",
+    "WINDOWED",
+    "App",
+    "GroupedStream",
+    "HoppingWindows",
+    "KeyValueStore",
+    "Serde",
+    "Stream",
+    "Table",
+    "TaskId",
+    "TestDriver",
+    "TestRecord",
+    "Topology",
+    "TumblingWindows",
+    "WindowStore",
+    "Windowed",
+    "WindowedStream",
+]

@@ -1,0 +1,269 @@
+"""App: a stream processing application over a :class:`~pylog.Log` (Kafka Streams' ``KafkaStreams`` and
+``StreamsBuilder`` in one object).
+
+Define the topology with :meth:`App.stream` and :meth:`App.table` and the DSL they return, then
+:meth:`App.start` (background threads) or :meth:`App.run` (until :meth:`App.close`, Ctrl-C or SIGTERM).
+Several processes running the same ``application_id`` on the same log directory share the work: each thread
+of each process is a member of the consumer group ``application_id`` (see :mod:`pylog.streams.runtime`).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pylog.errors import ConfigError, IllegalStateError
+from pylog.streams.dsl import Stream, Table
+from pylog.streams.nodes import SourceNode, TableSourceNode
+from pylog.streams.runtime import StreamThread
+from pylog.streams.serde import MSGPACK, STRING, Serde
+from pylog.streams.stores import KeyValueStore
+from pylog.streams.topology import Builder, Topology
+
+if TYPE_CHECKING:
+    from pylog.log import Log
+
+__all__ = ["App"]
+
+_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_GUARANTEES = ("exactly_once", "at_least_once")
+
+
+class App:
+    """A stream application (see the module docstring).
+
+    ``log``: the log it reads and writes (None: a topology for :class:`~pylog.streams.driver.TestDriver`
+    only). ``application_id``: its consumer group, the prefix of its internal topics and transactional ids.
+    ``key_serde``/``value_serde``: defaults of sources and sinks (str keys, msgpack values: what
+    ``log.producer()`` writes by default). ``processing_guarantee``: ``"exactly_once"`` (default) or
+    ``"at_least_once"``. ``commit_interval_ms``: how often a thread commits (100 ms, Kafka Streams' default
+    under exactly-once). ``instance_id``: names this process in transactional ids (default random); a process
+    restarted with the same one aborts its predecessor's open transactions at once, instead of after
+    ``transaction_timeout_ms`` (never give two live processes the same one). Thread-safety: define the
+    topology on one thread; ``start``, ``close``, ``store``, ``metrics`` may be called from any thread."""
+
+    def __init__(
+        self,
+        log: Log | None,
+        application_id: str,
+        *,
+        key_serde: Serde = STRING,
+        value_serde: Serde = MSGPACK,
+        processing_guarantee: str = "exactly_once",
+        commit_interval_ms: int = 100,
+        instance_id: str | None = None,
+        transaction_timeout_ms: int = 10_000,
+        poll_ms: int = 100,
+        max_poll_records: int = 1000,
+    ) -> None:
+        if not isinstance(application_id, str) or not _ID.fullmatch(application_id):
+            raise ConfigError(
+                f"application_id must be 1-200 characters of [A-Za-z0-9._-], got {application_id!r}"
+            )
+        if processing_guarantee not in _GUARANTEES:
+            raise ConfigError(
+                f"processing_guarantee must be one of {_GUARANTEES}, got {processing_guarantee!r}"
+            )
+        for name, value in (
+            ("commit_interval_ms", commit_interval_ms),
+            ("transaction_timeout_ms", transaction_timeout_ms),
+            ("poll_ms", poll_ms),
+            ("max_poll_records", max_poll_records),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+        if instance_id is not None and (not isinstance(instance_id, str) or not _ID.fullmatch(instance_id)):
+            raise ConfigError(f"instance_id must be 1-200 characters of [A-Za-z0-9._-], got {instance_id!r}")
+        for name, serde in (("key_serde", key_serde), ("value_serde", value_serde)):
+            if not isinstance(serde, Serde):
+                raise ConfigError(f"{name} must be a pylog.streams Serde, got {serde!r}")
+        self.log = log
+        self.application_id = application_id
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.processing_guarantee = processing_guarantee
+        self.commit_interval_ms = commit_interval_ms
+        self.instance_id = instance_id if instance_id is not None else uuid.uuid4().hex[:12]
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.poll_ms = poll_ms
+        self.max_poll_records = max_poll_records
+        self.builder = Builder(application_id)
+        self.state = "CREATED"
+        self.error: BaseException | None = None
+        self._topology: Topology | None = None
+        self._threads: list[StreamThread] = []
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    # -- the topology ---------------------------------------------------------------------------------
+
+    def stream(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        timestamp: Callable[[Any, Any, int], int] | None = None,
+    ) -> Stream:
+        """The records of ``topic`` as a :class:`~pylog.streams.dsl.Stream`. ``timestamp(key, value,
+        record_timestamp) -> ms`` extracts the event time (default: the record's timestamp); a record whose
+        event time is not an int >= 0 is skipped and counted (``dropped-records``)."""
+        node = SourceNode(
+            self.builder.name("source"),
+            topic,
+            key_serde or self.key_serde,
+            value_serde or self.value_serde,
+            timestamp,
+        )
+        self.builder.add_source(node)
+        return Stream(self, node)
+
+    def table(
+        self,
+        topic: str,
+        *,
+        name: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        timestamp: Callable[[Any, Any, int], int] | None = None,
+    ) -> Table:
+        """``topic`` read as a :class:`~pylog.streams.dsl.Table`: the latest value of each key (a None value
+        deletes it), materialized in the store ``name`` (default ``<topic>-table``)."""
+        source = self.stream(topic, key_serde=key_serde, value_serde=value_serde, timestamp=timestamp)
+        store = self.builder.store_name(name if name is not None else f"{topic}-table", "table")
+        node = TableSourceNode(self.builder.name("table"), store)
+        source.node.children.append(node)
+        self.builder.add_store(store, node, windowed=None)
+        return Table(self, node, store)
+
+    def topology(self) -> Topology:
+        """The built topology (its sub-topologies, stores and internal topics); the App's definition cannot
+        change afterwards. Needs the log (for the partition counts of its source topics)."""
+        log = self._need_log()
+        if self._topology is None:
+            self._topology = self.builder.build(lambda topic: log.topic(topic).num_partitions)
+        return self._topology
+
+    def _need_log(self) -> Log:
+        if self.log is None:
+            raise IllegalStateError("this App has no log (App(None, ...) is for the TestDriver only)")
+        return self.log
+
+    # -- running --------------------------------------------------------------------------------------
+
+    def create_topics(self) -> None:
+        """Create the internal topics that do not exist yet (``start`` does); an existing one with another
+        partition count is a :class:`~pylog.errors.ConfigError`. Output topics must exist."""
+        log = self._need_log()
+        topology = self.topology()
+        for name, (partitions, config) in topology.internal_topics().items():
+            if log.has_topic(name):
+                have = log.topic(name).num_partitions
+                if have != partitions:
+                    raise ConfigError(
+                        f"internal topic {name} has {have} partitions, the topology needs {partitions} (reset "
+                        "the application, or change its source topics back)"
+                    )
+            else:
+                log.create_topic(name, partitions=partitions, **config)
+        for name in topology.outputs:
+            log.topic(name)  # UnknownTopicError now, not from a thread later
+
+    def start(self, threads: int = 1) -> None:
+        """Start ``threads`` stream threads in the background."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ConfigError(f"threads must be an int >= 1, got {threads!r}")
+        with self._lock:
+            if self.state != "CREATED":
+                raise IllegalStateError(f"an App starts once (it is {self.state})")
+            log = self._need_log()
+            self.create_topics()
+            topology = self.topology()
+            self._threads = [StreamThread(self, log, topology, i) for i in range(threads)]
+            self.state = "RUNNING"
+        for t in self._threads:
+            t.start()
+
+    def run(self, threads: int = 1) -> None:
+        """Start, then wait until :meth:`close` (from another thread), Ctrl-C or SIGTERM; a thread's failure
+        stops the application and is raised here."""
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, lambda *_: self._stopped.set())
+        try:
+            self.start(threads)
+            try:
+                while not self._stopped.wait(0.5):
+                    pass
+            except KeyboardInterrupt:
+                pass
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            self.close()
+        if self.error is not None:
+            raise self.error
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the threads (each commits what it processed) and wait for them."""
+        self._stopped.set()
+        with self._lock:
+            if self.state in ("CREATED", "NOT_RUNNING"):
+                self.state = "NOT_RUNNING"
+                return
+            threads = list(self._threads)
+        for t in threads:
+            t.stop()
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(timeout)
+        with self._lock:
+            self.state = "ERROR" if self.error is not None else "NOT_RUNNING"
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _thread_failed(self, thread: StreamThread, exc: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = exc
+            self.state = "ERROR"
+        self._stopped.set()
+        for t in self._threads:
+            t.stop()
+
+    # -- queries --------------------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, int]:
+        """Counters summed over the threads and their tasks: ``processed-records``, ``commits``,
+        ``dropped-records``, ``late-records``, ``tasks-restored``, ``restored-records``, ``tasks-resumed``."""
+        total: Counter[str] = Counter()
+        for t in self._threads:
+            total.update(t.metrics)
+            for task in t.snapshot_tasks().values():
+                total.update({k: v for k, v in task.metrics.items() if k != "processed-records"})
+        return dict(total)
+
+    def tasks(self) -> dict[str, str]:
+        """The tasks running in this process: ``{task id: thread name}``."""
+        return {str(tid): t.name for t in self._threads for tid in t.snapshot_tasks()}
+
+    def store(self, name: str) -> list[KeyValueStore]:
+        """The instances of store ``name`` held by this process's tasks (one per task it runs now)."""
+        topology = self.topology()
+        if name not in topology.stores:
+            raise ConfigError(f"no store {name!r} (stores: {sorted(topology.stores)})")
+        return [
+            task.stores[name]
+            for t in self._threads
+            for task in t.snapshot_tasks().values()
+            if name in task.stores
+        ]

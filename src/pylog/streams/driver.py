@@ -1,0 +1,131 @@
+"""The test driver (Kafka's ``TopologyTestDriver``): run an application's topology record by record, with no
+log, no threads and no waiting.
+
+Records piped into a source topic go through the same nodes and stores as in a running application, encoded
+and decoded by the same serdes. What the topology writes is kept per topic until read: output topics, late
+records, and the changelog of every store (flushed after each piped record, as if every record were a
+commit). Repartition topics are fed back at once, in the order written. Each sub-topology runs as a single
+task (partition 0), so every key's state is in one store.
+
+Time: a record's event time is its ``timestamp_ms``, by default the driver's :class:`~pylog.clock.ManualClock`
+(which only moves with :meth:`TestDriver.advance_wall_clock`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pylog.clock import ManualClock
+from pylog.errors import ConfigError
+from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
+from pylog.streams.stores import KeyValueStore
+from pylog.streams.task import Task
+from pylog.streams.topology import TaskId
+
+if TYPE_CHECKING:
+    from pylog.streams.app import App
+
+__all__ = ["TestDriver", "TestRecord"]
+
+
+class TestRecord(NamedTuple):
+    """A record the topology wrote: decoded key and value, and its timestamp."""
+
+    key: Any
+    value: Any
+    timestamp_ms: int
+
+
+class TestDriver:
+    """Drives ``app``'s topology (see the module docstring). The app's topology cannot change afterwards."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, app: App, *, clock: ManualClock | None = None) -> None:
+        self.app = app
+        self.clock = clock if clock is not None else ManualClock(0)
+        self.topology = app.builder.build(lambda topic: 1)
+        self._tasks = {
+            sub.id: Task(self.topology, TaskId(sub.id, 0), self) for sub in self.topology.subtopologies
+        }
+        self._internal = {
+            t for sub in self.topology.subtopologies for t, n in sub.sources.items() if n.internal
+        }
+        self._changelogs = {spec.changelog for spec in self.topology.stores.values()}
+        self._queue: deque[tuple[str, bytes | None, bytes | None, int]] = deque()
+        self._outputs: dict[str, list[tuple[bytes | None, bytes | None, int]]] = {}
+
+    # -- input ----------------------------------------------------------------------------------------
+
+    def pipe(self, topic: str, value: Any, key: Any = None, timestamp_ms: int | None = None) -> None:
+        """Feed one record to source ``topic`` (encoded with its serdes) and run it through the topology."""
+        source = self.topology.subtopology_of(topic).sources[topic]
+        if source.internal:
+            raise ConfigError(f"{topic} is an internal topic: pipe records into the application's inputs")
+        ts = self.clock.time_ms() if timestamp_ms is None else timestamp_ms
+        self._queue.append((topic, source.key_serde.serialize(key), source.value_serde.serialize(value), ts))
+        while self._queue:
+            t, k, v, at = self._queue.popleft()
+            self._tasks[self.topology.subtopology_of(t).id].process(t, k, v, at)
+        for task in self._tasks.values():
+            task.flush_changelogs()
+
+    def pipe_many(self, topic: str, records: Iterable[tuple[Any, Any] | tuple[Any, Any, int]]) -> None:
+        """Feed ``(key, value)`` or ``(key, value, timestamp_ms)`` records one after the other."""
+        for record in records:
+            self.pipe(topic, record[1], key=record[0], timestamp_ms=record[2] if len(record) > 2 else None)
+
+    def advance_wall_clock(self, ms: int) -> None:
+        """Move the driver's clock forward (the default timestamp of piped records)."""
+        self.clock.advance(ms)
+
+    # -- Collector ------------------------------------------------------------------------------------
+
+    def send(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int, partition: int | None
+    ) -> None:
+        if topic in self._internal:
+            self._queue.append((topic, key, value, timestamp_ms))
+        else:
+            self._outputs.setdefault(topic, []).append((key, value, timestamp_ms))
+
+    # -- output ---------------------------------------------------------------------------------------
+
+    def _serdes(self, topic: str) -> tuple[Serde, Serde]:
+        if topic in self._changelogs:
+            return MSGPACK_KEY, MSGPACK
+        if topic in self.topology.outputs:
+            return self.topology.outputs[topic]
+        raise ConfigError(
+            f"the application writes no topic {topic!r} (its outputs: {sorted(self.topology.outputs)})"
+        )
+
+    def read_output(self, topic: str) -> list[TestRecord]:
+        """The records written to ``topic`` since the last read of it, decoded, in the order written."""
+        key_serde, value_serde = self._serdes(topic)
+        records = self._outputs.pop(topic, [])
+        return [TestRecord(key_serde.deserialize(k), value_serde.deserialize(v), ts) for k, v, ts in records]
+
+    def read_key_values(self, topic: str) -> list[tuple[Any, Any]]:
+        """``(key, value)`` of :meth:`read_output`."""
+        return [(r.key, r.value) for r in self.read_output(topic)]
+
+    def read_values(self, topic: str) -> list[Any]:
+        """The values of :meth:`read_output`."""
+        return [r.value for r in self.read_output(topic)]
+
+    def store(self, name: str) -> KeyValueStore:
+        """The store ``name`` (its single task's instance)."""
+        spec = self.topology.stores.get(name)
+        if spec is None:
+            raise ConfigError(f"no store {name!r} (stores: {sorted(self.topology.stores)})")
+        return self._tasks[spec.subtopology].stores[name]
+
+    def metrics(self) -> dict[str, int]:
+        """Counters summed over the tasks: ``processed-records``, ``dropped-records``, ``late-records``."""
+        total: Counter[str] = Counter()
+        for task in self._tasks.values():
+            total.update(task.metrics)
+        return dict(total)

@@ -1,0 +1,266 @@
+"""The DSL: :class:`Stream` (every record is an event), :class:`Table` (the latest value per key),
+:class:`GroupedStream` and :class:`WindowedStream` (a stream grouped by key, before an aggregation).
+
+Every method adds a node to the application's topology and returns a new object; nothing runs until the
+application is started (or driven by :class:`~pylog.streams.driver.TestDriver`). Functions take the record's
+``(key, value)`` as Kafka Streams' do, except ``map_values`` and ``flat_map_values`` which take the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from pylog.errors import ConfigError
+from pylog.streams.nodes import (
+    MISSING,
+    AggregateNode,
+    BranchNode,
+    FilterNode,
+    FlatMapNode,
+    MapNode,
+    MapValuesNode,
+    Node,
+    PeekNode,
+    SelectKeyNode,
+    SinkNode,
+    WindowAggregateNode,
+)
+from pylog.streams.serde import MSGPACK, Serde
+from pylog.streams.windows import WINDOWED, Windows
+
+if TYPE_CHECKING:
+    from pylog.streams.app import App
+
+__all__ = ["GroupedStream", "Stream", "Table", "WindowedStream"]
+
+
+class Stream:
+    """A record stream (Kafka's ``KStream``). ``key_changed``: an operation since the source may have changed
+    the key, so grouping goes through a repartition topic."""
+
+    def __init__(self, app: App, node: Node, *, key_changed: bool = False, windowed: bool = False) -> None:
+        self.app = app
+        self.node = node
+        self.key_changed = key_changed
+        self.windowed = windowed
+
+    def _then(self, node: Node, *, key_changed: bool | None = None) -> Stream:
+        self.app.builder.check_open()
+        self.node.children.append(node)
+        changed = self.key_changed if key_changed is None else key_changed
+        return Stream(self.app, node, key_changed=changed, windowed=self.windowed and not changed)
+
+    # -- stateless --------------------------------------------------------------------------------------
+
+    def map(self, fn: Callable[[Any, Any], tuple[Any, Any]]) -> Stream:
+        """``fn(key, value) -> (new_key, new_value)`` for each record."""
+        return self._then(MapNode(self.app.builder.name("map"), fn), key_changed=True)
+
+    def map_values(self, fn: Callable[[Any], Any]) -> Stream:
+        """``fn(value) -> new_value``; the key is kept (no repartition needed to group by it)."""
+        return self._then(MapValuesNode(self.app.builder.name("map-values"), fn))
+
+    def select_key(self, fn: Callable[[Any, Any], Any]) -> Stream:
+        """``fn(key, value) -> new_key``; the value is kept."""
+        return self._then(SelectKeyNode(self.app.builder.name("select-key"), fn), key_changed=True)
+
+    def filter(self, predicate: Callable[[Any, Any], bool]) -> Stream:
+        """Keep the records for which ``predicate(key, value)`` is true."""
+        return self._then(FilterNode(self.app.builder.name("filter"), predicate))
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> Stream:
+        """Drop the records for which ``predicate(key, value)`` is true."""
+        return self.filter(lambda k, v: not predicate(k, v))
+
+    def flat_map(self, fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> Stream:
+        """``fn(key, value) -> iterable of (key, value)``: zero, one or many records for each."""
+        return self._then(FlatMapNode(self.app.builder.name("flat-map"), fn), key_changed=True)
+
+    def flat_map_values(self, fn: Callable[[Any], Iterable[Any]]) -> Stream:
+        """``fn(value) -> iterable of values``, each with the record's key."""
+        node = FlatMapNode(self.app.builder.name("flat-map-values"), lambda k, v: ((k, x) for x in fn(v)))
+        return self._then(node)
+
+    def peek(self, fn: Callable[[Any, Any], Any]) -> Stream:
+        """Call ``fn(key, value)`` for each record (a side effect: logging, metrics) and pass it on.
+        Under exactly-once, records of an aborted transaction are processed again: ``fn`` may see them twice."""
+        return self._then(PeekNode(self.app.builder.name("peek"), fn))
+
+    def branch(self, *predicates: Callable[[Any, Any], bool]) -> list[Stream]:
+        """One stream per predicate: each record goes to the first whose ``predicate(key, value)`` is true,
+        and is dropped when none is (end with ``lambda k, v: True`` for a default branch)."""
+        if not predicates:
+            raise ConfigError("branch() needs at least one predicate")
+        node = BranchNode(self.app.builder.name("branch"), list(predicates))
+        self._then(node)
+        out = []
+        for _ in predicates:
+            child = Node(self.app.builder.name("branch-child"))
+            node.children.append(child)
+            out.append(Stream(self.app, child, key_changed=self.key_changed, windowed=self.windowed))
+        return out
+
+    def merge(self, *others: Stream) -> Stream:
+        """One stream of the records of this one and ``others`` (their sources must be co-partitioned: same
+        partition count)."""
+        node = Node(self.app.builder.name("merge"))
+        changed = self.key_changed
+        for s in (self, *others):
+            if s.app is not self.app:
+                raise ConfigError("merge() needs streams of the same App")
+            s.node.children.append(node)
+            changed = changed or s.key_changed
+        return Stream(self.app, node, key_changed=changed)
+
+    def to(self, topic: str, *, key_serde: Serde | None = None, value_serde: Serde | None = None) -> None:
+        """Write every record to ``topic`` (it must exist), with the application's serdes unless given
+        (a windowed stream's keys, :class:`~pylog.streams.windows.Windowed`, default to
+        :data:`~pylog.streams.windows.WINDOWED`: msgpack ``[key, start, end]``)."""
+        default_key = WINDOWED if self.windowed else self.app.key_serde
+        sink = SinkNode(
+            self.app.builder.name("sink"),
+            topic,
+            key_serde or default_key,
+            value_serde or self.app.value_serde,
+        )
+        self._then(sink)
+        self.app.builder.add_sink(sink)
+
+    # -- grouping ---------------------------------------------------------------------------------------
+
+    def group_by_key(self) -> GroupedStream:
+        """Group by the current key, through a repartition topic only if an operation may have changed it."""
+        return GroupedStream(self, repartition=self.key_changed)
+
+    def group_by(self, fn: Callable[[Any, Any], Any]) -> GroupedStream:
+        """Group by ``fn(key, value)``: records are written to the repartition topic
+        ``<application_id>-<store>-repartition`` keyed by it, so that each key is aggregated by one task."""
+        return GroupedStream(self.select_key(fn), repartition=True)
+
+
+class GroupedStream:
+    """A stream grouped by key (Kafka's ``KGroupedStream``): aggregate it, or window it first."""
+
+    def __init__(self, stream: Stream, *, repartition: bool) -> None:
+        self.stream = stream
+        self.repartition = repartition
+
+    def windowed_by(
+        self, windows: Windows, *, emit: str = "update", late_topic: str | None = None
+    ) -> WindowedStream:
+        """Aggregate per window (:class:`~pylog.streams.windows.TumblingWindows`,
+        :class:`~pylog.streams.windows.HoppingWindows`). ``emit="update"`` forwards the aggregate after every
+        record, ``"final"`` once per window when it closes. Late records are counted, and written to
+        ``late_topic`` when given."""
+        if not isinstance(windows, Windows):
+            raise ConfigError(f"windowed_by() takes TumblingWindows or HoppingWindows, got {windows!r}")
+        if emit not in ("update", "final"):
+            raise ConfigError(f"emit must be 'update' or 'final', got {emit!r}")
+        return WindowedStream(self, windows, emit, late_topic)
+
+    def _node_input(self, store: str) -> Node:
+        """Where the aggregation node attaches: the stream itself, or the source of its repartition topic."""
+        if not self.repartition:
+            return self.stream.node
+        return self.stream.app.builder.repartition(self.stream.node, store)
+
+    def _aggregate(self, aggregator: Callable[[Any, Any, Any], Any], name: str | None) -> Table:
+        builder = self.stream.app.builder
+        store = builder.store_name(name, "aggregate")
+        node = AggregateNode(builder.name("aggregate"), store, aggregator)
+        self._node_input(store).children.append(node)
+        builder.add_store(store, node, windowed=None)
+        return Table(self.stream.app, node, store)
+
+    def count(self, name: str | None = None) -> Table:
+        """The number of records per key (records with a None key or value are skipped)."""
+        return self._aggregate(_count, name)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], name: str | None = None) -> Table:
+        """``reducer(aggregate, value) -> aggregate``; a key's first value is its first aggregate."""
+        return self._aggregate(_reducer(reducer), name)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        name: str | None = None,
+    ) -> Table:
+        """``aggregator(key, value, aggregate) -> aggregate``, starting from ``initializer()`` per key."""
+        return self._aggregate(_aggregator(initializer, aggregator), name)
+
+
+class WindowedStream:
+    """A grouped stream cut into time windows (Kafka's ``TimeWindowedKStream``)."""
+
+    def __init__(self, grouped: GroupedStream, windows: Windows, emit: str, late_topic: str | None) -> None:
+        self.grouped = grouped
+        self.windows = windows
+        self.emit = emit
+        self.late_topic = late_topic
+
+    def _aggregate(self, aggregator: Callable[[Any, Any, Any], Any], name: str | None) -> Table:
+        builder = self.grouped.stream.app.builder
+        store = builder.store_name(name, "window-aggregate")
+        node = WindowAggregateNode(
+            builder.name("window-aggregate"), store, self.windows, aggregator, self.emit, self.late_topic
+        )
+        self.grouped._node_input(store).children.append(node)
+        builder.add_store(store, node, windowed=self.windows)
+        if self.late_topic is not None:
+            builder.add_output_topic(self.late_topic, MSGPACK, MSGPACK)
+        return Table(self.grouped.stream.app, node, store, windowed=True)
+
+    def count(self, name: str | None = None) -> Table:
+        """Records per key and window."""
+        return self._aggregate(_count, name)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], name: str | None = None) -> Table:
+        return self._aggregate(_reducer(reducer), name)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        name: str | None = None,
+    ) -> Table:
+        return self._aggregate(_aggregator(initializer, aggregator), name)
+
+
+class Table:
+    """A table (Kafka's ``KTable``): the latest value per key, held in the store ``name``. Its changes, as a
+    stream, are :meth:`to_stream`; the store is read with ``app.store(name)`` or the test driver."""
+
+    def __init__(self, app: App, node: Node, name: str, *, windowed: bool = False) -> None:
+        self.app = app
+        self.node = node
+        self.name = name
+        self.windowed = windowed
+
+    def to_stream(self) -> Stream:
+        """The table's changelog stream: ``(key, new_value)`` for every update (None for a deletion); keys of
+        a windowed table are :class:`~pylog.streams.windows.Windowed`."""
+        node = Node(self.app.builder.name("to-stream"))
+        self.node.children.append(node)
+        return Stream(self.app, node, windowed=self.windowed)
+
+
+def _count(key: Any, value: Any, agg: Any) -> Any:
+    return 1 if agg is MISSING else agg + 1
+
+
+def _reducer(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    def reduce(key: Any, value: Any, agg: Any) -> Any:
+        return value if agg is MISSING else fn(agg, value)
+
+    return reduce
+
+
+def _aggregator(
+    initializer: Callable[[], Any], fn: Callable[[Any, Any, Any], Any]
+) -> Callable[[Any, Any, Any], Any]:
+    def aggregate(key: Any, value: Any, agg: Any) -> Any:
+        return fn(key, value, initializer() if agg is MISSING else agg)
+
+    return aggregate

@@ -1,0 +1,277 @@
+"""Processor nodes: the operations of a topology, each a small object that takes ``(key, value, timestamp)``
+and forwards what it produces to its children.
+
+Nodes hold no per-task data: what a task owns (its stores, its stream time, where records are sent) comes in
+the :class:`Context` handed to :meth:`Node.process`, so one topology serves every task of every thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from pylog.errors import DeserializationError
+from pylog.streams.serde import MSGPACK, Serde
+from pylog.streams.stores import KeyValueStore, WindowStore
+from pylog.streams.windows import Windowed, Windows
+
+__all__ = [
+    "AggregateNode",
+    "BranchNode",
+    "Context",
+    "FilterNode",
+    "FlatMapNode",
+    "Node",
+    "PeekNode",
+    "SinkNode",
+    "SourceNode",
+    "TableSourceNode",
+    "WindowAggregateNode",
+]
+
+Aggregator = Callable[[Any, Any, Any], Any]  # (key, value, aggregate or MISSING) -> new aggregate
+MISSING: Any = object()
+
+
+class Context(Protocol):
+    """What a node may use of the task running it."""
+
+    def store(self, name: str) -> KeyValueStore: ...
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int) -> None: ...
+
+    def count(self, metric: str) -> None: ...
+
+
+class Node:
+    """One operation. ``children`` receive what it forwards."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.children: list[Node] = []
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        self.forward(ctx, key, value, timestamp)
+
+    def forward(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        for child in self.children:
+            child.process(ctx, key, value, timestamp)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class SourceNode(Node):
+    """Reads a topic: decodes key and value with its serdes and picks the event time (the timestamp extractor,
+    ``(key, value, record_timestamp) -> ms``, or the record's timestamp)."""
+
+    def __init__(
+        self,
+        name: str,
+        topic: str,
+        key_serde: Serde,
+        value_serde: Serde,
+        timestamp: Callable[[Any, Any, int], int] | None = None,
+        *,
+        internal: bool = False,
+    ) -> None:
+        super().__init__(name)
+        self.topic = topic
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.timestamp = timestamp
+        self.internal = internal
+
+    def receive(
+        self, ctx: Context, key: bytes | None, value: bytes | None, timestamp: int, where: str = ""
+    ) -> None:
+        try:
+            k = self.key_serde.deserialize(key)
+            v = self.value_serde.deserialize(value)
+        except Exception as exc:
+            raise DeserializationError(
+                f"record {where or 'of ' + self.topic} cannot be decoded (key serde {self.key_serde.name}, "
+                f"value serde {self.value_serde.name}): {exc}"
+            ) from exc
+        ts = timestamp if self.timestamp is None else self.timestamp(k, v, timestamp)
+        if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+            ctx.count("dropped-records")  # as Kafka Streams: a record without a valid event time is skipped
+            return
+        self.forward(ctx, k, v, ts)
+
+
+class MapNode(Node):
+    """``fn(key, value) -> (key, value)``."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        k, v = self.fn(key, value)
+        self.forward(ctx, k, v, timestamp)
+
+
+class MapValuesNode(Node):
+    def __init__(self, name: str, fn: Callable[[Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        self.forward(ctx, key, self.fn(value), timestamp)
+
+
+class SelectKeyNode(Node):
+    def __init__(self, name: str, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        self.forward(ctx, self.fn(key, value), value, timestamp)
+
+
+class FilterNode(Node):
+    def __init__(self, name: str, predicate: Callable[[Any, Any], bool]) -> None:
+        super().__init__(name)
+        self.predicate = predicate
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if self.predicate(key, value):
+            self.forward(ctx, key, value, timestamp)
+
+
+class FlatMapNode(Node):
+    """``fn(key, value) -> iterable of (key, value)``."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        for k, v in self.fn(key, value):
+            self.forward(ctx, k, v, timestamp)
+
+
+class PeekNode(Node):
+    def __init__(self, name: str, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        self.fn(key, value)
+        self.forward(ctx, key, value, timestamp)
+
+
+class BranchNode(Node):
+    """Sends each record to the child of the first predicate it matches (and nowhere if none does)."""
+
+    def __init__(self, name: str, predicates: list[Callable[[Any, Any], bool]]) -> None:
+        super().__init__(name)
+        self.predicates = predicates
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        for predicate, child in zip(self.predicates, self.children, strict=True):
+            if predicate(key, value):
+                child.process(ctx, key, value, timestamp)
+                return
+
+
+class SinkNode(Node):
+    """Writes to a topic, partitioned by the serialized key (Kafka's partitioner)."""
+
+    def __init__(
+        self, name: str, topic: str, key_serde: Serde, value_serde: Serde, *, internal: bool = False
+    ):
+        super().__init__(name)
+        self.topic = topic
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.internal = internal
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        ctx.send(self.topic, self.key_serde.serialize(key), self.value_serde.serialize(value), timestamp)
+
+
+class TableSourceNode(Node):
+    """Materializes a topic as a table: each record upserts its key (a None value deletes it) and is
+    forwarded as the table's change."""
+
+    def __init__(self, name: str, store: str) -> None:
+        super().__init__(name)
+        self.store = store
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            ctx.count("dropped-records")
+            return
+        ctx.store(self.store).put(key, value)
+        self.forward(ctx, key, value, timestamp)
+
+
+class AggregateNode(Node):
+    """Folds each record into its key's aggregate (``aggregator(key, value, old or MISSING)``), stores it and
+    forwards ``(key, new aggregate)``. Records with a None key or value are skipped, as in Kafka Streams."""
+
+    def __init__(self, name: str, store: str, aggregator: Aggregator) -> None:
+        super().__init__(name)
+        self.store = store
+        self.aggregator = aggregator
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or value is None:
+            ctx.count("dropped-records")
+            return
+        store = ctx.store(self.store)
+        agg = self.aggregator(key, value, store.get(key, MISSING))
+        store.put(key, agg)
+        self.forward(ctx, key, agg, timestamp)
+
+
+class WindowAggregateNode(Node):
+    """Folds each record into every open window holding its event time (see :mod:`pylog.streams.windows`),
+    keyed :class:`~pylog.streams.windows.Windowed`. A record none of whose windows is open is late: counted
+    (``late-records``) and, with ``late_topic``, written there (key and value as msgpack, its timestamp)."""
+
+    def __init__(
+        self,
+        name: str,
+        store: str,
+        windows: Windows,
+        aggregator: Aggregator,
+        emit: str,
+        late_topic: str | None,
+    ) -> None:
+        super().__init__(name)
+        self.store = store
+        self.windows = windows
+        self.aggregator = aggregator
+        self.emit = emit
+        self.late_topic = late_topic
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or value is None:
+            ctx.count("dropped-records")
+            return
+        store = ctx.store(self.store)
+        if not isinstance(store, WindowStore):
+            raise TypeError(f"store {self.store} is not a window store")
+        size, grace = self.windows.size_ms, self.windows.grace_ms
+        stream_time = store.advance(timestamp)
+        taken = False
+        for start in self.windows.starts(timestamp):
+            if start + size + grace <= stream_time:
+                continue  # closed
+            entry = store.entry((key, start))
+            old, max_ts = (MISSING, timestamp) if entry is None else (entry[0], max(entry[1], timestamp))
+            agg = self.aggregator(key, value, old)
+            store.put((key, start), (agg, max_ts))
+            taken = True
+            if self.emit == "update":
+                self.forward(ctx, Windowed(key, start, start + size), agg, timestamp)
+        if not taken:
+            ctx.count("late-records")
+            if self.late_topic is not None:
+                ctx.send(self.late_topic, MSGPACK.serialize(key), MSGPACK.serialize(value), timestamp)
+        for k, start, (agg, max_ts) in store.closing(stream_time - grace):
+            if self.emit == "final":
+                self.forward(ctx, Windowed(k, start, start + size), agg, max_ts)

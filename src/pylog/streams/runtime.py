@@ -1,0 +1,315 @@
+"""The runtime: stream threads, each a consumer-group member and a transactional producer running tasks.
+
+Every thread of every process of an application is a member of the consumer group ``application_id``
+subscribed to all source topics (user topics and repartition topics). The group's ``range`` assignor gives
+partition *p* of every topic with the same partition count to the same member, so the source partitions of a
+task always land together (co-partitioning). Each assigned partition set ``{topic-p for each source of
+sub-topology s}`` becomes task ``s_p``.
+
+**Exactly-once** (``processing_guarantee="exactly_once"``, the default; Kafka Streams' EOS v2): each thread has
+one transactional producer (``transactional_id = <application_id>-<instance_id>-<thread>``). The first record
+processed after a commit opens a transaction; output and repartition records are sent into it as they are
+produced; every ``commit_interval_ms`` (and before partitions are revoked, and on close) the thread sends each
+task's changelog records (the latest value of every key changed), then the input offsets with the consumer's
+group metadata (a zombie of an older generation is refused), then commits. A crash at any point leaves either
+all of it or none of it visible to ``read_committed`` readers, and the group's offsets where the state is.
+A failed commit aborts the transaction, drops the tasks' state and resumes from the committed offsets.
+
+**Restore**: a task assigned to a thread rebuilds each store from its changelog partition, read
+``read_committed`` from the beginning up to the end offset seen when the task was assigned, in Arrow batches
+(or lists of records without pyarrow) deduplicated by key before any value is decoded. A task handed back to
+the thread that committed it last (an eager rebalance takes everything away and gives most of it back) keeps
+its stores when their changelog partitions have not grown since that commit. Nothing is wiped after an unclean
+stop: the changelog's committed transactions are the state.
+
+A dead process's open transaction stays open until ``transaction_timeout_ms`` (10 s, as Kafka Streams sets it),
+and holds back ``read_committed`` readers of the partitions it wrote (the restore of its tasks, its outputs)
+until then. A process restarted with the same ``instance_id`` aborts it at once (``init_transactions``).
+
+``processing_guarantee="at_least_once"``: no transactions; records are flushed and then offsets committed.
+After a crash, records since the last commit are processed again, and their state updates may count twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from pylog.errors import CommitFailedError, ProducerFencedError
+from pylog.streams.task import Task
+from pylog.streams.topology import TaskId, Topology
+from pylog.structs import TopicPartition
+
+if TYPE_CHECKING:
+    from pylog.consumer import Consumer
+    from pylog.log import Log
+    from pylog.producer import Producer
+    from pylog.streams.app import App
+
+__all__ = ["StreamThread", "restore_tasks"]
+
+_log = logging.getLogger("pylog.streams")
+_RESTORE_POLL_MS = 100
+
+
+class StreamThread(threading.Thread):
+    """One member of the application's group (see the module docstring)."""
+
+    def __init__(self, app: App, log: Log, topology: Topology, index: int) -> None:
+        super().__init__(name=f"{app.application_id}-StreamThread-{index}", daemon=True)
+        self.app = app
+        self.log = log
+        self.topology = topology
+        self.index = index
+        self.eos = app.processing_guarantee == "exactly_once"
+        self.tasks: dict[TaskId, Task] = {}
+        self.error: BaseException | None = None
+        self.metrics: Counter[str] = Counter()
+        self._suspended: dict[TaskId, tuple[Task, dict[TopicPartition, int]]] = {}
+        self._sub_of = {t: sub.id for sub in topology.subtopologies for t in sub.sources}
+        self._offsets: dict[TopicPartition, int] = {}
+        self._in_txn = False
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # tasks, for interactive queries from other threads
+        self.consumer: Consumer = log.consumer(
+            group_id=app.application_id,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            value_deserializer=None,
+            partition_assignment_strategy="range",
+            max_poll_records=app.max_poll_records,
+        )
+        self.producer: Producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        if self.eos:
+            producer = self.log.producer(
+                transactional_id=f"{self.app.application_id}-{self.app.instance_id}-{self.index}",
+                transaction_timeout_ms=self.app.transaction_timeout_ms,
+                value_serializer=None,
+            )
+            producer.init_transactions()  # type: ignore[attr-defined]
+            return producer
+        return self.log.producer(value_serializer=None, acks="all")
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        clock = self.log.clock
+        try:
+            self.consumer.subscribe(self.topology.source_topics, listener=_Listener(self))
+            next_commit = clock.monotonic_ms() + self.app.commit_interval_ms
+            while not self._stopping.is_set():
+                records = self.consumer.poll(timeout_ms=self.app.poll_ms)
+                if records:
+                    self._process(records)
+                if clock.monotonic_ms() >= next_commit:
+                    if not self.commit():
+                        self._reset()
+                    next_commit = clock.monotonic_ms() + self.app.commit_interval_ms
+            if not self.commit():
+                _log.warning("stream thread %s: its last commit was refused (fenced)", self.name)
+        except BaseException as exc:
+            self.error = exc
+            _log.exception("stream thread %s failed", self.name)
+            self._abort()
+            self.app._thread_failed(self, exc)
+        finally:
+            try:
+                self.consumer.close(autocommit=False)
+            finally:
+                self.producer.close()
+
+    def _process(self, records: dict[TopicPartition, list[Any]]) -> None:
+        if self.eos and not self._in_txn:
+            self.producer.begin_transaction()  # type: ignore[attr-defined]
+            self._in_txn = True
+        for tp, recs in records.items():
+            task = self.tasks[TaskId(self._sub_of[tp.topic], tp.partition)]
+            for r in recs:
+                task.process(tp.topic, r.key, r.value, r.timestamp, f"{tp.topic}-{tp.partition}@{r.offset}")
+            self._offsets[tp] = recs[-1].offset + 1
+            self.metrics["processed-records"] += len(recs)
+
+    # -- Collector ------------------------------------------------------------------------------------
+
+    def send(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int, partition: int | None
+    ) -> None:
+        self.producer.send(topic, value, key=key, partition=partition, timestamp_ms=timestamp_ms)
+
+    # -- commits --------------------------------------------------------------------------------------
+
+    def commit(self) -> bool:
+        """Commit what was processed since the last commit (see the module docstring). False when the commit
+        was refused (this member was fenced): the transaction is aborted, and the tasks' state is no longer
+        the committed one (the caller drops it)."""
+        if not self._offsets and not self._in_txn:
+            return True
+        try:
+            for task in self.tasks.values():
+                task.flush_changelogs()
+            if self.eos:
+                producer: Any = self.producer
+                if self._offsets:
+                    producer.send_offsets_to_transaction(dict(self._offsets), self.consumer.group_metadata())
+                producer.commit_transaction()
+            else:
+                self.producer.flush()
+                self.consumer.commit(dict(self._offsets))
+        except (CommitFailedError, ProducerFencedError) as exc:
+            _log.warning(
+                "stream thread %s: commit failed (%s); resuming from the committed state", self.name, exc
+            )
+            self._abort()
+            return False
+        finally:
+            self._in_txn = False
+            self._offsets = {}
+        self.metrics["commits"] += 1
+        return True
+
+    def _abort(self) -> None:
+        if self.eos and self._in_txn:
+            try:
+                self.producer.abort_transaction()  # type: ignore[attr-defined]
+            except ProducerFencedError:
+                self.producer.close()
+                self.producer = self._new_producer()
+            except Exception:  # the thread is failing anyway; its transaction times out
+                _log.exception("stream thread %s: abort failed", self.name)
+        self._in_txn = False
+        self._offsets = {}
+
+    def _reset(self) -> None:
+        """Drop every task's state and read again from the committed offsets."""
+        assigned = self.consumer.assignment()
+        with self._lock:
+            self.tasks = {}
+        self._suspended = {}
+        for tp in assigned:
+            committed = self.consumer.committed(tp)
+            if committed is None:
+                self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, committed)
+        self.assign(assigned)
+
+    # -- assignment (called by the listener, inside poll) ---------------------------------------------
+
+    def assign(self, partitions: set[TopicPartition]) -> None:
+        wanted = {TaskId(self._sub_of[tp.topic], tp.partition) for tp in partitions}
+        fresh: list[Task] = []
+        tasks = dict(self.tasks)
+        for task_id in sorted(wanted - set(tasks)):
+            kept = self._suspended.pop(task_id, None)
+            if kept is not None and _changelog_ends(self.log, kept[0]) == kept[1]:
+                tasks[task_id] = kept[0]
+                self.metrics["tasks-resumed"] += 1
+                continue
+            task = Task(self.topology, task_id, self)
+            tasks[task_id] = task
+            fresh.append(task)
+        self._suspended = {}
+        restored = restore_tasks(self.log, fresh)
+        self.metrics["restored-records"] += restored
+        self.metrics["tasks-restored"] += len(fresh)
+        with self._lock:
+            self.tasks = tasks
+
+    def revoke(self, partitions: set[TopicPartition], lost: bool = False) -> None:
+        if lost:
+            self._abort()
+            with self._lock:
+                self.tasks = {}
+            self._suspended = {}
+            return
+        if not self.commit():
+            with self._lock:
+                self.tasks = {}
+            self._suspended = {}
+            return
+        gone = {TaskId(self._sub_of[tp.topic], tp.partition) for tp in partitions}
+        with self._lock:
+            for task_id in gone & set(self.tasks):
+                task = self.tasks.pop(task_id)
+                self._suspended[task_id] = (task, _changelog_ends(self.log, task))
+
+    def snapshot_tasks(self) -> dict[TaskId, Task]:
+        with self._lock:
+            return dict(self.tasks)
+
+
+class _Listener:
+    """The group's rebalance callbacks, run inside the thread's own ``poll()``."""
+
+    def __init__(self, thread: StreamThread) -> None:
+        self.thread = thread
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self.thread.revoke(set(revoked))
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self.thread.assign(self.thread.consumer.assignment())
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self.thread.revoke(set(lost), lost=True)
+
+
+def _changelog_ends(log: Log, task: Task) -> dict[TopicPartition, int]:
+    p = task.task_id.partition
+    return {
+        TopicPartition(s.changelog, p): log.topic(s.changelog).end_offsets()[p]
+        for s in task.stores.values()
+        if s.changelog is not None
+    }
+
+
+def restore_tasks(log: Log, tasks: list[Task]) -> int:
+    """Rebuild the stores of ``tasks`` from their changelog partitions (read_committed, up to the end offsets
+    of now); returns the number of changelog records read."""
+    where: dict[TopicPartition, Any] = {}
+    for task in tasks:
+        for store in task.stores.values():
+            if store.changelog is not None:
+                where[TopicPartition(store.changelog, task.task_id.partition)] = store
+    if not where:
+        return 0
+    try:
+        import pyarrow  # noqa: F401
+
+        arrow = True
+    except ImportError:  # pragma: no cover - pyarrow is an optional dependency
+        arrow = False
+    reader = log.consumer(
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        value_deserializer=None,
+        max_poll_records=100_000,
+    )
+    read = 0
+    try:
+        reader.assign(list(where))
+        reader.seek_to_beginning(*where)
+        ends = reader.end_offsets(list(where))
+        pending = {tp for tp in where if reader.position(tp) < ends[tp]}
+        while pending:
+            if arrow:
+                got = reader.poll_arrow(timeout_ms=_RESTORE_POLL_MS)
+                for tp, batch in got.items():
+                    where[tp].restore(batch.column("key").to_pylist(), batch.column("value").to_pylist())
+                    read += batch.num_rows
+            else:
+                for tp, recs in reader.poll(timeout_ms=_RESTORE_POLL_MS).items():
+                    where[tp].restore([r.key for r in recs], [r.value for r in recs])
+                    read += len(recs)
+            pending = {tp for tp in pending if reader.position(tp) < ends[tp]}
+    finally:
+        reader.close(autocommit=False)
+    return read

@@ -1,0 +1,228 @@
+"""State stores: the local state of one task, made fault-tolerant by a changelog topic.
+
+Each stateful operation owns a store, and each task (one input partition of a sub-topology) its own instance.
+A store is a Python dict in memory that remembers which keys changed since it was last flushed. At every commit
+the task writes the latest value of each changed key (``None``, a tombstone, for a deleted key) to partition
+*p* of the compacted topic ``<application_id>-<store>-changelog``, in the same transaction as the task's output
+and input offsets. A task assigned to a thread rebuilds its stores from that partition
+(:meth:`KeyValueStore.restore`, fed in bulk from Arrow batches): the store then holds exactly the state of the
+last committed transaction, whatever happened to the process that wrote it.
+
+Changelog keys and values are msgpack; keys are read back with msgpack arrays as tuples (hashable), values
+as lists.
+
+Thread-safety: a store belongs to its task, which runs on one thread; interactive queries from another thread
+read it through :meth:`KeyValueStore.get` and :meth:`KeyValueStore.items`, which copy under the GIL.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pylog.streams.serde import MSGPACK, MSGPACK_KEY
+
+__all__ = ["KeyValueStore", "WindowStore", "decode_key", "encode_key"]
+
+_MISSING: Any = object()
+_STREAM_TIME = "\x00stream-time"  # the window store's entry for its stream time (user entries are tuples)
+
+
+def encode_key(key: Any) -> bytes:
+    """A store or repartition key as msgpack bytes."""
+    out = MSGPACK_KEY.serialize(key)
+    if out is None:
+        raise ValueError("a store key cannot be None")
+    return out
+
+
+def decode_key(raw: bytes) -> Any:
+    """The key of :func:`encode_key`; msgpack arrays come back as tuples, so keys stay hashable."""
+    return MSGPACK_KEY.deserialize(raw)
+
+
+class KeyValueStore:
+    """A key -> value store of one task (see the module docstring). ``changelog`` is its topic, or None
+    for a store that is not logged (the test driver's stores are logged all the same)."""
+
+    def __init__(self, name: str, changelog: str | None) -> None:
+        self.name = name
+        self.changelog = changelog
+        self._data: dict[Any, Any] = {}
+        self._dirty: set[Any] = set()
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value of ``key``, or ``default``."""
+        return self._data.get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._data[key]
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._data))
+
+    def items(self) -> list[tuple[Any, Any]]:
+        """Every ``(key, value)``, in insertion order (a copy)."""
+        return list(self._data.items())
+
+    def range(self, low: Any = None, high: Any = None) -> list[tuple[Any, Any]]:
+        """``(key, value)`` for ``low <= key <= high`` (a bound of None is open), sorted by key; the keys
+        must be comparable with the bounds and each other."""
+        keys = sorted(
+            k for k in list(self._data) if (low is None or k >= low) and (high is None or k <= high)
+        )
+        return [(k, self._data[k]) for k in keys if k in self._data]
+
+    def to_dict(self) -> dict[Any, Any]:
+        """A copy of the whole store."""
+        return dict(self._data)
+
+    # -- writes ---------------------------------------------------------------------------------------
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value`` (None deletes it)."""
+        if value is None:
+            self.delete(key)
+            return
+        self._data[key] = value
+        self._dirty.add(key)
+
+    def delete(self, key: Any) -> None:
+        if self._data.pop(key, _MISSING) is not _MISSING:
+            self._dirty.add(key)
+
+    # -- changelog ------------------------------------------------------------------------------------
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        """The changelog records of the keys changed since the last call (encoded), and forget them."""
+        out = []
+        for key in self._dirty:
+            value = self._data.get(key, _MISSING)
+            out.append(
+                (self._encode_key(key), None if value is _MISSING else MSGPACK.serialize(self._entry(value)))
+            )
+        self._dirty.clear()
+        return out
+
+    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
+        """Apply changelog records in offset order: the latest value of each key wins, a tombstone removes
+        it. Only the surviving keys are decoded."""
+        latest = dict(zip(keys, values, strict=True))
+        for raw_key, raw_value in latest.items():
+            key = self._decode_key(raw_key)
+            if raw_value is None:
+                self._data.pop(key, None)
+            else:
+                self._load(key, MSGPACK.deserialize(raw_value))
+        self._dirty.clear()
+
+    def _encode_key(self, key: Any) -> bytes:
+        return encode_key(key)
+
+    def _decode_key(self, raw: bytes) -> Any:
+        return decode_key(raw)
+
+    def _entry(self, value: Any) -> Any:
+        return value
+
+    def _load(self, key: Any, value: Any) -> None:
+        self._data[key] = value
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {len(self._data)} keys)"
+
+
+class WindowStore(KeyValueStore):
+    """Windowed aggregates: ``(key, window_start) -> (aggregate, max_timestamp)``, plus the stream time of the
+    operation (logged too, so late records are judged the same way after a restore), and an index of the
+    windows by end time for closing them."""
+
+    def __init__(self, name: str, changelog: str | None, size_ms: int) -> None:
+        super().__init__(name, changelog)
+        self.size_ms = size_ms
+        self.stream_time = -1
+        self._time_dirty = False
+        self._ends: list[tuple[int, int, Any, int]] = []  # heap of (end, seq, key, start); stale ones skipped
+        self._seq = itertools.count()  # ties of end time never compare keys (of any type)
+
+    def advance(self, timestamp: int) -> int:
+        """Move the stream time to ``timestamp`` if later; returns the stream time."""
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+            self._time_dirty = True
+        return self.stream_time
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is not None and key not in self._data:
+            heapq.heappush(self._ends, (key[1] + self.size_ms, next(self._seq), *key))
+        super().put(key, value)
+
+    def closing(self, close_before: int) -> list[tuple[Any, int, Any]]:
+        """Remove and return ``(key, start, (aggregate, max_timestamp))`` of every window whose end is at or
+        before ``close_before``, by end time."""
+        out = []
+        ends = self._ends
+        while ends and ends[0][0] <= close_before:
+            _, _, key, start = heapq.heappop(ends)
+            entry = self._data.get((key, start), _MISSING)
+            if entry is not _MISSING:
+                self.delete((key, start))
+                out.append((key, start, entry))
+        return out
+
+    def fetch(self, key: Any, time_from: int = 0, time_to: int | None = None) -> list[tuple[int, Any]]:
+        """``(window_start, aggregate)`` of ``key``'s open windows starting in ``[time_from, time_to]``."""
+        found = [
+            (start, entry[0])
+            for (k, start), entry in list(self._data.items())
+            if k == key and start >= time_from and (time_to is None or start <= time_to)
+        ]
+        return sorted(found)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The aggregate of ``(key, window_start)``, or ``default``."""
+        entry = self._data.get(key, _MISSING)
+        return default if entry is _MISSING else entry[0]
+
+    def entry(self, key: Any) -> tuple[Any, int] | None:
+        """``(aggregate, max_timestamp)`` of ``(key, window_start)``, or None."""
+        entry = self._data.get(key)
+        return None if entry is None else (entry[0], entry[1])
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(k, entry[0]) for k, entry in list(self._data.items())]
+
+    def to_dict(self) -> dict[Any, Any]:
+        return dict(self.items())
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        out = super().take_changes()
+        if self._time_dirty:
+            out.append((encode_key(_STREAM_TIME), MSGPACK.serialize(self.stream_time)))
+            self._time_dirty = False
+        return out
+
+    def _entry(self, value: Any) -> Any:
+        return list(value)
+
+    def _load(self, key: Any, value: Any) -> None:
+        if key == _STREAM_TIME:
+            self.stream_time = max(self.stream_time, int(value))
+            return
+        if key not in self._data:
+            heapq.heappush(self._ends, (key[1] + self.size_ms, next(self._seq), *key))
+        self._data[key] = (value[0], value[1])
+
+    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
+        super().restore(keys, values)
+        self._time_dirty = False

@@ -1,0 +1,225 @@
+"""The topology of an application: its nodes cut into sub-topologies, and the topics they need.
+
+A **sub-topology** is what one task runs: the nodes reachable from a set of source topics that share a node
+(a ``merge``, a join) and so must be read together, partition by partition. A repartition topic ends one
+sub-topology and starts another. Task ``<sub-topology>_<partition>`` (Kafka's name) processes partition *p* of
+every source topic of its sub-topology and owns partition *p* of each of its stores' changelogs.
+
+Internal topics are named as Kafka Streams names them: ``<application_id>-<store>-repartition`` (as many
+partitions as the sub-topology writing it) and ``<application_id>-<store>-changelog`` (compacted, as many
+partitions as the sub-topology owning the store).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pylog.errors import ConfigError
+from pylog.streams.nodes import Node, SinkNode, SourceNode
+from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
+from pylog.streams.windows import Windows
+
+__all__ = ["Builder", "StoreSpec", "SubTopology", "TaskId", "Topology"]
+
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, order=True)
+class TaskId:
+    """A task: partition ``partition`` of sub-topology ``subtopology`` (printed ``0_3``, as Kafka)."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+
+@dataclass
+class StoreSpec:
+    name: str
+    node: Node
+    windows: Windows | None
+    changelog: str
+    subtopology: int = -1
+
+
+@dataclass
+class SubTopology:
+    id: int
+    sources: dict[str, SourceNode]
+    stores: list[str]
+    partitions: int = 0
+    sinks: list[str] = field(default_factory=list)
+
+
+class Builder:
+    """Collects what the DSL adds; :meth:`build` turns it into a :class:`Topology`."""
+
+    def __init__(self, application_id: str) -> None:
+        self.application_id = application_id
+        self.sources: dict[str, SourceNode] = {}
+        self.stores: dict[str, StoreSpec] = {}
+        self.sinks: list[SinkNode] = []
+        self.outputs: dict[str, tuple[Serde, Serde]] = {}
+        self.frozen = False
+        self._n = 0
+
+    def name(self, kind: str) -> str:
+        self._n += 1
+        return f"{kind}-{self._n:04d}"
+
+    def check_open(self) -> None:
+        if self.frozen:
+            raise ConfigError("the topology of an App cannot change once it has started or been driven")
+
+    def add_source(self, node: SourceNode) -> None:
+        self.check_open()
+        if node.topic in self.sources:
+            raise ConfigError(
+                f"topic {node.topic!r} is already a source of this App (read it once, then branch)"
+            )
+        self.sources[node.topic] = node
+
+    def store_name(self, name: str | None, kind: str) -> str:
+        self.check_open()
+        if name is None:
+            name = self.name(kind)
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ConfigError(f"a store name is made of [A-Za-z0-9._-], got {name!r}")
+        if name in self.stores:
+            raise ConfigError(f"store {name!r} already exists in this App")
+        return name
+
+    def add_store(self, name: str, node: Node, windowed: Windows | None) -> None:
+        self.stores[name] = StoreSpec(name, node, windowed, f"{self.application_id}-{name}-changelog")
+
+    def add_sink(self, sink: SinkNode) -> None:
+        self.sinks.append(sink)
+        self.add_output_topic(sink.topic, sink.key_serde, sink.value_serde)
+
+    def add_output_topic(self, topic: str, key_serde: Serde, value_serde: Serde) -> None:
+        self.outputs.setdefault(topic, (key_serde, value_serde))
+
+    def repartition(self, parent: Node, store: str) -> SourceNode:
+        """A sink to ``<app>-<store>-repartition`` under ``parent``, and that topic's source node."""
+        topic = f"{self.application_id}-{store}-repartition"
+        sink = SinkNode(self.name("repartition-sink"), topic, MSGPACK_KEY, MSGPACK, internal=True)
+        parent.children.append(sink)
+        self.sinks.append(sink)
+        source = SourceNode(self.name("repartition-source"), topic, MSGPACK_KEY, MSGPACK, internal=True)
+        self.add_source(source)
+        return source
+
+    def build(self, partitions_of: Callable[[str], int]) -> Topology:
+        """Cut the nodes into sub-topologies; ``partitions_of(topic)`` gives a user topic's partition count."""
+        self.frozen = True
+        roots = list(self.sources.values())
+        reach = [_reachable(root) for root in roots]
+        parent = list(range(len(roots)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        owner: dict[int, int] = {}
+        for i, nodes in enumerate(reach):
+            for node_id in nodes:
+                ri, rj = find(i), find(owner.setdefault(node_id, i))
+                if ri != rj:
+                    parent[max(ri, rj)] = min(ri, rj)
+        groups: dict[int, list[int]] = {}
+        for i in range(len(roots)):
+            groups.setdefault(find(i), []).append(i)
+        subs: list[SubTopology] = []
+        node_sub: dict[int, int] = {}
+        for sid, (_, members) in enumerate(sorted(groups.items())):
+            sub = SubTopology(sid, {roots[i].topic: roots[i] for i in members}, [])
+            for i in members:
+                for node_id in reach[i]:
+                    node_sub[node_id] = sid
+            subs.append(sub)
+        for spec in self.stores.values():
+            spec.subtopology = node_sub[id(spec.node)]
+            subs[spec.subtopology].stores.append(spec.name)
+        writer: dict[str, int] = {}
+        for sink in self.sinks:
+            if id(sink) in node_sub:
+                subs[node_sub[id(sink)]].sinks.append(sink.topic)
+                if sink.internal:
+                    writer[sink.topic] = node_sub[id(sink)]
+        for sub in subs:  # in order: a repartition topic's writer comes before its reader
+            counts = {
+                t: subs[writer[t]].partitions if node.internal else partitions_of(t)
+                for t, node in sub.sources.items()
+            }
+            if len(set(counts.values())) > 1:
+                raise ConfigError(
+                    f"the sources of one sub-topology must have the same partition count (co-partitioned), "
+                    f"got {counts}"
+                )
+            sub.partitions = next(iter(counts.values()))
+        return Topology(self.application_id, subs, dict(self.stores), dict(self.outputs))
+
+
+def _reachable(root: Node) -> set[int]:
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(node.children)
+    return seen
+
+
+@dataclass
+class Topology:
+    """The built topology (see the module docstring)."""
+
+    application_id: str
+    subtopologies: list[SubTopology]
+    stores: dict[str, StoreSpec]
+    outputs: dict[str, tuple[Serde, Serde]]
+
+    def subtopology_of(self, topic: str) -> SubTopology:
+        for sub in self.subtopologies:
+            if topic in sub.sources:
+                return sub
+        raise ConfigError(f"topic {topic!r} is not a source of application {self.application_id!r}")
+
+    @property
+    def source_topics(self) -> list[str]:
+        return [t for sub in self.subtopologies for t in sub.sources]
+
+    def internal_topics(self) -> dict[str, tuple[int, dict[str, Any]]]:
+        """Every internal topic: ``{name: (partitions, topic config)}``."""
+        out: dict[str, tuple[int, dict[str, Any]]] = {}
+        for sub in self.subtopologies:
+            for topic, node in sub.sources.items():
+                if node.internal:
+                    out[topic] = (sub.partitions, {})
+            for store in sub.stores:
+                out[self.stores[store].changelog] = (sub.partitions, {"cleanup_policy": "compact"})
+        return out
+
+    def tasks(self) -> list[TaskId]:
+        return [TaskId(sub.id, p) for sub in self.subtopologies for p in range(sub.partitions)]
+
+    def describe(self) -> str:
+        """A readable outline, as Kafka's ``Topology.describe()``."""
+        lines = [f"Topology of {self.application_id}:"]
+        for sub in self.subtopologies:
+            lines.append(f"  Sub-topology {sub.id} ({sub.partitions} tasks)")
+            lines.append(f"    sources: {', '.join(sub.sources)}")
+            if sub.stores:
+                lines.append(f"    stores: {', '.join(sub.stores)}")
+            if sub.sinks:
+                lines.append(f"    sinks: {', '.join(sub.sinks)}")
+        return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""The DSL through the TestDriver: every operation against a plain-Python model of what it should do."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from pylog.errors import ConfigError, DeserializationError, SerializationError
+from pylog.streams import (
+    BYTES,
+    JSON,
+    App,
+    HoppingWindows,
+    KeyValueStore,
+    TestDriver,
+    TumblingWindows,
+    Windowed,
+)
+
+
+def _words(seed: int, n: int = 200) -> list[tuple[str, str, int]]:
+    rng = random.Random(seed)
+    vocab = ["to", "be", "or", "not", "that", "is", "the", "question"]
+    return [
+        (f"k{rng.randrange(5)}", " ".join(rng.choice(vocab) for _ in range(rng.randrange(0, 5))), i * 10)
+        for i in range(n)
+    ]
+
+
+def test_stateless_operations_match_a_model() -> None:
+    app = App(None, "stateless")
+    seen: list[tuple[str, str]] = []
+    lines = app.stream("lines")
+    short, long_, _rest = lines.peek(lambda k, v: seen.append((k, v))).branch(
+        lambda k, v: len(v) < 10, lambda k, v: len(v) >= 20, lambda k, v: True
+    )
+    short.map_values(str.upper).to("short")
+    long_.flat_map(lambda k, v: [(w, k) for w in v.split()]).filter(lambda k, v: k != "the").to("long-words")
+    short.merge(long_).map(lambda k, v: (v, k)).filter_not(lambda k, v: k == "").to("swapped")
+    driver = TestDriver(app)
+    inputs = _words(1)
+    driver.pipe_many("lines", inputs)
+
+    assert seen == [(k, v) for k, v, _ in inputs]
+    assert driver.read_output("short") == [(k, v.upper(), ts) for k, v, ts in inputs if len(v) < 10]
+    assert driver.read_key_values("long-words") == [
+        (w, k) for k, v, _ in inputs if len(v) >= 20 for w in v.split() if w != "the"
+    ]
+    assert driver.read_key_values("swapped") == [
+        (v, k) for k, v, _ in inputs if (len(v) < 10 or len(v) >= 20) and v != ""
+    ]
+    assert driver.read_output("short") == []  # read once
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_count_reduce_aggregate_match_a_model(seed: int) -> None:
+    app = App(None, "aggs")
+    lines = app.stream("lines")
+    words = lines.flat_map_values(str.split)
+    words.group_by(lambda k, w: w).count(name="word-counts").to_stream().to("counts")
+    lines.map_values(len).group_by_key().reduce(lambda a, b: a + b, name="lengths")
+    lines.group_by_key().aggregate(list, lambda k, v, agg: [*agg[-2:], v], name="last3")
+    driver = TestDriver(app)
+    inputs = _words(seed)
+    driver.pipe_many("lines", inputs)
+
+    all_words = [w for _, v, _ in inputs for w in v.split()]
+    assert driver.store("word-counts").to_dict() == dict(Counter(all_words))
+    # every update is emitted: the n-th occurrence of a word emits n
+    running: Counter[str] = Counter()
+    expected = []
+    for w in all_words:
+        running[w] += 1
+        expected.append((w, running[w]))
+    assert driver.read_key_values("counts") == expected
+    lengths: dict[str, int] = {}
+    last3: dict[str, list[str]] = {}
+    for k, v, _ in inputs:
+        lengths[k] = lengths.get(k, 0) + len(v)
+        last3[k] = [*last3.get(k, [])[-2:], v]
+    assert driver.store("lengths").to_dict() == lengths
+    assert driver.store("last3").to_dict() == last3
+
+
+def test_group_by_goes_through_a_repartition_topic_and_stores_have_changelogs() -> None:
+    app = App(None, "clicks")
+    clicks = app.stream("clicks")
+    clicks.group_by(lambda k, v: v["page"]).count(name="per-page")
+    clicks.group_by_key().count(name="per-user")  # the key is unchanged: no repartition
+    clicks.select_key(lambda k, v: v["page"]).group_by_key().count(name="per-page-2")  # changed: repartition
+    driver = TestDriver(app)
+    topology = driver.topology
+    assert topology.describe() == "\n".join(
+        [
+            "Topology of clicks:",
+            "  Sub-topology 0 (1 tasks)",
+            "    sources: clicks",
+            "    stores: per-user",
+            "    sinks: clicks-per-page-repartition, clicks-per-page-2-repartition",
+            "  Sub-topology 1 (1 tasks)",
+            "    sources: clicks-per-page-repartition",
+            "    stores: per-page",
+            "  Sub-topology 2 (1 tasks)",
+            "    sources: clicks-per-page-2-repartition",
+            "    stores: per-page-2",
+        ]
+    )
+    internal = topology.internal_topics()
+    assert internal["clicks-per-page-changelog"] == (1, {"cleanup_policy": "compact"})
+    assert internal["clicks-per-page-repartition"] == (1, {})
+    for i in range(30):
+        driver.pipe("clicks", {"page": f"/p{i % 4}"}, key=f"u{i % 3}")
+    assert driver.store("per-page").to_dict() == {f"/p{j}": 8 if j < 2 else 7 for j in range(4)}
+    assert driver.store("per-page-2").to_dict() == driver.store("per-page").to_dict()
+    assert driver.store("per-user").to_dict() == {"u0": 10, "u1": 10, "u2": 10}
+    # the changelog restores the same store
+    changelog = driver._outputs["clicks-per-page-changelog"]
+    fresh = KeyValueStore("per-page", "clicks-per-page-changelog")
+    fresh.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+    assert fresh.to_dict() == driver.store("per-page").to_dict()
+    assert len(driver.read_output("clicks-per-page-changelog")) == 30  # one per record: flushed per pipe
+
+
+def test_table_upserts_and_deletes() -> None:
+    app = App(None, "users")
+    users = app.table("users", name="users-store")
+    users.to_stream().to("user-changes")
+    driver = TestDriver(app)
+    driver.pipe("users", {"name": "Ann"}, key="1")
+    driver.pipe("users", {"name": "Bob"}, key="2")
+    driver.pipe("users", {"name": "Ann B."}, key="1")
+    driver.pipe("users", None, key="2")  # tombstone
+    driver.pipe("users", {"name": "nobody"})  # no key: skipped
+    assert driver.store("users-store").to_dict() == {"1": {"name": "Ann B."}}
+    assert driver.read_key_values("user-changes") == [
+        ("1", {"name": "Ann"}),
+        ("2", {"name": "Bob"}),
+        ("1", {"name": "Ann B."}),
+        ("2", None),
+    ]
+    assert driver.metrics()["dropped-records"] == 1
+
+
+def test_timestamp_extractor_and_serdes() -> None:
+    app = App(None, "ts")
+    events = app.stream("events", key_serde=BYTES, value_serde=JSON, timestamp=lambda k, v, ts: v["at"])
+    events.to("copy", key_serde=BYTES, value_serde=JSON)
+    driver = TestDriver(app)
+    driver.pipe("events", {"at": 1234}, key=b"a", timestamp_ms=99)
+    driver.pipe("events", {"at": -1}, key=b"b")  # no valid event time: skipped
+    assert driver.read_output("copy") == [(b"a", {"at": 1234}, 1234)]
+    assert driver.metrics() == {"processed-records": 2, "dropped-records": 1}
+    with pytest.raises(SerializationError):
+        driver.pipe("events", {"at": 1}, key="not bytes")
+
+
+def test_undecodable_input_is_a_deserialization_error() -> None:
+    app = App(None, "poison", key_serde=BYTES)
+    app.stream("in").to("out")
+    driver = TestDriver(app)
+    source = driver.topology.subtopology_of("in").sources["in"]
+    with pytest.raises(DeserializationError, match="cannot be decoded"):
+        source.receive(driver._tasks[0], b"k", b"\xc1", 0)  # 0xc1 is never valid msgpack
+
+
+def test_tumbling_and_hopping_windows() -> None:
+    app = App(None, "win")
+    clicks = app.stream("clicks")
+    clicks.group_by_key().windowed_by(TumblingWindows(100, grace=50)).count(name="tumbling").to_stream().to(
+        "t"
+    )
+    hop = clicks.group_by_key().windowed_by(HoppingWindows(100, 50), emit="final", late_topic="late")
+    hop.count(name="hopping").to_stream().to("h")
+    driver = TestDriver(app)
+    for ts in [10, 60, 120, 30, 170, 20, 260]:
+        driver.pipe("clicks", 1, key="a", timestamp_ms=ts)
+    assert driver.read_key_values("t") == [
+        (Windowed("a", 0, 100), 1),
+        (Windowed("a", 0, 100), 2),
+        (Windowed("a", 100, 200), 1),
+        (Windowed("a", 0, 100), 3),  # 30 arrives at stream time 120 < 100 + 50: still open
+        (Windowed("a", 100, 200), 2),
+        # 20 at stream time 170 >= 150: window [0, 100) is closed, the record is late
+        (Windowed("a", 200, 300), 1),
+    ]
+    # final: each hopping window once, when stream time passes its end (no grace), stamped with its latest
+    # record; 30 and 20 belong only to [0, 100) (windows start at 0), closed when they come: late
+    assert driver.read_output("h") == [
+        (Windowed("a", 0, 100), 2, 60),
+        (Windowed("a", 50, 150), 2, 120),
+        (Windowed("a", 100, 200), 2, 170),
+        (Windowed("a", 150, 250), 1, 170),
+    ]
+    assert driver.read_key_values("late") == [("a", 1), ("a", 1)]
+    assert driver.metrics()["late-records"] == 3  # 20 for the tumbling count; 30 and 20 for the hopping one
+    assert driver.store("hopping").to_dict() == {("a", 200): 1, ("a", 250): 1}
+
+
+def test_topology_mistakes_are_config_errors() -> None:
+    app = App(None, "bad")
+    app.stream("a")
+    with pytest.raises(ConfigError, match="already a source"):
+        app.stream("a")
+    with pytest.raises(ConfigError, match="store name"):
+        app.stream("b").group_by_key().count(name="no spaces")
+    with pytest.raises(ConfigError):
+        App(None, "bad id")
+    with pytest.raises(ConfigError):
+        App(None, "x", processing_guarantee="exactly_twice")
+    with pytest.raises(ConfigError):
+        HoppingWindows(10, 20)
+    app.stream("c").to("d")
+    TestDriver(app)
+    with pytest.raises(ConfigError, match="cannot change"):
+        app.stream("e")
