@@ -848,6 +848,325 @@ static PyObject *encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
+/* --- Kafka record batch v2 records <-> columns (the broker's translation, pylog/broker/records.py) --------- */
+/* The records section of a Kafka batch (the byte table is in pylog/broker/records.py): per record a zigzag
+ * varint length, an attributes byte, varlong timestamp delta, varint offset delta, key and value (varint
+ * length, -1 for null, then the bytes), varint header count and headers. */
+
+/* A zigzag varint at *pos (at most 10 bytes). 0 and the value, 1 past the end or too long (malformed),
+ * 2 when it does not fit 64 bits (left to the pure-Python reader). */
+static inline int rd_varint(const unsigned char *p, Py_ssize_t end, Py_ssize_t *pos, int64_t *out) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (*pos >= end) return 1;
+        unsigned char b = p[(*pos)++];
+        if (shift == 63 && b > 1) return 2;
+        result |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *out = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+#define KAFKA_BAD(...)                                                                                         \
+    do {                                                                                                       \
+        PyErr_Format(PyExc_ValueError, __VA_ARGS__);                                                           \
+        goto fail;                                                                                             \
+    } while (0)
+#define KAFKA_VARINT(var)                                                                                      \
+    do {                                                                                                       \
+        int rc_ = rd_varint(p, end, &pos, &(var));                                                             \
+        if (rc_ == 2) goto not_implemented;                                                                    \
+        if (rc_) KAFKA_BAD("record %zd: a varint runs past the batch or is longer than 10 bytes", i);         \
+    } while (0)
+
+PyDoc_STRVAR(kafka_decode_records_doc,
+"kafka_decode_records(raw, count, base_timestamp) -> (timestamps, keys, values, headers or None)\n\n"
+"pylog.broker.records._records in C. ValueError for malformed records; NotImplemented for values beyond\n"
+"64 bits (the pure-Python reader handles those).");
+
+static PyObject *kafka_decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "kafka_decode_records(raw, count, base_timestamp)");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    long long base_ts = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t end = view.len, pos = 0, i = 0;
+    PyObject *tss = PyList_New(0), *keys = PyList_New(0), *values = PyList_New(0), *headers = PyList_New(0);
+    PyObject *result = NULL;
+    int any_headers = 0;
+    if (!tss || !keys || !values || !headers) goto fail;
+    for (i = 0; i < count; i++) {
+        int64_t length, ts_delta, offset_delta, n;
+        KAFKA_VARINT(length);
+        Py_ssize_t stop = pos + (Py_ssize_t)length; /* |length| < 2^63; pos < 2^62 */
+        if (length > (int64_t)(end - pos)) KAFKA_BAD("record %zd of %lld bytes runs past the batch", i, (long long)length);
+        if (pos >= end) KAFKA_BAD("record %zd: no attributes byte", i);
+        pos++; /* attributes, unused */
+        KAFKA_VARINT(ts_delta);
+        KAFKA_VARINT(offset_delta);
+        if (offset_delta != i) KAFKA_BAD("record %zd has offset delta %lld", i, (long long)offset_delta);
+        PyObject *cols[2] = {keys, values};
+        for (int c = 0; c < 2; c++) {
+            KAFKA_VARINT(n);
+            PyObject *item;
+            if (n < 0) {
+                item = Py_NewRef(Py_None);
+            } else {
+                if (n > (int64_t)(end - pos)) KAFKA_BAD("record %zd: a key or value runs past the batch", i);
+                item = PyBytes_FromStringAndSize((const char *)p + pos, (Py_ssize_t)n);
+                if (item == NULL) goto fail;
+                pos += (Py_ssize_t)n;
+            }
+            int rc = PyList_Append(cols[c], item);
+            Py_DECREF(item);
+            if (rc < 0) goto fail;
+        }
+        if (pos >= end) KAFKA_BAD("record %zd: no header count", i);
+        PyObject *pairs = PyList_New(0);
+        if (pairs == NULL) goto fail;
+        if (p[pos] == 0) {
+            pos++;
+        } else {
+            int64_t hn;
+            int rc_ = rd_varint(p, end, &pos, &hn);
+            if (rc_ == 2) {
+                Py_DECREF(pairs);
+                goto not_implemented;
+            }
+            if (rc_ || hn < 0) {
+                Py_DECREF(pairs);
+                KAFKA_BAD("record %zd: bad header count", i);
+            }
+            any_headers = 1;
+            for (int64_t k = 0; k < hn; k++) {
+                int64_t kn, vn;
+                int r1 = rd_varint(p, end, &pos, &kn);
+                if (r1 == 0 && (kn < 0 || kn > (int64_t)(end - pos))) r1 = 1;
+                PyObject *key = r1 ? NULL : PyUnicode_DecodeUTF8((const char *)p + pos, (Py_ssize_t)kn, "strict");
+                if (key == NULL) {
+                    Py_DECREF(pairs);
+                    if (r1 == 2) goto not_implemented;
+                    if (r1) KAFKA_BAD("record %zd: a header key is null or runs past the batch", i);
+                    goto fail; /* UnicodeDecodeError, a ValueError */
+                }
+                pos += (Py_ssize_t)kn;
+                int r2 = rd_varint(p, end, &pos, &vn);
+                if (r2 == 0 && vn > (int64_t)(end - pos)) r2 = 1;
+                PyObject *value = r2 ? NULL : vn < 0 ? Py_NewRef(Py_None)
+                                                     : PyBytes_FromStringAndSize((const char *)p + pos, (Py_ssize_t)vn);
+                if (value == NULL) {
+                    Py_DECREF(key);
+                    Py_DECREF(pairs);
+                    if (r2 == 2) goto not_implemented;
+                    if (r2) KAFKA_BAD("record %zd: a header value runs past the batch", i);
+                    goto fail;
+                }
+                if (vn > 0) pos += (Py_ssize_t)vn;
+                PyObject *pair = PyTuple_Pack(2, key, value);
+                Py_DECREF(key);
+                Py_DECREF(value);
+                if (pair == NULL || PyList_Append(pairs, pair) < 0) {
+                    Py_XDECREF(pair);
+                    Py_DECREF(pairs);
+                    goto fail;
+                }
+                Py_DECREF(pair);
+            }
+        }
+        int rc = PyList_Append(headers, pairs);
+        Py_DECREF(pairs);
+        if (rc < 0) goto fail;
+        if (pos != stop) KAFKA_BAD("record %zd is %lld bytes long but its fields are %lld", i, (long long)length,
+                                   (long long)(pos - stop + length));
+        int64_t ts;
+        if (__builtin_add_overflow((int64_t)base_ts, ts_delta, &ts)) goto not_implemented;
+        PyObject *t = PyLong_FromLongLong(ts);
+        if (t == NULL || PyList_Append(tss, t) < 0) {
+            Py_XDECREF(t);
+            goto fail;
+        }
+        Py_DECREF(t);
+    }
+    if (pos != end) KAFKA_BAD("%zd bytes after the batch's %zd records", end - pos, count);
+    result = PyTuple_Pack(4, tss, keys, values, any_headers ? headers : Py_None);
+    goto fail; /* releases everything but the result */
+not_implemented:
+    result = Py_NewRef(Py_NotImplemented);
+fail:
+    Py_XDECREF(tss);
+    Py_XDECREF(keys);
+    Py_XDECREF(values);
+    Py_XDECREF(headers);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static inline int varint_size(int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline unsigned char *wr_varint(unsigned char *out, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) {
+        *out++ = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    *out++ = (unsigned char)z;
+    return out;
+}
+
+/* One record's fields after its length (the body), as sizes; -1 when an input is not of the expected types
+ * (NotImplemented), -2 with an exception set. */
+static int64_t kafka_body_size(int64_t ts_delta, int64_t offset_delta, PyObject *key, PyObject *value,
+                               PyObject *hdrs) {
+    int64_t size = 1 + varint_size(ts_delta) + varint_size(offset_delta);
+    PyObject *kv[2] = {key, value};
+    for (int c = 0; c < 2; c++) {
+        if (kv[c] == Py_None)
+            size += 1;
+        else if (PyBytes_Check(kv[c]))
+            size += varint_size(PyBytes_GET_SIZE(kv[c])) + PyBytes_GET_SIZE(kv[c]);
+        else
+            return -1;
+    }
+    if (!PyList_Check(hdrs)) return -1;
+    Py_ssize_t hn = PyList_GET_SIZE(hdrs);
+    size += varint_size(hn);
+    for (Py_ssize_t j = 0; j < hn; j++) {
+        PyObject *pair = PyList_GET_ITEM(hdrs, j);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0)))
+            return -1;
+        Py_ssize_t kl;
+        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &kl) == NULL) return -2;
+        PyObject *v = PyTuple_GET_ITEM(pair, 1);
+        size += varint_size(kl) + kl;
+        if (v == Py_None)
+            size += 1;
+        else if (PyBytes_Check(v))
+            size += varint_size(PyBytes_GET_SIZE(v)) + PyBytes_GET_SIZE(v);
+        else
+            return -1;
+    }
+    return size;
+}
+
+static unsigned char *kafka_write_bytes(unsigned char *out, PyObject *o) {
+    if (o == Py_None) {
+        *out++ = 0x01; /* zigzag -1 */
+        return out;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(o);
+    out = wr_varint(out, n);
+    memcpy(out, PyBytes_AS_STRING(o), (size_t)n);
+    return out + n;
+}
+
+PyDoc_STRVAR(kafka_encode_records_doc,
+"kafka_encode_records(base_offset, base_timestamp, offsets, timestamps, keys, values, headers) -> bytes\n\n"
+"The records section of the Kafka batch pylog.broker.records.encode_batch builds for these records (lists;\n"
+"headers: per record a list of (str, bytes | None) pairs). NotImplemented for other types or for deltas\n"
+"beyond 64 bits (the pure-Python writer handles those).");
+
+static PyObject *kafka_encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "kafka_encode_records takes 7 arguments");
+        return NULL;
+    }
+    long long base = PyLong_AsLongLong(args[0]), base_ts = PyLong_AsLongLong(args[1]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *offs = args[2], *tss = args[3], *keys = args[4], *values = args[5], *hdrs = args[6];
+    if (!PyList_Check(offs) || !PyList_Check(tss) || !PyList_Check(keys) || !PyList_Check(values) ||
+        !PyList_Check(hdrs))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = PyList_GET_SIZE(offs);
+    if (PyList_GET_SIZE(tss) != n || PyList_GET_SIZE(keys) != n || PyList_GET_SIZE(values) != n ||
+        PyList_GET_SIZE(hdrs) != n)
+        Py_RETURN_NOTIMPLEMENTED;
+    int64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        PyObject *out = NULL;
+        unsigned char *w = NULL;
+        if (pass == 1) {
+            if (total > PY_SSIZE_T_MAX / 2) Py_RETURN_NOTIMPLEMENTED;
+            out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+            if (out == NULL) return NULL;
+            w = (unsigned char *)PyBytes_AS_STRING(out);
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int o1 = 0, o2 = 0;
+            long long off = PyLong_Check(PyList_GET_ITEM(offs, i))
+                                ? PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(offs, i), &o1) : (o1 = 1, 0);
+            long long ts = PyLong_Check(PyList_GET_ITEM(tss, i))
+                               ? PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(tss, i), &o2) : (o2 = 1, 0);
+            int64_t ts_delta, offset_delta;
+            if (o1 || o2 || PyErr_Occurred() || __builtin_sub_overflow((int64_t)ts, (int64_t)base_ts, &ts_delta) ||
+                __builtin_sub_overflow((int64_t)off, (int64_t)base, &offset_delta)) {
+                PyErr_Clear();
+                Py_XDECREF(out);
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            PyObject *key = PyList_GET_ITEM(keys, i), *value = PyList_GET_ITEM(values, i);
+            PyObject *h = PyList_GET_ITEM(hdrs, i);
+            int64_t body = kafka_body_size(ts_delta, offset_delta, key, value, h);
+            if (body < 0) {
+                Py_XDECREF(out);
+                if (body == -2) return NULL;
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            if (pass == 0) {
+                total += varint_size(body) + body;
+                continue;
+            }
+            w = wr_varint(w, body);
+            *w++ = 0; /* attributes */
+            w = wr_varint(w, ts_delta);
+            w = wr_varint(w, offset_delta);
+            w = kafka_write_bytes(w, key);
+            w = kafka_write_bytes(w, value);
+            Py_ssize_t hn = PyList_GET_SIZE(h);
+            w = wr_varint(w, hn);
+            for (Py_ssize_t j = 0; j < hn; j++) {
+                PyObject *pair = PyList_GET_ITEM(h, j);
+                Py_ssize_t kl;
+                const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &kl);
+                w = wr_varint(w, kl);
+                memcpy(w, k, (size_t)kl);
+                w += kl;
+                w = kafka_write_bytes(w, PyTuple_GET_ITEM(pair, 1));
+            }
+        }
+        if (pass == 1) {
+            if (w != (unsigned char *)PyBytes_AS_STRING(out) + total) {
+                Py_DECREF(out);
+                PyErr_SetString(PyExc_SystemError, "kafka_encode_records: size mismatch");
+                return NULL;
+            }
+            return out;
+        }
+    }
+    Py_RETURN_NONE; /* not reached */
+}
+
 /* --- configuration --------------------------------------------------------------------------------------- */
 PyDoc_STRVAR(configure_doc,
 "configure(batch_header, no_headers, decode_headers, crc32c, decompress, corrupt_error, unsupported_error,\n"
@@ -875,6 +1194,10 @@ static PyMethodDef methods[] = {
     {"build_records", (PyCFunction)(void (*)(void))build_records, METH_FASTCALL, build_records_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, encode_batch_doc},
     {"crc32c", (PyCFunction)crc32c_py, METH_O, crc32c_doc},
+    {"kafka_decode_records", (PyCFunction)(void (*)(void))kafka_decode_records, METH_FASTCALL,
+     kafka_decode_records_doc},
+    {"kafka_encode_records", (PyCFunction)(void (*)(void))kafka_encode_records, METH_FASTCALL,
+     kafka_encode_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -885,7 +1208,7 @@ static struct PyModuleDef module = {
 
 /* The version of the interface between this module and pylog.record / pylog.fetcher: pylog.speedups uses the
  * module only when it is the one it expects (an extension built from an older checkout is not used). */
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     str_position = PyUnicode_InternFromString("position");

@@ -25,7 +25,7 @@ __all__ = ["ABI_VERSION", "COMPILED", "ENV", "PATH", "core"]
 ENV: Final = "PYLOG_PURE_PYTHON"
 #: The interface version of ``pylog._speedups`` this pylog calls (an extension built from another checkout of
 #: the source, left in place by an older build, is not used).
-ABI_VERSION: Final = 2
+ABI_VERSION: Final = 3
 
 
 def _load() -> tuple[ModuleType | None, str]:
@@ -36,7 +36,10 @@ def _load() -> tuple[ModuleType | None, str]:
     except ImportError as exc:
         return None, f"pure Python (the compiled extension does not import: {exc})"
     if getattr(module, "ABI_VERSION", None) != ABI_VERSION:
-        return None, "pure Python (the compiled extension is out of date: rebuild it with pip install or make ext)"
+        return (
+            None,
+            "pure Python (the compiled extension is out of date: rebuild it with pip install or make ext)",
+        )
     return module, f"compiled ({module.__name__})"
 
 

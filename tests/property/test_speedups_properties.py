@@ -387,3 +387,107 @@ def test_the_native_crc32c_is_the_crc32c_packages(data: bytes) -> None:
     assert speedups.crc32c(data) == crc32c(data)
     for cut in (0, 1, 7, 8, 9, 4095, 4096, 4097):
         assert speedups.crc32c(data[:cut]) == crc32c(data[:cut])
+
+
+# -- Kafka record batch v2 <-> pylog (the broker's translation, pylog.broker.records) --------------------------
+
+kafka_headers = st.lists(
+    st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=12))), max_size=3
+)
+
+
+@st.composite
+def kafka_record_lists(draw: st.DrawFn) -> Any:
+    """A pylog batch's records as lists (what the broker's fetch translates), with Kafka headers."""
+    n = draw(st.integers(1, 40))
+    base = draw(st.integers(0, 1 << 62))
+    base_ts = draw(int64s)
+    top = (1 << 63) - 1 - base_ts
+    timestamps = [base_ts + draw(st.sampled_from([0, 1, 300, 1 << 20, 1 << 40, top])) for _ in range(n)]
+    timestamps = [min(t, (1 << 63) - 1) for t in timestamps]
+    offsets = [base + i * draw(st.sampled_from([1, 2, 1000])) for i in range(n)]
+    keys = draw(st.lists(blobs, min_size=n, max_size=n))
+    values = draw(st.lists(blobs, min_size=n, max_size=n))
+    headers = draw(st.lists(st.one_of(st.just(NO_HEADERS), kafka_headers), min_size=n, max_size=n))
+    header = record.BatchHeader(
+        base, 0, 0, 1, 0, 0, offsets[-1] - base, base_ts, max(timestamps), -1, -1, 0, -1, n, 0
+    )
+    return record.RecordLists(header, offsets, timestamps, keys, values, headers)
+
+
+@_SETTINGS
+@given(kafka_record_lists())
+def test_both_paths_write_the_same_kafka_records(lists: Any) -> None:
+    from pylog.broker import records as kafka
+
+    compiled = speedups.kafka_encode_records(
+        lists.header.base_offset, lists.header.base_timestamp, *[list(c) for c in lists[1:]]
+    )
+    pure = kafka._encode_records_pure(lists)
+    assert kafka.encode_batch(lists)[kafka.BATCH_OVERHEAD :] == pure
+    if compiled is NotImplemented:  # a timestamp delta beyond int64: left to the pure-Python writer
+        assert max(lists.timestamps) - lists.header.base_timestamp >= 1 << 63
+    else:
+        assert compiled == pure
+
+
+def _kafka_decode(fn: Any, raw: bytes, count: int, base_ts: int) -> tuple[str, Any]:
+    from pylog.broker import records as kafka
+
+    try:
+        return "ok", fn(raw, count, base_ts)
+    except kafka.InvalidBatchError:
+        return "error", None
+
+
+def _kafka_compiled(raw: bytes, count: int, base_ts: int) -> Any:
+    from pylog.broker import records as kafka
+
+    try:
+        got = speedups.kafka_decode_records(raw, count, base_ts)
+    except ValueError as exc:
+        raise kafka.InvalidBatchError(str(exc)) from exc
+    return kafka._records_pure(raw, count, base_ts) if got is NotImplemented else got
+
+
+@_SETTINGS
+@given(kafka_record_lists(), st.data())
+def test_both_paths_read_the_same_kafka_records_or_refuse_them(lists: Any, data: st.DataObject) -> None:
+    """The records section a fetch writes, read back by both paths (offsets made dense, as produce requires),
+    then damaged: bytes changed, cut, extended, or the record count off by one."""
+    from pylog.broker import records as kafka
+
+    n = len(lists.offsets)
+    dense = lists._replace(offsets=list(range(lists.header.base_offset, lists.header.base_offset + n)))
+    raw = bytearray(kafka._encode_records_pure(dense))
+    base_ts = lists.header.base_timestamp
+    pure = _kafka_decode(kafka._records_pure, bytes(raw), n, base_ts)
+    assert pure == _kafka_decode(_kafka_compiled, bytes(raw), n, base_ts)
+    assert pure[0] == "ok" and pure[1][1] == lists.keys and pure[1][2] == lists.values
+    how = data.draw(st.sampled_from(["bytes", "cut", "extend", "count"]))
+    count = n
+    if how == "bytes":
+        for _ in range(data.draw(st.integers(1, 3))):
+            raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(
+                st.one_of(st.sampled_from(INTERESTING), st.integers(0, 255))
+            )
+    elif how == "cut":
+        del raw[data.draw(st.integers(0, len(raw) - 1)) :]
+    elif how == "extend":
+        raw += data.draw(st.binary(min_size=1, max_size=6))
+    else:
+        count = n + data.draw(st.sampled_from([-1, 1]))
+    assert _kafka_decode(kafka._records_pure, bytes(raw), count, base_ts) == _kafka_decode(
+        _kafka_compiled, bytes(raw), count, base_ts
+    )
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(st.binary(max_size=120), st.integers(0, 12), int64s)
+def test_fuzz_kafka_records_from_random_bytes(raw: bytes, count: int, base_ts: int) -> None:
+    """A malicious Produce request's records: both paths read the same or refuse with InvalidBatchError."""
+    from pylog.broker import records as kafka
+
+    assert _kafka_decode(kafka._records_pure, raw, count, base_ts) == _kafka_decode(
+        _kafka_compiled, raw, count, base_ts
+    )

@@ -67,6 +67,7 @@ import lz4.frame as _lz4f
 import zstandard as _zstd
 
 from pylog.record import ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, BatchHeader, RecordLists
+from pylog.speedups import core as _core
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -173,6 +174,21 @@ def _decode_one(buf: memoryview, pos: int) -> KafkaBatch:
 
 
 def _records(
+    raw: bytes, count: int, base_ts: int
+) -> tuple[list[int], list[bytes | None], list[bytes | None], list[list[Header]] | None]:
+    """The records of a batch, as columns: one C loop on the compiled path (:mod:`pylog.speedups`), else
+    :func:`_records_pure`, which also reads what the C loop leaves to it (values beyond 64 bits)."""
+    if _core is not None:
+        try:
+            got = _core.kafka_decode_records(raw, count, base_ts)
+        except ValueError as exc:  # UnicodeDecodeError of a header key included
+            raise InvalidBatchError(f"malformed record: {exc}") from exc
+        if got is not NotImplemented:
+            return got  # type: ignore[no-any-return]
+    return _records_pure(raw, count, base_ts)
+
+
+def _records_pure(
     raw: bytes, count: int, base_ts: int
 ) -> tuple[list[int], list[bytes | None], list[bytes | None], list[list[Header]] | None]:
     """The records of a batch, as columns. The hot loop of produce: one-byte varints (most lengths and
@@ -368,9 +384,22 @@ def _v(value: int) -> bytes:
 
 
 def encode_batch(records: RecordLists, *, leader_epoch: int = 0) -> bytes:
-    """The Kafka batch (magic 2, uncompressed) holding the records of one pylog batch, offsets kept."""
+    """The Kafka batch (magic 2, uncompressed) holding the records of one pylog batch, offsets kept. The
+    records are written by one C loop on the compiled path (:mod:`pylog.speedups`), else in Python."""
     h: BatchHeader = records.header
     base, base_ts = h.base_offset, h.base_timestamp
+    if _core is not None:
+        body = _core.kafka_encode_records(
+            base, base_ts, records.offsets, records.timestamps, records.keys, records.values, records.headers
+        )
+        if body is not NotImplemented:
+            return _frame(h, body, len(records.offsets), leader_epoch)
+    return _frame(h, _encode_records_pure(records), len(records.offsets), leader_epoch)
+
+
+def _encode_records_pure(records: RecordLists) -> bytes:
+    """The records section of :func:`encode_batch`, in Python."""
+    base, base_ts = records.header.base_offset, records.header.base_timestamp
     parts: list[bytes] = []
     for offset, ts, key, value, headers in zip(
         records.offsets, records.timestamps, records.keys, records.values, records.headers, strict=True
@@ -386,7 +415,7 @@ def encode_batch(records: RecordLists, *, leader_epoch: int = 0) -> bytes:
         body = b"".join(fields)
         parts.append(_v(len(body)))
         parts.append(body)
-    return _frame(h, b"".join(parts), len(records.offsets), leader_epoch)
+    return b"".join(parts)
 
 
 def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
