@@ -21,6 +21,7 @@ import numpy.typing as npt
 from pylog.errors import InvalidRecordError, SerializationError
 from pylog.partitioner import murmur2_fixed, partitions_for_keys
 from pylog.record import HEADER_SIZE, LAYOUT_SIZE, encode_batch, encode_columns, item_lengths
+from pylog.speedups import core as _core
 
 if TYPE_CHECKING:
     from pylog.topic import Topic
@@ -53,7 +54,8 @@ class QueueColumns:
     """Records drained from a producer's queue as columns, encoded into batches chunk by chunk.
 
     The lengths are computed once for the whole drain; a chunk of contiguous records is encoded from list
-    slices (no gather), a large one with :func:`~pylog.record.encode_columns` directly."""
+    slices (no gather): by :func:`~pylog.record.encode_batch` on the compiled path (one C loop, any size) and
+    for a small chunk, else with :func:`~pylog.record.encode_columns` directly."""
 
     def __init__(
         self, keys: list[bytes | None], values: list[bytes | None], headers: list[bytes] | None
@@ -89,8 +91,8 @@ class QueueColumns:
             sel = chunk
         if hdrs is not None and not any(hdrs):
             hdrs = None  # no record of this chunk has headers: no headers column
-        if len(keys) <= SMALL_BATCH and compression == "none":
-            return encode_batch(0, keys, values, ts[sel], hdrs, **fields)
+        if _core is not None or (len(keys) <= SMALL_BATCH and compression == "none"):
+            return encode_batch(0, keys, values, ts[sel], hdrs, compression=compression, **fields)
         return encode_columns(
             0,
             self.key_lens[sel],
