@@ -24,6 +24,7 @@ from pylog.streams.runtime import StreamThread
 from pylog.streams.serde import MSGPACK, STRING, Serde
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.topology import Builder, Topology
+from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
     from pylog.log import Log
@@ -251,6 +252,23 @@ class App:
             for task in t.snapshot_tasks().values():
                 total.update({k: v for k, v in task.metrics.items() if k != "processed-records"})
         return dict(total)
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Per source partition (user and repartition topics): records between the application's committed
+        offset (the log start when none) and the log end, as the group's committed offsets say (any process of
+        the application commits them). 0 everywhere: everything written so far is processed and committed
+        (records of an aborted transaction at a partition's very end count until a record follows them)."""
+        log = self._need_log()
+        committed = log.group_offsets(self.application_id)
+        out = {}
+        for name in self.topology().source_topics:
+            topic = log.topic(name)
+            starts, ends = topic.beginning_offsets(), topic.end_offsets()
+            for p, end in ends.items():
+                tp = TopicPartition(name, p)
+                at = committed[tp].offset if tp in committed else starts[p]
+                out[tp] = max(end - max(at, starts[p]), 0)
+        return out
 
     def tasks(self) -> dict[str, str]:
         """The tasks running in this process: ``{task id: thread name}``."""

@@ -1,0 +1,115 @@
+"""The runtime in one process: stream threads in a group, exactly-once commits, restore from changelogs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from streams_helpers import committed_records, wait_for
+
+import pylog
+from pylog.streams import App
+from pylog.streams.stores import decode_key
+
+N = 600
+
+
+def _define(app: App) -> None:
+    clicks = app.stream("clicks")
+    clicks.map_values(lambda v: v["i"]).to("echo")
+    clicks.group_by(lambda k, v: v["page"]).count(name="per-page").to_stream().to("page-counts")
+
+
+def _fill(log: pylog.Log, start: int, stop: int) -> None:
+    producer = log.producer()
+    for i in range(start, stop):
+        producer.send("clicks", {"i": i, "page": f"/p{i % 7}"}, key=f"u{i % 11}")
+    producer.close()
+
+
+def _pages(stop: int) -> Counter[str]:
+    return Counter(f"/p{i % 7}" for i in range(stop))
+
+
+def _check(log: pylog.Log, stop: int) -> None:
+    echo = Counter(r.value for r in committed_records(log, "echo"))
+    assert echo == Counter(range(stop)), "each input exactly once in echo"
+    per_page: dict[str, list[int]] = {}
+    for r in committed_records(log, "page-counts"):
+        per_page.setdefault(r.key.decode(), []).append(r.value)
+    assert {p: counts for p, counts in per_page.items()} == {
+        p: list(range(1, n + 1)) for p, n in _pages(stop).items()
+    }, "every count once, in order"
+    table = log.topic("streams-per-page-changelog").table(
+        isolation_level="read_committed", key_deserializer=decode_key
+    )
+    assert table == dict(_pages(stop))
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_two_threads_then_a_restart_restores_state(tmp_path: Path, guarantee: str) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=4)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("page-counts", partitions=2)
+        _fill(log, 0, N)
+        app = App(log, "streams", processing_guarantee=guarantee, commit_interval_ms=20)
+        _define(app)
+        assert app.topology().internal_topics() == {
+            "streams-per-page-repartition": (4, {}),
+            "streams-per-page-changelog": (4, {"cleanup_policy": "compact"}),
+        }
+        app.start(threads=2)
+        wait_for(lambda: len(committed_records(log, "page-counts")) == N, "the first run's counts")
+        app.close()
+        assert app.state == "NOT_RUNNING"
+        assert log.topic("streams-per-page-changelog").config.cleanup_policy == "compact"
+        _check(log, N)
+        assert sum(len(s) for s in app.store("per-page")) == 0  # closed: no task runs here any more
+
+        _fill(log, N, 2 * N)  # a new instance continues from the committed offsets and the changelog
+        again = App(log, "streams", processing_guarantee=guarantee, commit_interval_ms=20)
+        _define(again)
+        again.start(threads=1)
+        wait_for(lambda: len(committed_records(log, "page-counts")) == 2 * N, "the second run's counts")
+        stores = {k: v for s in again.store("per-page") for k, v in s.items()}
+        metrics = again.metrics()
+        again.close()
+        _check(log, 2 * N)
+        assert stores == dict(_pages(2 * N))
+        assert metrics["tasks-restored"] >= 4 and metrics["restored-records"] >= 7
+        assert metrics["processed-records"] == 2 * N  # N new inputs and N repartitioned records
+
+
+def test_a_failing_operation_stops_the_app_and_commits_nothing_of_it(tmp_path: Path) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=1)
+        log.create_topic("echo", partitions=1)
+        _fill(log, 0, 50)
+
+        def boom(v: dict[str, int]) -> int:
+            if v["i"] == 30:
+                raise ValueError("poison")
+            return v["i"]
+
+        app = App(log, "failing", commit_interval_ms=10_000)  # one transaction would hold all 50
+        app.stream("clicks").map_values(boom).to("echo")
+        with pytest.raises(ValueError, match="poison"):
+            app.run()
+        assert app.state == "ERROR"
+        assert committed_records(log, "echo") == []  # aborted: nothing of the transaction is visible
+        assert log.group_offsets("failing") == {}
+
+
+def test_internal_topic_with_another_partition_count_is_refused(tmp_path: Path) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=2)
+        log.create_topic("echo")
+        log.create_topic("page-counts")
+        log.create_topic("streams-per-page-repartition", partitions=3)
+        app = App(log, "streams")
+        _define(app)
+        with pytest.raises(pylog.errors.ConfigError, match="has 3 partitions"):
+            app.start()
+        assert app.state == "CREATED"

@@ -1,0 +1,116 @@
+"""Exactly-once under SIGKILL: a stream application process (two stream threads: a stateless branch and a
+count through a repartition topic) is killed at random moments and restarted, then runs to the end; every
+input then has exactly one committed output, every count is emitted once and in order, and the store's
+changelog holds the model's counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+from streams_helpers import committed_records, wait_for
+
+import pylog
+from pylog.streams import App
+from pylog.streams.stores import decode_key
+
+INPUT = 3000
+KILLS = 5
+CHUNK = INPUT // (KILLS + 1)
+
+
+def _app_process(path: str, out: str, delay: float) -> None:
+    """Runs in a forked child until SIGTERM, ``delay`` seconds per record; writes its metrics to ``out`` when it
+    stops cleanly."""
+    with pylog.open(path) as log:
+        app = App(log, "eos", instance_id="worker", commit_interval_ms=30, max_poll_records=50)
+        events = app.stream("in")
+        events.peek(lambda k, v: time.sleep(delay)).map_values(lambda v: v["i"]).to("echo")
+        events.group_by(lambda k, v: v["user"]).count(name="counts").to_stream().to("counts-out")
+        app.run(threads=2)
+        with open(out, "w") as f:
+            json.dump(app.metrics(), f)
+
+
+def _produce(path: str, start: int, stop: int) -> None:
+    with pylog.open(path) as log:
+        producer = log.producer()
+        for i in range(start, stop):
+            producer.send("in", {"i": i, "user": f"u{i % 37}"}, key=f"k{i % 101}")
+        producer.close()
+
+
+def _fork(path: str, out: str, delay: float = 0.0) -> int:
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        code = 1
+        try:
+            _app_process(path, out, delay)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def test_sigkill_loop_is_exactly_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "log")
+    with pylog.open(path) as log:
+        log.create_topic("in", partitions=4)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("counts-out", partitions=2)
+    rng = random.Random(30)
+    started = time.monotonic()
+    pid = 0
+    try:
+        for run in range(KILLS):  # each run gets new input, and is killed in the middle of it (mostly)
+            _produce(path, run * CHUNK, (run + 1) * CHUNK)
+            # 5 ms per record: a run cannot finish its chunk before it is killed (at most 1.2 s)
+            pid = _fork(path, str(tmp_path / "unused.json"), 0.005)
+            time.sleep(rng.uniform(0.3, 1.2))
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pid = 0
+        with pylog.open(path) as log:
+            before = len(committed_records(log, "counts-out"))
+        _produce(path, KILLS * CHUNK, INPUT)
+        pid = _fork(path, str(tmp_path / "metrics.json"))
+        with pylog.open(path) as log:
+            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    with pylog.open(path) as log:
+        echo = Counter(r.value for r in committed_records(log, "echo"))
+        counts: dict[str, list[int]] = {}
+        for r in committed_records(log, "counts-out"):
+            counts.setdefault(r.key.decode(), []).append(r.value)
+        table = log.topic("eos-counts-changelog").table(
+            isolation_level="read_committed", key_deserializer=decode_key
+        )
+        written = sum(1 for _ in log.consumer("echo", auto_offset_reset="earliest", consumer_timeout_ms=0))
+        offsets = {tp.partition: om.offset for tp, om in log.group_offsets("eos").items() if tp.topic == "in"}
+        ends = log.topic("in").end_offsets()
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    duplicates = sum(c - 1 for c in echo.values() if c > 1)
+    missing = INPUT - len(set(echo) & set(range(INPUT)))
+    print(
+        f"streams exactly-once: {KILLS} kills in {time.monotonic() - started:.1f} s; {before} of {INPUT} counts "
+        f"committed before the last run; {written} echo records written, {sum(echo.values())} committed, "
+        f"{duplicates} duplicates, {missing} missing; last run: {metrics}"
+    )
+    users = Counter(f"u{i % 37}" for i in range(INPUT))
+    assert duplicates == 0 and missing == 0 and set(echo) == set(range(INPUT))
+    assert counts == {u: list(range(1, n + 1)) for u, n in users.items()}
+    assert table == dict(users)
+    assert offsets == ends
+    assert before < KILLS * CHUNK, "the kills interrupted the work"
