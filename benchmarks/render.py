@@ -32,6 +32,7 @@ GROUPS = {
     "durable": "Durable writes (fsync before the write is acknowledged)",
     "paper": "Kafka paper anchors",
     "latency": "End-to-end latency (producer process to consumer process)",
+    "broker": "The broker's translation: Kafka record batches (v2) <-> pylog batches, 1,000 records each",
     "scale": "Scale: many partitions, reopen after an unclean shutdown",
     "groups": "Consumer groups at scale (settle, move, steady poll and commit, cooperative pause)",
     "assignors": "Partition assignors at the size of Kafka's large-assignment tests (a million partitions)",

@@ -111,6 +111,7 @@ def _load_all() -> None:
         stores,
         tiered_read,
         tiered_upload,
+        translate,
     )
 
 

@@ -902,10 +902,12 @@ static PyObject *kafka_decode_records(PyObject *self, PyObject *const *args, Py_
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *p = view.buf;
     Py_ssize_t end = view.len, pos = 0, i = 0;
-    PyObject *tss = PyList_New(0), *keys = PyList_New(0), *values = PyList_New(0), *headers = PyList_New(0);
+    /* headers: made at the first record that has some (earlier records get empty lists then), so that a
+     * batch without headers allocates no list per record */
+    PyObject *tss = PyList_New(0), *keys = PyList_New(0), *values = PyList_New(0), *headers = NULL;
     PyObject *result = NULL;
     int any_headers = 0;
-    if (!tss || !keys || !values || !headers) goto fail;
+    if (!tss || !keys || !values) goto fail;
     for (i = 0; i < count; i++) {
         int64_t length, ts_delta, offset_delta, n;
         KAFKA_VARINT(length);
@@ -933,8 +935,17 @@ static PyObject *kafka_decode_records(PyObject *self, PyObject *const *args, Py_
             if (rc < 0) goto fail;
         }
         if (pos >= end) KAFKA_BAD("record %zd: no header count", i);
-        PyObject *pairs = PyList_New(0);
-        if (pairs == NULL) goto fail;
+        if (p[pos] != 0 && headers == NULL) {
+            headers = PyList_New(i);
+            if (headers == NULL) goto fail;
+            for (Py_ssize_t j = 0; j < i; j++) {
+                PyObject *empty = PyList_New(0);
+                if (empty == NULL) goto fail;
+                PyList_SET_ITEM(headers, j, empty);
+            }
+        }
+        PyObject *pairs = NULL;
+        if (headers != NULL && (pairs = PyList_New(0)) == NULL) goto fail;
         if (p[pos] == 0) {
             pos++;
         } else {
@@ -984,9 +995,11 @@ static PyObject *kafka_decode_records(PyObject *self, PyObject *const *args, Py_
                 Py_DECREF(pair);
             }
         }
-        int rc = PyList_Append(headers, pairs);
-        Py_DECREF(pairs);
-        if (rc < 0) goto fail;
+        if (pairs != NULL) {
+            int rc = PyList_Append(headers, pairs);
+            Py_DECREF(pairs);
+            if (rc < 0) goto fail;
+        }
         if (pos != stop) KAFKA_BAD("record %zd is %lld bytes long but its fields are %lld", i, (long long)length,
                                    (long long)(pos - stop + length));
         int64_t ts;
@@ -999,7 +1012,7 @@ static PyObject *kafka_decode_records(PyObject *self, PyObject *const *args, Py_
         Py_DECREF(t);
     }
     if (pos != end) KAFKA_BAD("%zd bytes after the batch's %zd records", end - pos, count);
-    result = PyTuple_Pack(4, tss, keys, values, any_headers ? headers : Py_None);
+    result = PyTuple_Pack(4, tss, keys, values, any_headers && headers ? headers : Py_None);
     goto fail; /* releases everything but the result */
 not_implemented:
     result = Py_NewRef(Py_NotImplemented);
