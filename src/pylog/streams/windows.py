@@ -70,7 +70,8 @@ class Windows:
     def starts(self, timestamp: int) -> range:
         """The start of every window holding ``timestamp`` (>= 0), ascending."""
         last = timestamp - timestamp % self.advance_ms
-        first = max(0, last - self.size_ms + self.advance_ms)
+        first = max(0, timestamp - self.size_ms + self.advance_ms)  # the first start > timestamp - size...
+        first -= first % self.advance_ms  # ...on the grid of advance_ms (size need not be a multiple of it)
         return range(first, last + 1, self.advance_ms)
 
 
