@@ -215,3 +215,39 @@ def test_topology_mistakes_are_config_errors() -> None:
     TestDriver(app)
     with pytest.raises(ConfigError, match="cannot change"):
         app.stream("e")
+
+
+def test_stream_table_join_matches_a_model() -> None:
+    app = App(None, "enrich")
+    users = app.table("users", name="users")
+    orders = app.stream("orders")
+    orders.join(users, lambda order, user: {**order, "name": user["name"]}).to("enriched")
+    orders.left_join(users, lambda order, user: (user or {}).get("name")).to("names")
+    # a changed key goes through a repartition topic before the join
+    orders.select_key(lambda k, v: v["by"]).join(users, lambda o, u: u["name"]).to("by-referrer")
+    driver = TestDriver(app)
+    assert "enrich-join-0009-repartition" in driver.topology.internal_topics()
+    rng = random.Random(7)
+    table: dict[str, dict[str, str]] = {}
+    enriched, names, referred = [], [], []
+    for i in range(300):
+        user = f"u{rng.randrange(6)}"
+        if rng.random() < 0.3:
+            value = None if rng.random() < 0.3 else {"name": f"name-{i}"}
+            driver.pipe("users", value, key=user)
+            if value is None:
+                table.pop(user, None)
+            else:
+                table[user] = value
+            continue
+        order = {"i": i, "by": f"u{rng.randrange(6)}"}
+        driver.pipe("orders", order, key=user)
+        if user in table:
+            enriched.append((user, {**order, "name": table[user]["name"]}))
+        names.append((user, table[user]["name"] if user in table else None))
+        if order["by"] in table:
+            referred.append((order["by"], table[order["by"]]["name"]))
+    assert driver.read_key_values("enriched") == enriched
+    assert driver.read_key_values("names") == names
+    assert driver.read_key_values("by-referrer") == referred
+    assert driver.topology.subtopology_of("users") is driver.topology.subtopology_of("orders")

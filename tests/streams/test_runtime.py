@@ -113,3 +113,35 @@ def test_internal_topic_with_another_partition_count_is_refused(tmp_path: Path) 
         with pytest.raises(pylog.errors.ConfigError, match="has 3 partitions"):
             app.start()
         assert app.state == "CREATED"
+
+
+def test_stream_table_join_in_the_runtime(tmp_path: Path) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        for name in ("users", "orders", "enriched"):
+            log.create_topic(name, partitions=3)
+        producer = log.producer()
+        for u in range(20):
+            producer.send("users", {"name": f"user-{u}"}, key=f"u{u}")
+        producer.flush()
+        app = App(log, "join", commit_interval_ms=20)
+        users = app.table("users", name="users")
+        app.stream("orders").left_join(users, lambda o, u: [o["i"], u and u["name"]]).to("enriched")
+        app.start(threads=2)
+        wait_for(lambda: sum(app.lag().values()) == 0 and bool(log.group_offsets("join")), "the table")
+        for i in range(100):
+            producer.send("orders", {"i": i}, key=f"u{i % 25}")
+        producer.close()
+        wait_for(lambda: len(committed_records(log, "enriched")) == 100, "the joined orders")
+        app.close()
+        got = sorted(r.value for r in committed_records(log, "enriched"))
+        assert got == [[i, f"user-{i % 25}" if i % 25 < 20 else None] for i in range(100)]
+
+
+def test_join_inputs_must_be_co_partitioned(tmp_path: Path) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("users", partitions=2)
+        log.create_topic("orders", partitions=3)
+        app = App(log, "join")
+        app.stream("orders").join(app.table("users"), lambda o, u: o)
+        with pytest.raises(pylog.errors.ConfigError, match="co-partitioned"):
+            app.topology()

@@ -24,6 +24,7 @@ from pylog.streams.nodes import (
     PeekNode,
     SelectKeyNode,
     SinkNode,
+    StreamTableJoinNode,
     WindowAggregateNode,
 )
 from pylog.streams.serde import MSGPACK, Serde
@@ -126,6 +127,31 @@ class Stream:
         )
         self._then(sink)
         self.app.builder.add_sink(sink)
+
+    # -- joins ------------------------------------------------------------------------------------------
+
+    def join(self, table: Table, joiner: Callable[[Any, Any], Any], *, left: bool = False) -> Stream:
+        """Join each record with ``table``'s current value for its key (Kafka's KStream-KTable join):
+        ``joiner(value, table_value)``; a record whose key is not in the table is dropped, or joined with
+        None when ``left``. Only stream records trigger a join; a table update does not. The stream and the
+        table's source must be co-partitioned (same partition count, same keys in the same partitions); a
+        stream whose key may have changed goes through a repartition topic first."""
+        if not isinstance(table, Table) or table.app is not self.app:
+            raise ConfigError("join() takes a Table of the same App")
+        if table.windowed:
+            raise ConfigError("join() with a windowed table is not supported")
+        builder = self.app.builder
+        name = builder.name("join")
+        node = StreamTableJoinNode(name, table.name, joiner, left)
+        parent = builder.repartition(self.node, name) if self.key_changed else self.node
+        builder.check_open()
+        parent.children.append(node)
+        table.node.lookups.append(node)
+        return Stream(self.app, node)
+
+    def left_join(self, table: Table, joiner: Callable[[Any, Any], Any]) -> Stream:
+        """:meth:`join` with ``left=True``: records whose key is not in the table are joined with None."""
+        return self.join(table, joiner, left=True)
 
     # -- grouping ---------------------------------------------------------------------------------------
 

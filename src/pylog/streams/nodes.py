@@ -25,6 +25,7 @@ __all__ = [
     "PeekNode",
     "SinkNode",
     "SourceNode",
+    "StreamTableJoinNode",
     "TableSourceNode",
     "WindowAggregateNode",
 ]
@@ -49,6 +50,7 @@ class Node:
     def __init__(self, name: str) -> None:
         self.name = name
         self.children: list[Node] = []
+        self.lookups: list[Node] = []  # nodes that read this one's store (joins): same sub-topology
 
     def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
         self.forward(ctx, key, value, timestamp)
@@ -275,3 +277,24 @@ class WindowAggregateNode(Node):
         for k, start, (agg, max_ts) in store.closing(stream_time - grace):
             if self.emit == "final":
                 self.forward(ctx, Windowed(k, start, start + size), agg, max_ts)
+
+
+class StreamTableJoinNode(Node):
+    """Joins each stream record with the table's current value for its key: ``joiner(value, table_value)``;
+    ``left``: also when the key is not in the table (``table_value`` None). Records with a None key or value
+    are skipped, as in Kafka Streams."""
+
+    def __init__(self, name: str, store: str, joiner: Callable[[Any, Any], Any], left: bool) -> None:
+        super().__init__(name)
+        self.store = store
+        self.joiner = joiner
+        self.left = left
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or value is None:
+            ctx.count("dropped-records")
+            return
+        other = ctx.store(self.store).get(key)
+        if other is None and not self.left:
+            return
+        self.forward(ctx, key, self.joiner(value, other), timestamp)

@@ -153,17 +153,28 @@ class Builder:
                 subs[node_sub[id(sink)]].sinks.append(sink.topic)
                 if sink.internal:
                     writer[sink.topic] = node_sub[id(sink)]
-        for sub in subs:  # in order: a repartition topic's writer comes before its reader
-            counts = {
-                t: subs[writer[t]].partitions if node.internal else partitions_of(t)
-                for t, node in sub.sources.items()
-            }
+        # partition counts: user topics as they are; a repartition topic as its writer's sub-topology (which
+        # may itself read repartition topics, or even be the sub-topology reading it: a join after a new key)
+        count = {t: partitions_of(t) for sub in subs for t, node in sub.sources.items() if not node.internal}
+        changed = True
+        while changed:
+            changed = False
+            for sub in subs:
+                known = [count[t] for t in sub.sources if t in count]
+                if known and not sub.partitions:
+                    sub.partitions = max(known)
+                    changed = True
+            for topic, w in writer.items():
+                if topic not in count and subs[w].partitions:
+                    count[topic] = subs[w].partitions
+                    changed = True
+        for sub in subs:
+            counts = {t: count.get(t) for t in sub.sources}
             if len(set(counts.values())) > 1:
                 raise ConfigError(
                     f"the sources of one sub-topology must have the same partition count (co-partitioned), "
                     f"got {counts}"
                 )
-            sub.partitions = next(iter(counts.values()))
         return Topology(self.application_id, subs, dict(self.stores), dict(self.outputs))
 
 
@@ -176,6 +187,7 @@ def _reachable(root: Node) -> set[int]:
             continue
         seen.add(id(node))
         stack.extend(node.children)
+        stack.extend(node.lookups)
     return seen
 
 
