@@ -116,6 +116,9 @@ __all__ = [
 
 _Ints = npt.NDArray[np.int64]
 _new_tuple = tuple.__new__
+# The general path builds one member's lists of a topic with a scan of the topic; from this many on, all.
+_MEMBER_LISTS = 8
+_NO_LISTS: dict[int, tuple[list[int], list[int]]] = {}
 
 
 class StickyAssignor(Assignor):
@@ -286,8 +289,10 @@ class GroupArrays:
         # Partition numbers follow (topic name, partition), so a stable sort by member leaves each list sorted.
         ordered = self.objects[assigned[np.argsort(holders, kind="stable")]]
         sizes = np.bincount(holders, minlength=len(self.members))
-        parts = np.split(ordered, np.cumsum(sizes)[:-1]) if self.members else []
-        return {member: part.tolist() for member, part in zip(self.members, parts, strict=True)}
+        flat, ends = ordered.tolist(), np.cumsum(sizes).tolist()
+        return {
+            m: flat[end - size : end] for m, size, end in zip(self.members, sizes.tolist(), ends, strict=True)
+        }
 
 
 def _partition_numbers(claims: list[TopicPartition]) -> _Ints:
@@ -425,9 +430,10 @@ class _General:
     ``holder`` is the member number of each partition (-1 while free). ``kept[t, m]`` counts the partitions of
     topic ``t`` member ``m`` owned before this call and still holds, ``given[t, m]`` those it was given during
     this call. A member gives away the partition of a topic it was given last, else (only when
-    ``include_kept``: stage (b)) its highest-numbered kept one; the per-member lists that order needs are built
-    for a topic the first time one of its partitions moves. ``include_kept`` says whether owned partitions
-    may move; stage (a) runs without, stage (b) with.
+    ``include_kept``: stage (b)) its highest-numbered kept one; the lists that order needs are built for a
+    member and topic the first time a partition of the topic moves to or from the member (until then
+    ``holder`` and ``is_given`` say it all: what :meth:`place_free` gave, in ascending order). ``include_kept``
+    says whether owned partitions may move; stage (a) runs without, stage (b) with.
     """
 
     def __init__(self, group: GroupArrays) -> None:
@@ -446,6 +452,8 @@ class _General:
             sorted(np.flatnonzero(row).tolist(), key=self.rank.__getitem__) for row in group.subscribed
         ]
         self.topics_of: list[list[int]] = [by_rank[c] for c in group.class_of.tolist()]
+        topic_sets = [frozenset(topics) for topics in by_rank]
+        self.topic_sets: list[frozenset[int]] = [topic_sets[c] for c in group.class_of.tolist()]
         self.with_topics = [m for m in range(members) if self.topics_of[m]]
         self.holder = group.owner.copy()
         self.is_given = np.zeros(group.total, dtype=bool)
@@ -454,7 +462,8 @@ class _General:
         self.kept = np.bincount(cells, minlength=topics * members).reshape(topics, members)
         self.given = np.zeros((topics, members), dtype=np.int64)
         self.count: list[int] = np.bincount(group.owner[owned], minlength=members).tolist()
-        self.lists: list[tuple[dict[int, list[int]], dict[int, list[int]]] | None] = [None] * topics
+        self.lists: dict[int, dict[int, tuple[list[int], list[int]]]] = {}  # topic -> member -> lists
+        self.complete: set[int] = set()  # topics whose every member's lists are built
         self.include_kept = False
         self.moves = 0
 
@@ -490,31 +499,50 @@ class _General:
         return movable
 
     def move(self, topic: int, donor: int, receiver: int) -> None:
-        given, kept = self.topic_lists(topic)
+        given, kept = self.lists.get(topic, _NO_LISTS).get(donor) or self.member_lists(topic, donor)
         if self.given[topic, donor] > 0:
-            partition = given[donor].pop()
+            partition = given.pop()
             self.given[topic, donor] -= 1
         else:
-            partition = kept[donor].pop()
+            partition = kept.pop()
             self.kept[topic, donor] -= 1
-        given.setdefault(receiver, []).append(partition)
+        (self.lists[topic].get(receiver) or self.member_lists(topic, receiver))[0].append(partition)
         self.given[topic, receiver] += 1
         self.holder[partition] = receiver
+        if topic not in self.complete:  # keeps is_given true for lists still to be built
+            self.is_given[partition] = True
         self.moves += 1
         self.count[donor] -= 1
         self.count[receiver] += 1
 
-    def topic_lists(self, topic: int) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
-        """Per member, the partitions of ``topic`` it was given (in the order given) and those it kept
-        (ascending). Before the first move of the topic, what it was given came from :meth:`place_free`, in
-        ascending order."""
-        lists = self.lists[topic]
+    def member_lists(self, topic: int, member: int) -> tuple[list[int], list[int]]:
+        """The partitions of ``topic`` that ``member`` was given (in the order given) and those it kept
+        (ascending). The first few members of a topic are looked up one by one (a scan of the topic's
+        partitions each); from the ``_MEMBER_LISTS``-th on, every member's lists are built at once."""
+        lists = self.lists.get(topic)
         if lists is None:
-            lo, hi = int(self.group.base[topic]), int(self.group.base[topic + 1])
-            holder, is_given = self.holder[lo:hi], self.is_given[lo:hi]
-            lists = (_grouped(holder, is_given, lo), _grouped(holder, ~is_given & (holder >= 0), lo))
-            self.lists[topic] = lists
-        return lists
+            lists = self.lists[topic] = {}
+        else:
+            found = lists.get(member)
+            if found is not None:
+                return found
+        lo, hi = int(self.group.base[topic]), int(self.group.base[topic + 1])
+        holder, is_given = self.holder[lo:hi], self.is_given[lo:hi]
+        if topic in self.complete:
+            found = lists[member] = ([], [])
+        elif len(lists) < _MEMBER_LISTS:
+            mine = holder == member
+            found = lists[member] = (
+                (np.flatnonzero(mine & is_given) + lo).tolist(),
+                (np.flatnonzero(mine & ~is_given) + lo).tolist(),
+            )
+        else:  # members already listed keep their lists (their given ones are in the order given)
+            given, kept = _grouped(holder, is_given, lo), _grouped(holder, ~is_given & (holder >= 0), lo)
+            for m in given.keys() | kept.keys():
+                lists.setdefault(m, (given.get(m, []), kept.get(m, [])))
+            self.complete.add(topic)
+            found = lists.setdefault(member, ([], []))
+        return found
 
     def place_free(self, topic: int, count: _Ints) -> None:
         """Give each unowned partition of ``topic`` to its least-loaded subscriber (ties: lowest number).
@@ -655,10 +683,9 @@ def _grouped(holder: _Ints, selected: npt.NDArray[np.bool_], offset: int) -> dic
         return {}
     who = holder[index]
     order = np.argsort(who, kind="stable")
-    index, who = index[order] + offset, who[order]
-    starts = np.flatnonzero(np.diff(who, prepend=-1) != 0)
-    chunks = np.split(index, starts[1:])
-    return {int(who[s]): chunk.tolist() for s, chunk in zip(starts.tolist(), chunks, strict=True)}
+    flat, who = (index[order] + offset).tolist(), who[order]
+    starts = np.flatnonzero(np.diff(who, prepend=-1) != 0).tolist()
+    return {int(who[a]): flat[a:b] for a, b in zip(starts, [*starts[1:], len(flat)], strict=True)}
 
 
 def _in_turn(load: _Ints, n: int) -> _Ints:
@@ -691,7 +718,12 @@ class _Descent:
     as many as balance allows gets one partition of each topic in turn, not all of its share from one topic.
 
     All heaps are lazy: a change of a member's count pushes fresh entries instead of updating old ones, and an
-    entry whose value no longer matches is dropped when it reaches the top. A move costs
+    entry whose value no longer matches is replaced when it reaches the top. So the heap of topics only needs
+    a fresh entry when a topic's key may have *improved*: after a move of topic ``t`` from ``donor`` to
+    ``receiver`` that is ``t`` itself, a topic whose lightest subscriber is now the donor (its least count
+    fell), one whose heaviest holder is now the receiver (its largest count rose), and one whose lightest
+    subscriber was the receiver (its receiver may now hold fewer of it); any other topic's key can only have
+    got worse, and its old entry is corrected when it reaches the top. A move costs
     ``O(topics of the two members x log members)``, not a scan of the group. When no topic has such a gap
     (checked on arrays first) nothing is built.
     """
@@ -701,6 +733,7 @@ class _Descent:
         self.light: dict[int, list[tuple[int, int]]] = {}
         self.heavy: dict[int, list[tuple[int, int]]] = {}
         self.gaps: list[tuple[int, int, int, int]] = []
+        self.live: dict[int, tuple[int, int, int, int]] = {}  # topic -> its entry in gaps; others are dropped
 
     def has_gap(self) -> bool:
         """Whether some topic's most loaded holder that can give has two more than its least loaded
@@ -749,24 +782,60 @@ class _Descent:
             self.heavy[topic] = [(-self.count[m], m) for m in members]
             heapq.heapify(self.light[topic])
             heapq.heapify(self.heavy[topic])
-        self.gaps = [self.key(topic) for topic in state.topic_order]
+        self.live = {topic: self.key(topic) for topic in state.topic_order}
+        self.gaps = list(self.live.values())
         heapq.heapify(self.gaps)
         while self.gaps:
             topic = self.gaps[0][3]
-            if self.key(topic) != self.gaps[0]:
-                heapq.heappop(self.gaps)  # stale: a fresher entry for this topic is in the heap
+            if self.gaps[0] != self.live[topic]:
+                heapq.heappop(self.gaps)  # an entry pushed since replaced it
                 continue
-            if -self.gaps[0][0] < 2:
+            key = self.key(topic)
+            if key != self.gaps[0]:
+                self.live[topic] = key  # stale: it only got worse since (see the class docstring)
+                heapq.heapreplace(self.gaps, key)
+                continue
+            if -key[0] < 2:
                 return  # the largest gap of any topic is at most 1
             donor, receiver = self.heaviest(topic), self.lightest(topic)
             if donor is None:  # pragma: no cover - a gap >= 2 has a donor
                 return
+            receiving = [other for other in state.topics_of[receiver] if self.lightest(other) == receiver]
             state.move(topic, donor, receiver)
-            touched = set()
             for member in (donor, receiver):
                 for other in state.topics_of[member]:
                     heapq.heappush(self.light[other], (self.count[member], member))
                     heapq.heappush(self.heavy[other], (-self.count[member], member))
-                    touched.add(other)
-            for other in touched:
-                heapq.heappush(self.gaps, self.key(other))
+            self.rekey(topic, donor, receiver, receiving)
+
+    def rekey(self, topic: int, donor: int, receiver: int, receiving: list[int]) -> None:
+        """Push fresh entries for the topics whose key may have improved by the move of a partition of
+        ``topic`` from ``donor`` to ``receiver`` (``receiving``: the topics whose lightest subscriber the
+        receiver was before), as the class docstring lists them."""
+        state, count = self.state, self.count
+        improved = {topic}
+        # The receiver's topics where it is no longer the lightest: their receiver changed.
+        improved.update(other for other in receiving if self.lightest(other) != receiver)
+        # The donor's topics where it is now the lightest (it cannot be below the receiver's count in a topic
+        # the receiver subscribes to).
+        receiver_topics = state.topic_sets[receiver]
+        if count[donor] <= count[receiver]:
+            improved.update(other for other in state.topics_of[donor] if self.lightest(other) == donor)
+        else:
+            improved.update(
+                other
+                for other in state.topics_of[donor]
+                if other not in receiver_topics and self.lightest(other) == donor
+            )
+        # The receiver's topics where it is now the heaviest holder (only those where it can give).
+        movable = state.given[:, receiver] > 0
+        if state.include_kept:
+            movable |= state.kept[:, receiver] > 0
+        improved.update(
+            other for other in np.flatnonzero(movable).tolist() if self.heaviest(other) == receiver
+        )
+        for other in improved:
+            key = self.key(other)
+            if key != self.live[other]:
+                self.live[other] = key
+                heapq.heappush(self.gaps, key)
