@@ -258,6 +258,80 @@ static PyObject *crc32c_py(PyObject *self, PyObject *arg) {
     return rc < 0 ? NULL : PyLong_FromUnsignedLong(crc);
 }
 
+/* --- record headers: the msgpack arrays pylog.record.encode_headers writes ---------------------------------- */
+/* A record's headers blob is a msgpack array of [str, bytes | nil] pairs (pylog.record.encode_headers). This
+ * reads exactly what encode_headers writes; for anything else (another msgpack encoder's choices, a damaged
+ * blob) it returns NULL without an exception and the caller runs pylog.record.decode_headers, which decides. */
+static inline int mp_len(const unsigned char *p, Py_ssize_t end, Py_ssize_t *pos, int width, Py_ssize_t *out) {
+    if (end - *pos < width) return -1;
+    uint64_t v = 0;
+    for (int i = 0; i < width; i++) v = (v << 8) | p[*pos + i]; /* big-endian */
+    *pos += width;
+    *out = (Py_ssize_t)v;
+    return 0;
+}
+
+static PyObject *fast_headers(const unsigned char *p, Py_ssize_t end) {
+    Py_ssize_t pos = 0, n;
+    if (end < 1) return NULL;
+    unsigned char b = p[pos++];
+    if (b >= 0x90 && b <= 0x9f)
+        n = b & 0x0f;
+    else if (b == 0xdc) {
+        if (mp_len(p, end, &pos, 2, &n) < 0) return NULL;
+    } else if (b == 0xdd) {
+        if (mp_len(p, end, &pos, 4, &n) < 0) return NULL;
+    } else
+        return NULL;
+    if (n > end) return NULL; /* each pair takes at least 3 bytes */
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t kl, vl;
+        if (pos >= end || p[pos++] != 0x92 || pos >= end) goto fallback;
+        b = p[pos++];
+        if (b >= 0xa0 && b <= 0xbf)
+            kl = b & 0x1f;
+        else if (b == 0xd9) {
+            if (mp_len(p, end, &pos, 1, &kl) < 0) goto fallback;
+        } else if (b == 0xda) {
+            if (mp_len(p, end, &pos, 2, &kl) < 0) goto fallback;
+        } else if (b == 0xdb) {
+            if (mp_len(p, end, &pos, 4, &kl) < 0) goto fallback;
+        } else
+            goto fallback;
+        if (kl > end - pos) goto fallback;
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)p + pos, kl, "strict");
+        if (key == NULL) goto fallback;
+        pos += kl;
+        PyObject *value = NULL;
+        if (pos < end && p[pos] == 0xc0) {
+            pos++;
+            value = Py_NewRef(Py_None);
+        } else if (pos < end && p[pos] >= 0xc4 && p[pos] <= 0xc6) {
+            int width = p[pos] == 0xc4 ? 1 : p[pos] == 0xc5 ? 2 : 4;
+            pos++;
+            if (mp_len(p, end, &pos, width, &vl) == 0 && vl <= end - pos) {
+                value = PyBytes_FromStringAndSize((const char *)p + pos, vl);
+                pos += vl;
+            }
+        }
+        PyObject *pair = value ? PyTuple_Pack(2, key, value) : NULL;
+        Py_DECREF(key);
+        Py_XDECREF(value);
+        if (pair == NULL) goto fallback;
+        PyList_SET_ITEM(out, i, pair);
+    }
+    if (pos == end) return out;
+fallback:
+    PyErr_Clear();
+    Py_DECREF(out); /* unset items are NULL: list_dealloc skips them */
+    return NULL;
+}
+
 /* --- decoding a payload into lists ----------------------------------------------------------------------- */
 typedef struct {
     PyObject *offsets, *timestamps, *keys, *values, *headers, *ksizes, *vsizes;
@@ -472,11 +546,14 @@ static int decode_payload(const Header *h, const unsigned char *payload, Py_ssiz
         if (hl == 0) {
             hv = Py_NewRef(NoHeaders);
         } else {
-            PyObject *raw = PyBytes_FromStringAndSize((const char *)payload + at, hl);
-            if (raw == NULL) return -1;
-            hv = PyObject_CallOneArg(DecodeHeaders, raw);
-            Py_DECREF(raw);
-            if (hv == NULL) return -1;
+            hv = fast_headers(payload + at, hl);
+            if (hv == NULL) { /* not what encode_headers writes: pylog.record.decode_headers decides */
+                PyObject *raw = PyBytes_FromStringAndSize((const char *)payload + at, hl);
+                if (raw == NULL) return -1;
+                hv = PyObject_CallOneArg(DecodeHeaders, raw);
+                Py_DECREF(raw);
+                if (hv == NULL) return -1;
+            }
             at += hl;
         }
         PyList_SET_ITEM(out->headers, i, hv);

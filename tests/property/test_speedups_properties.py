@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
+import msgpack
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -491,3 +492,42 @@ def test_fuzz_kafka_records_from_random_bytes(raw: bytes, count: int, base_ts: i
     assert _kafka_decode(kafka._records_pure, raw, count, base_ts) == _kafka_decode(
         _kafka_compiled, raw, count, base_ts
     )
+
+
+msgpack_objects = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(1 << 40), 1 << 40)
+    | st.text(max_size=40)
+    | st.binary(max_size=300),
+    lambda inner: st.lists(inner, max_size=20),
+    max_leaves=25,
+)
+
+
+@_SETTINGS
+@given(
+    st.lists(
+        st.one_of(
+            header_lists.map(encode_headers),  # what encode_headers writes
+            st.tuples(header_lists.map(encode_headers), st.binary(min_size=1, max_size=3)).map(
+                lambda t: t[0] + t[1]  # with bytes after it
+            ),
+            header_lists.map(encode_headers).map(lambda b: b[:-1]),  # cut short
+            msgpack_objects.map(lambda o: msgpack.packb(o, use_bin_type=True)),  # any msgpack
+            st.lists(st.lists(msgpack_objects, min_size=2, max_size=2), max_size=3).map(
+                lambda o: msgpack.packb(o, use_bin_type=False)  # pairs, but str for bytes
+            ),
+            st.binary(max_size=30),  # not msgpack at all
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_both_paths_decode_the_same_headers_or_refuse_them(blobs_: list[bytes]) -> None:
+    """Header blobs as encode_headers writes them, as other msgpack encoders could, and damaged: the compiled
+    reader takes what encode_headers writes and leaves the rest to record.decode_headers, so both paths give
+    the same headers or the same CorruptRecordError."""
+    n = len(blobs_)
+    buf = encode_batch(0, [b"k"] * n, [b"v"] * n, [1] * n, blobs_)
+    _check_same(buf, 0)
