@@ -332,6 +332,96 @@ fallback:
     return NULL;
 }
 
+/* The msgpack array of [str, bytes | nil] pairs pylog.record.encode_headers writes (msgpack's own choice of
+ * sizes: fix forms, then str8/bin8, 16 and 32-bit lengths, big-endian). */
+static inline unsigned char *mp_head(unsigned char *w, Py_ssize_t n, unsigned char fix, Py_ssize_t fix_max,
+                                     unsigned char b8, unsigned char b16, unsigned char b32) {
+    if (n <= fix_max) {
+        *w++ = (unsigned char)(fix | n);
+    } else if (b8 && n < 256) {
+        *w++ = b8;
+        *w++ = (unsigned char)n;
+    } else if (n < 65536) {
+        *w++ = b16;
+        *w++ = (unsigned char)(n >> 8);
+        *w++ = (unsigned char)n;
+    } else {
+        *w++ = b32;
+        for (int s = 24; s >= 0; s -= 8) *w++ = (unsigned char)(n >> s);
+    }
+    return w;
+}
+
+static inline Py_ssize_t mp_head_size(Py_ssize_t n, Py_ssize_t fix_max, int has8) {
+    return n <= fix_max ? 1 : (has8 && n < 256) ? 2 : n < 65536 ? 3 : 5;
+}
+
+PyDoc_STRVAR(encode_headers_doc,
+"encode_headers(headers) -> bytes | NotImplemented\n\n"
+"pylog.record.encode_headers for a list or tuple of (str, bytes | None) tuples or lists; NotImplemented for\n"
+"anything else (pylog.record.encode_headers checks and refuses it, or converts it).");
+
+static PyObject *encode_headers(PyObject *self, PyObject *headers) {
+    if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers)) Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(headers);
+    if (n == 0) return PyBytes_FromStringAndSize(NULL, 0);
+    Py_ssize_t size = mp_head_size(n, 15, 0);
+    for (int pass = 0; pass < 2; pass++) {
+        PyObject *out = NULL;
+        unsigned char *w = NULL;
+        if (pass == 1) {
+            out = PyBytes_FromStringAndSize(NULL, size);
+            if (out == NULL) return NULL;
+            w = (unsigned char *)PyBytes_AS_STRING(out);
+            w = mp_head(w, n, 0x90, 15, 0, 0xdc, 0xdd);
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(headers, i);
+            if ((!PyTuple_CheckExact(item) && !PyList_CheckExact(item)) || PySequence_Fast_GET_SIZE(item) != 2) {
+                Py_XDECREF(out);
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            PyObject *key = PySequence_Fast_GET_ITEM(item, 0), *value = PySequence_Fast_GET_ITEM(item, 1);
+            if (!PyUnicode_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value))) {
+                Py_XDECREF(out);
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            Py_ssize_t kl;
+            const char *k = PyUnicode_AsUTF8AndSize(key, &kl);
+            if (k == NULL || kl > UINT32_MAX || (value != Py_None && PyBytes_GET_SIZE(value) > UINT32_MAX)) {
+                PyErr_Clear(); /* a lone surrogate: encode_headers raises what it raises */
+                Py_XDECREF(out);
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            Py_ssize_t vl = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
+            if (pass == 0) {
+                size += 1 + mp_head_size(kl, 31, 1) + kl + (vl < 0 ? 1 : mp_head_size(vl, -1, 1) + vl);
+                continue;
+            }
+            *w++ = 0x92;
+            w = mp_head(w, kl, 0xa0, 31, 0xd9, 0xda, 0xdb);
+            memcpy(w, k, (size_t)kl);
+            w += kl;
+            if (vl < 0) {
+                *w++ = 0xc0;
+            } else {
+                w = mp_head(w, vl, 0, -1, 0xc4, 0xc5, 0xc6);
+                memcpy(w, PyBytes_AS_STRING(value), (size_t)vl);
+                w += vl;
+            }
+        }
+        if (pass == 1) {
+            if (w != (unsigned char *)PyBytes_AS_STRING(out) + size) {
+                Py_DECREF(out);
+                PyErr_SetString(PyExc_SystemError, "encode_headers: size mismatch");
+                return NULL;
+            }
+            return out;
+        }
+    }
+    Py_RETURN_NONE; /* not reached */
+}
+
 /* --- decoding a payload into lists ----------------------------------------------------------------------- */
 typedef struct {
     PyObject *offsets, *timestamps, *keys, *values, *headers, *ksizes, *vsizes;
@@ -1284,6 +1374,7 @@ static PyMethodDef methods[] = {
     {"build_records", (PyCFunction)(void (*)(void))build_records, METH_FASTCALL, build_records_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, encode_batch_doc},
     {"crc32c", (PyCFunction)crc32c_py, METH_O, crc32c_doc},
+    {"encode_headers", (PyCFunction)encode_headers, METH_O, encode_headers_doc},
     {"kafka_decode_records", (PyCFunction)(void (*)(void))kafka_decode_records, METH_FASTCALL,
      kafka_decode_records_doc},
     {"kafka_encode_records", (PyCFunction)(void (*)(void))kafka_encode_records, METH_FASTCALL,
@@ -1298,7 +1389,7 @@ static struct PyModuleDef module = {
 
 /* The version of the interface between this module and pylog.record / pylog.fetcher: pylog.speedups uses the
  * module only when it is the one it expects (an extension built from an older checkout is not used). */
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     str_position = PyUnicode_InternFromString("position");

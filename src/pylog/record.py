@@ -245,7 +245,12 @@ def _width_signed(max_value: int) -> int:
 
 def encode_headers(headers: Any) -> bytes:
     """Encode ``[(str, bytes), ...]`` as the msgpack array stored per record. Raises SerializationError (a
-    ``TypeError``, as kafka-python raises for bad headers)."""
+    ``TypeError``, as kafka-python raises for bad headers). On the compiled path the usual form (a list or
+    tuple of ``(str, bytes | None)`` pairs) is packed in C, byte for byte as below."""
+    if _core is not None:
+        out = _core.encode_headers(headers)
+        if out is not NotImplemented:
+            return out  # type: ignore[no-any-return]
     if not isinstance(headers, list | tuple):
         raise SerializationError(
             f"headers must be a list of (str, bytes) pairs, got {type(headers).__name__}"

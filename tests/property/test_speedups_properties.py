@@ -531,3 +531,45 @@ def test_both_paths_decode_the_same_headers_or_refuse_them(blobs_: list[bytes]) 
     n = len(blobs_)
     buf = encode_batch(0, [b"k"] * n, [b"v"] * n, [1] * n, blobs_)
     _check_same(buf, 0)
+
+
+@_SETTINGS
+@given(
+    st.one_of(
+        header_lists,
+        header_lists.map(tuple),
+        st.lists(
+            st.lists(st.text(max_size=300), min_size=2, max_size=2).map(lambda kv: [kv[0], kv[1].encode()])
+        ),
+        st.lists(st.tuples(st.text(max_size=3), st.binary(min_size=250, max_size=70000)), max_size=2),
+        st.lists(st.tuples(st.text(max_size=3), st.one_of(st.binary(), st.none())), min_size=15, max_size=17),
+        st.lists(
+            st.tuples(
+                st.text(max_size=3), st.one_of(st.integers(), st.text(max_size=2), st.binary().map(bytearray))
+            )
+        ),
+        st.lists(st.one_of(st.tuples(st.text()), st.text(max_size=2), st.none()), min_size=1, max_size=2),
+        st.one_of(
+            st.none(), st.text(max_size=3), st.dictionaries(st.text(max_size=2), st.binary(max_size=2))
+        ),
+    )
+)
+def test_both_paths_encode_the_same_headers_or_refuse_them(headers: Any) -> None:
+    """Header lists of every size class of msgpack (fix, 8, 16, 32-bit lengths), and what encode_headers
+    refuses or converts: the compiled packer gives the same bytes, or leaves it to the Python code."""
+    from pylog.errors import SerializationError
+
+    def run(fn: Any) -> tuple[str, Any]:
+        try:
+            return "ok", fn(headers)
+        except SerializationError:
+            return "error", SerializationError
+
+    def pure(h: Any) -> Any:
+        with mock.patch.object(record, "_core", None):
+            return record.encode_headers(h)
+
+    compiled = run(record.encode_headers)
+    assert compiled == run(pure)
+    if compiled[0] == "ok" and speedups.encode_headers(headers) is not NotImplemented:
+        assert speedups.encode_headers(headers) == compiled[1]
