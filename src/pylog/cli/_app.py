@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pylog import __version__, speedups
-from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _serve, _tiered, _topics
+from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _serve, _streams, _tiered, _topics
 from pylog.cli._common import DEFAULT_DIR, CliError, Parents, UsageError, describe_error
 from pylog.errors import PylogError
 
@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     _maintenance.register(sub, parents)
     _tiered.register(sub, parents)
     _serve.register(sub, parents)
+    _streams.register(sub, parents)
     return parser
 
 
