@@ -6,13 +6,15 @@ at least one batch), and for each batch:
 1. under ``read_committed``, applies the transaction visibility rule (:mod:`pylog.partition.visibility`) to the
    batch header: an aborted or control batch is passed over (the position moves past it), an open
    transaction ends the fetch (the last stable offset);
-2. decodes the batch into columns (:mod:`pylog.record`) and turns them into Python lists in bulk: offsets and
-   timestamps with numpy's ``tolist()``, keys and values split by one ``struct`` call when every record of
-   the batch has the same length (else one slice per record);
+2. decodes the batch into Python lists: on the compiled path (:mod:`pylog.speedups`) in one C loop; on the
+   pure-Python path into columns (:mod:`pylog.record`) turned into lists in bulk: offsets and timestamps
+   with numpy's ``tolist()``, keys and values split by one ``struct`` call when every record of the batch
+   has the same length (else one slice per record);
 3. runs the deserializers over whole columns: the default msgpack value deserializer is one
    ``msgpack.Unpacker`` fed the batch's value bytes, checked to end exactly at every record's boundary (else
    each value is decoded on its own, as a custom deserializer always is);
-4. builds the :class:`~pylog.structs.ConsumerRecord` tuples with ``map``/``zip`` (no Python step per record);
+4. builds the :class:`~pylog.structs.ConsumerRecord` tuples in one C loop, or on the pure-Python path with
+   ``map``/``zip`` (no Python step per record either way);
 5. applies the deserialization error policy (:mod:`pylog.deadletter`) to a record that cannot be decoded:
    ``raise`` ends the fetch before it and keeps the error for the next poll, ``skip`` counts it,
    ``dead_letter`` sends its stored bytes to the dead-letter topic.
