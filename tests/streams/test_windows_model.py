@@ -1,5 +1,5 @@
 """Windowed aggregation against a brute-force model: random event times, out of order and late records,
-tumbling and hopping windows, both emit modes; and the changelog restores the same store."""
+tumbling, hopping and session windows, both emit modes; and the changelog restores the same store."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pylog.streams import App, HoppingWindows, TestDriver, TumblingWindows, Windowed, WindowStore
+from pylog.streams import (
+    App,
+    HoppingWindows,
+    SessionStore,
+    SessionWindows,
+    TestDriver,
+    TumblingWindows,
+    Windowed,
+    WindowStore,
+)
 from pylog.streams.windows import Windows
 
 
@@ -87,3 +96,84 @@ def test_windowed_aggregate_matches_the_model(
     assert isinstance(store, WindowStore) and restored.stream_time == store.stream_time == max(
         r[2] for r in records
     )
+
+
+def _session_model(
+    records: list[tuple[str, int, int]], gap: int, grace: int, emit: str
+) -> tuple[list[tuple[Any, Any, int]], list[tuple[str, int]], dict[tuple[str, int, int], list[int]]]:
+    """Sessions by brute force: (emitted, late, open sessions {(key, start, end): [count, sum]})."""
+    stream_time = -1
+    sessions: list[list[Any]] = []  # [key, start, end, count, sum, put order]
+    puts = 0
+    out: list[tuple[Any, Any, int]] = []
+    late: list[tuple[str, int]] = []
+    for key, value, ts in records:
+        stream_time = max(stream_time, ts)
+        close_before = stream_time - gap - grace
+        found = sorted(
+            (
+                s
+                for s in sessions
+                if s[0] == key and s[2] >= ts - gap and s[1] <= ts + gap and s[2] >= close_before
+            ),
+            key=lambda s: s[1],
+        )
+        start = min([ts, *(s[1] for s in found)])
+        end = max([ts, *(s[2] for s in found)])
+        if end < close_before:
+            late.append((key, value))
+        else:
+            for s in found:
+                sessions.remove(s)
+                if emit == "update":
+                    out.append((Windowed(key, s[1], s[2]), None, ts))
+            count = sum(s[3] for s in found) + 1
+            total = sum(s[4] for s in found) + value
+            sessions.append([key, start, end, count, total, puts])
+            puts += 1
+            if emit == "update":
+                out.append((Windowed(key, start, end), [count, total], ts))
+        for s in sorted((s for s in sessions if s[2] < close_before), key=lambda s: (s[2], s[5])):
+            sessions.remove(s)
+            if emit == "final":
+                out.append((Windowed(s[0], s[1], s[2]), [s[3], s[4]], s[2]))
+    return out, late, {(s[0], s[1], s[2]): [s[3], s[4]] for s in sessions}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(0, 9), st.integers(0, 3000)), min_size=1, max_size=60
+    ),
+    gap=st.sampled_from([0, 1, 50, 300]),
+    grace=st.sampled_from([0, 1, 100, 500]),
+    emit=st.sampled_from(["update", "final"]),
+)
+def test_session_windows_match_the_model(
+    records: list[tuple[str, int, int]], gap: int, grace: int, emit: str
+) -> None:
+    app = App(None, "model")
+    sessions = (
+        app.stream("in").group_by_key().windowed_by(SessionWindows(gap, grace), emit=emit, late_topic="late")
+    )
+    sessions.aggregate(
+        lambda: [0, 0],
+        lambda k, v, a: [a[0] + 1, a[1] + v],
+        lambda k, a, b: [a[0] + b[0], a[1] + b[1]],
+        name="s",
+    ).to_stream().to("out")
+    driver = TestDriver(app)
+    for key, value, ts in records:
+        driver.pipe("in", value, key=key, timestamp_ms=ts)
+
+    out, late, open_sessions = _session_model(records, gap, grace, emit)
+    assert [tuple(r) for r in driver.read_output("out")] == out
+    assert driver.read_key_values("late") == late
+    assert driver.metrics().get("late-records", 0) == len(late)
+    store = driver.store("s")
+    assert store.to_dict() == open_sessions
+    restored = SessionStore("s", None, gap)
+    changelog = driver._outputs.get("model-s-changelog", [])
+    restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+    assert restored.to_dict() == open_sessions
+    assert isinstance(store, SessionStore) and restored.stream_time == store.stream_time

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from pylog.streams.app import App
 from pylog.streams.driver import TestDriver, TestRecord
-from pylog.streams.dsl import GroupedStream, Stream, Table, WindowedStream
+from pylog.streams.dsl import GroupedStream, SessionWindowedStream, Stream, Table, WindowedStream
 from pylog.streams.serde import BYTES, JSON, MSGPACK, STRING, Serde
-from pylog.streams.stores import KeyValueStore, WindowStore
+from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
 from pylog.streams.topology import TaskId, Topology
-from pylog.streams.windows import WINDOWED, HoppingWindows, TumblingWindows, Windowed
+from pylog.streams.windows import WINDOWED, HoppingWindows, SessionWindows, TumblingWindows, Windowed
 
 __all__ = [
     "BYTES",
@@ -33,6 +33,9 @@ __all__ = [
     "HoppingWindows",
     "KeyValueStore",
     "Serde",
+    "SessionStore",
+    "SessionWindowedStream",
+    "SessionWindows",
     "Stream",
     "Table",
     "TaskId",

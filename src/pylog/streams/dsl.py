@@ -9,7 +9,7 @@ application is started (or driven by :class:`~pylog.streams.driver.TestDriver`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from pylog.errors import ConfigError
 from pylog.streams.nodes import (
@@ -23,17 +23,18 @@ from pylog.streams.nodes import (
     Node,
     PeekNode,
     SelectKeyNode,
+    SessionAggregateNode,
     SinkNode,
     StreamTableJoinNode,
     WindowAggregateNode,
 )
 from pylog.streams.serde import MSGPACK, Serde
-from pylog.streams.windows import WINDOWED, Windows
+from pylog.streams.windows import WINDOWED, SessionWindows, Windows
 
 if TYPE_CHECKING:
     from pylog.streams.app import App
 
-__all__ = ["GroupedStream", "Stream", "Table", "WindowedStream"]
+__all__ = ["GroupedStream", "SessionWindowedStream", "Stream", "Table", "WindowedStream"]
 
 
 class Stream:
@@ -172,17 +173,31 @@ class GroupedStream:
         self.stream = stream
         self.repartition = repartition
 
+    @overload
     def windowed_by(
         self, windows: Windows, *, emit: str = "update", late_topic: str | None = None
-    ) -> WindowedStream:
+    ) -> WindowedStream: ...
+
+    @overload
+    def windowed_by(
+        self, windows: SessionWindows, *, emit: str = "update", late_topic: str | None = None
+    ) -> SessionWindowedStream: ...
+
+    def windowed_by(
+        self, windows: Windows | SessionWindows, *, emit: str = "update", late_topic: str | None = None
+    ) -> WindowedStream | SessionWindowedStream:
         """Aggregate per window (:class:`~pylog.streams.windows.TumblingWindows`,
-        :class:`~pylog.streams.windows.HoppingWindows`). ``emit="update"`` forwards the aggregate after every
-        record, ``"final"`` once per window when it closes. Late records are counted, and written to
-        ``late_topic`` when given."""
-        if not isinstance(windows, Windows):
-            raise ConfigError(f"windowed_by() takes TumblingWindows or HoppingWindows, got {windows!r}")
+        :class:`~pylog.streams.windows.HoppingWindows`, :class:`~pylog.streams.windows.SessionWindows`).
+        ``emit="update"`` forwards the aggregate after every record, ``"final"`` once per window when it
+        closes. Late records are counted, and written to ``late_topic`` when given."""
         if emit not in ("update", "final"):
             raise ConfigError(f"emit must be 'update' or 'final', got {emit!r}")
+        if isinstance(windows, SessionWindows):
+            return SessionWindowedStream(self, windows, emit, late_topic)
+        if not isinstance(windows, Windows):
+            raise ConfigError(
+                f"windowed_by() takes TumblingWindows, HoppingWindows or SessionWindows, got {windows!r}"
+            )
         return WindowedStream(self, windows, emit, late_topic)
 
     def _node_input(self, store: str) -> Node:
@@ -252,6 +267,59 @@ class WindowedStream:
         name: str | None = None,
     ) -> Table:
         return self._aggregate(_aggregator(initializer, aggregator), name)
+
+
+class SessionWindowedStream:
+    """A grouped stream cut into session windows (Kafka's ``SessionWindowedKStream``); keys of the result are
+    :class:`~pylog.streams.windows.Windowed` with an inclusive ``end`` (the session's last event time)."""
+
+    def __init__(self, grouped: GroupedStream, windows: SessionWindows, emit: str, late_topic: str | None):
+        self.grouped = grouped
+        self.windows = windows
+        self.emit = emit
+        self.late_topic = late_topic
+
+    def _aggregate(
+        self,
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+        name: str | None,
+    ) -> Table:
+        builder = self.grouped.stream.app.builder
+        store = builder.store_name(name, "session-aggregate")
+        node = SessionAggregateNode(
+            builder.name("session-aggregate"),
+            store,
+            self.windows,
+            aggregator,
+            merger,
+            self.emit,
+            self.late_topic,
+        )
+        self.grouped._node_input(store).children.append(node)
+        builder.add_store(store, node, windowed=self.windows)
+        if self.late_topic is not None:
+            builder.add_output_topic(self.late_topic, MSGPACK, MSGPACK)
+        return Table(self.grouped.stream.app, node, store, windowed=True)
+
+    def count(self, name: str | None = None) -> Table:
+        """Records per key and session."""
+        return self._aggregate(_count, lambda k, a, b: a + b, name)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], name: str | None = None) -> Table:
+        """``reducer(aggregate, value)``; merging sessions combines their aggregates with it too."""
+        return self._aggregate(_reducer(reducer), lambda k, a, b: reducer(a, b), name)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+        name: str | None = None,
+    ) -> Table:
+        """As :meth:`GroupedStream.aggregate`; ``merger(key, aggregate1, aggregate2)`` combines the aggregates
+        of sessions a record merges (in order of their start)."""
+        return self._aggregate(_aggregator(initializer, aggregator), merger, name)
 
 
 class Table:

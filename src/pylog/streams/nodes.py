@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from pylog.errors import DeserializationError
 from pylog.streams.serde import MSGPACK, Serde
-from pylog.streams.stores import KeyValueStore, WindowStore
-from pylog.streams.windows import Windowed, Windows
+from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
+from pylog.streams.windows import SessionWindows, Windowed, Windows
 
 __all__ = [
     "AggregateNode",
@@ -23,6 +23,7 @@ __all__ = [
     "FlatMapNode",
     "Node",
     "PeekNode",
+    "SessionAggregateNode",
     "SinkNode",
     "SourceNode",
     "StreamTableJoinNode",
@@ -298,3 +299,65 @@ class StreamTableJoinNode(Node):
         if other is None and not self.left:
             return
         self.forward(ctx, key, self.joiner(value, other), timestamp)
+
+
+class SessionAggregateNode(Node):
+    """Session windows (see :mod:`pylog.streams.windows`): each record opens a session ``[t, t]`` or merges
+    with its key's open sessions within ``gap`` (their aggregates combined by ``merger``). With
+    ``emit="update"`` each merged-away session is forwarded with a None value (a tombstone), then the new
+    one; with ``"final"``, each session once, when it closes. Late records as in
+    :class:`WindowAggregateNode`."""
+
+    def __init__(
+        self,
+        name: str,
+        store: str,
+        windows: SessionWindows,
+        aggregator: Aggregator,
+        merger: Callable[[Any, Any, Any], Any],
+        emit: str,
+        late_topic: str | None,
+    ) -> None:
+        super().__init__(name)
+        self.store = store
+        self.windows = windows
+        self.aggregator = aggregator
+        self.merger = merger
+        self.emit = emit
+        self.late_topic = late_topic
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or value is None:
+            ctx.count("dropped-records")
+            return
+        store = ctx.store(self.store)
+        if not isinstance(store, SessionStore):
+            raise TypeError(f"store {self.store} is not a session store")
+        gap = self.windows.gap_ms
+        stream_time = store.advance(timestamp)
+        close_before = stream_time - gap - self.windows.grace_ms  # a session ending before this is closed
+        found = [
+            (s, e, a)
+            for s, e, a in store.sessions(key)
+            if e >= timestamp - gap and s <= timestamp + gap and e >= close_before
+        ]
+        start = min([timestamp, *(s for s, _, _ in found)])
+        end = max([timestamp, *(e for _, e, _ in found)])
+        if end < close_before:
+            ctx.count("late-records")
+            if self.late_topic is not None:
+                ctx.send(self.late_topic, MSGPACK.serialize(key), MSGPACK.serialize(value), timestamp)
+        else:
+            agg = MISSING
+            for s, e, a in found:
+                store.delete((key, s))
+                if self.emit == "update":
+                    self.forward(ctx, Windowed(key, s, e), None, timestamp)
+                agg = a if agg is MISSING else self.merger(key, agg, a)
+            agg = self.aggregator(key, value, agg)
+            store.put((key, start), (agg, end))
+            if self.emit == "update":
+                self.forward(ctx, Windowed(key, start, end), agg, timestamp)
+        for k, s, (agg, e) in store.closing(close_before):
+            if self.emit == "final":
+                self.forward(ctx, Windowed(k, s, e), agg, e)

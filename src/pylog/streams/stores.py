@@ -24,7 +24,7 @@ from typing import Any
 
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY
 
-__all__ = ["KeyValueStore", "WindowStore", "decode_key", "encode_key"]
+__all__ = ["KeyValueStore", "SessionStore", "WindowStore", "decode_key", "encode_key"]
 
 _MISSING: Any = object()
 _STREAM_TIME = "\x00stream-time"  # the window store's entry for its stream time (user entries are tuples)
@@ -225,4 +225,102 @@ class WindowStore(KeyValueStore):
 
     def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
         super().restore(keys, values)
+        self._time_dirty = False
+
+
+class SessionStore(KeyValueStore):
+    """Session aggregates: ``(key, session_start) -> (aggregate, session_end)``, the stream time (logged, as in
+    :class:`WindowStore`), the sessions of each key, and an index of the sessions by close time."""
+
+    def __init__(self, name: str, changelog: str | None, gap_ms: int) -> None:
+        super().__init__(name, changelog)
+        self.gap_ms = gap_ms
+        self.stream_time = -1
+        self._time_dirty = False
+        self._by_key: dict[Any, set[int]] = {}
+        self._ends: list[tuple[int, int, Any, int]] = []  # heap of (end, seq, key, start); stale ones skipped
+        self._seq = itertools.count()
+
+    def advance(self, timestamp: int) -> int:
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+            self._time_dirty = True
+        return self.stream_time
+
+    def sessions(self, key: Any) -> list[tuple[int, int, Any]]:
+        """``(start, end, aggregate)`` of ``key``'s open sessions, by start."""
+        return sorted((start, *self._data[(key, start)][::-1]) for start in self._by_key.get(key, ()))
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self.delete(key)
+            return
+        k, start = key
+        self._by_key.setdefault(k, set()).add(start)
+        heapq.heappush(self._ends, (value[1], next(self._seq), k, start))
+        super().put(key, (value[0], value[1]))
+
+    def delete(self, key: Any) -> None:
+        starts = self._by_key.get(key[0])
+        if starts is not None:
+            starts.discard(key[1])
+            if not starts:
+                del self._by_key[key[0]]
+        super().delete(key)
+
+    def closing(self, end_before: int) -> list[tuple[Any, int, Any]]:
+        """Remove and return ``(key, start, (aggregate, end))`` of every session whose end is before
+        ``end_before``, by end."""
+        out = []
+        ends = self._ends
+        while ends and ends[0][0] < end_before:
+            end, _, key, start = heapq.heappop(ends)
+            entry = self._data.get((key, start), _MISSING)
+            if entry is not _MISSING and entry[1] == end:
+                self.delete((key, start))
+                out.append((key, start, entry))
+        return out
+
+    def fetch(self, key: Any) -> list[tuple[int, int, Any]]:
+        """``(start, end, aggregate)`` of ``key``'s open sessions."""
+        return self.sessions(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The aggregate of the session ``(key, start)``, or ``default``."""
+        entry = self._data.get(key, _MISSING)
+        return default if entry is _MISSING else entry[0]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [((k, start, entry[1]), entry[0]) for (k, start), entry in list(self._data.items())]
+
+    def to_dict(self) -> dict[Any, Any]:
+        """``{(key, start, end): aggregate}``."""
+        return dict(self.items())
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        out = super().take_changes()
+        if self._time_dirty:
+            out.append((encode_key(_STREAM_TIME), MSGPACK.serialize(self.stream_time)))
+            self._time_dirty = False
+        return out
+
+    def _entry(self, value: Any) -> Any:
+        return list(value)
+
+    def _load(self, key: Any, value: Any) -> None:
+        if key == _STREAM_TIME:
+            self.stream_time = max(self.stream_time, int(value))
+            return
+        self.put(key, (value[0], value[1]))
+
+    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
+        latest = dict(zip(keys, values, strict=True))
+        for raw_key, raw_value in latest.items():
+            key = self._decode_key(raw_key)
+            if raw_value is None:
+                if key in self._data:
+                    self.delete(key)
+            else:
+                self._load(key, MSGPACK.deserialize(raw_value))
+        self._dirty.clear()
         self._time_dirty = False

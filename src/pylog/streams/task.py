@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Protocol
 
-from pylog.streams.stores import KeyValueStore, WindowStore
+from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
 from pylog.streams.topology import TaskId, Topology
+from pylog.streams.windows import SessionWindows
 
 __all__ = ["Collector", "Task"]
 
@@ -38,7 +39,9 @@ class Task:
         self.stores: dict[str, KeyValueStore] = {}
         for name in sub.stores:
             spec = topology.stores[name]
-            if spec.windows is not None:
+            if isinstance(spec.windows, SessionWindows):
+                self.stores[name] = SessionStore(name, spec.changelog, spec.windows.gap_ms)
+            elif spec.windows is not None:
                 self.stores[name] = WindowStore(name, spec.changelog, spec.windows.size_ms)
             else:
                 self.stores[name] = KeyValueStore(name, spec.changelog)

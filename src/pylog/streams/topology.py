@@ -20,7 +20,7 @@ from typing import Any
 from pylog.errors import ConfigError
 from pylog.streams.nodes import Node, SinkNode, SourceNode
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
-from pylog.streams.windows import Windows
+from pylog.streams.windows import SessionWindows, Windows
 
 __all__ = ["Builder", "StoreSpec", "SubTopology", "TaskId", "Topology"]
 
@@ -42,7 +42,7 @@ class TaskId:
 class StoreSpec:
     name: str
     node: Node
-    windows: Windows | None
+    windows: Windows | SessionWindows | None
     changelog: str
     subtopology: int = -1
 
@@ -94,7 +94,7 @@ class Builder:
             raise ConfigError(f"store {name!r} already exists in this App")
         return name
 
-    def add_store(self, name: str, node: Node, windowed: Windows | None) -> None:
+    def add_store(self, name: str, node: Node, windowed: Windows | SessionWindows | None) -> None:
         self.stores[name] = StoreSpec(name, node, windowed, f"{self.application_id}-{name}-changelog")
 
     def add_sink(self, sink: SinkNode) -> None:

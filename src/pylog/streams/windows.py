@@ -5,7 +5,13 @@ belongs to every window that contains its timestamp: one tumbling window, ``size
 windows (fewer near time 0: windows never start below 0).
 
 A window **closes** when the task's stream time (the largest event time it has seen) reaches
-``end + grace_ms``: a record for a closed window is *late*. With ``emit="final"`` the aggregate of a window is
+``end + grace_ms``: a record for a closed window is *late*.
+
+A **session** window (:class:`SessionWindows`) is ``[start, end]`` with both ends included: the first and last
+event time of a run of a key's records none of which is more than ``gap_ms`` after the previous one. A record
+within ``gap_ms`` of one or more open sessions of its key merges them into one. A session closes when the
+stream time passes ``end + gap_ms + grace_ms``; a record that would only make a session closed already is
+late. A closed session is removed, and never merged again. With ``emit="final"`` the aggregate of a window is
 emitted once, when it closes; with ``emit="update"`` (the default) after every record it takes. A closed window
 is removed from its store.
 """
@@ -19,7 +25,7 @@ from typing import Any, NamedTuple
 from pylog.errors import ConfigError
 from pylog.streams.serde import MSGPACK_KEY, Serde
 
-__all__ = ["WINDOWED", "HoppingWindows", "TumblingWindows", "Windowed", "Windows", "to_ms"]
+__all__ = ["WINDOWED", "HoppingWindows", "SessionWindows", "TumblingWindows", "Windowed", "Windows", "to_ms"]
 
 
 class Windowed(NamedTuple):
@@ -94,3 +100,19 @@ class HoppingWindows(Windows):
 
     def __repr__(self) -> str:
         return f"HoppingWindows(size={self.size_ms}, advance={self.advance_ms}, grace={self.grace_ms})"
+
+
+@dataclass(frozen=True, init=False)
+class SessionWindows:
+    """Sessions of activity separated by ``gap`` of inactivity (Kafka's
+    ``SessionWindows.ofInactivityGapAndGrace(gap, grace)``); see the module docstring."""
+
+    gap_ms: int
+    grace_ms: int
+
+    def __init__(self, gap: int | timedelta, grace: int | timedelta = 0) -> None:
+        object.__setattr__(self, "gap_ms", to_ms("gap", gap))
+        object.__setattr__(self, "grace_ms", to_ms("grace", grace))
+
+    def __repr__(self) -> str:
+        return f"SessionWindows(gap={self.gap_ms}, grace={self.grace_ms})"
