@@ -200,7 +200,8 @@ def test_a_static_member_back_within_its_session_keeps_its_partitions_without_a_
         return c
 
     a = static("a", on_revoke=lambda c, ps: revoked.append([p.partition for p in ps]))
-    b = static("b")
+    wait_until(lambda: _owned(a) == {0, 1, 2, 3}, "a to own every partition")  # a leads the group
+    b = static("b")  # a returning leader rebalances (as in Kafka); b is not the leader
 
     def split() -> bool:
         x, y = _owned(a), _owned(b)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pylog.broker.idempotence import Sequences
+from pylog.broker.transactions import Transactions
 from pylog.broker.waiting import FetchWaiters
 from pylog.log import Log
 from pylog.producer import Producer
@@ -48,6 +49,20 @@ class Context:
     write_lock: threading.Lock = field(default_factory=threading.Lock)
     # idempotent producers' epochs and last batches (used under write_lock)
     sequences: Sequences = field(default_factory=Sequences)
+    # the pylog transactional producers serving Kafka transactional ids
+    transactions: Transactions = field(default_factory=Transactions)
+
+    _next_expiry_check: float = 0.0
+
+    def expire_transactions(self, txns: Any) -> bool:
+        """The visibility rule's ``expire`` callback: abort transactions open past their timeout (at most once
+        a second of the log's clock, as pylog's consumers do); True when some were."""
+        now = self.log.clock.monotonic_ms()
+        with self._lock:
+            if now < self._next_expiry_check:
+                return False
+            self._next_expiry_check = now + 1000
+        return bool(txns.abort_expired(self.log.clock.time_ms()))
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the broker's thread pool."""
@@ -70,3 +85,4 @@ class Context:
             self._writers.clear()
         for producer in writers:
             producer.close()
+        self.transactions.close()

@@ -10,7 +10,8 @@ publish in one of its partitions (the doorbell, :mod:`pylog.broker.waiting`), th
 
 ``isolation_level`` 1 (read_committed) applies pylog's transaction rule (:mod:`pylog.partition.visibility`):
 a batch of an aborted transaction is not returned, and reading stops before a transaction still open (its
-base offset is the last stable offset). The offsets of batches left out are covered by an empty Kafka batch
+base offset is the last stable offset); a transaction open past its timeout is aborted then (at most once a
+second), as pylog's consumers do. The offsets of batches left out are covered by an empty Kafka batch
 so that the client moves past them. ``high_watermark`` is the log end offset.
 
 Thread-safety: handlers run in the event loop; the reads run in the context's thread pool.
@@ -80,7 +81,10 @@ def _read_all(
 ) -> tuple[list[dict[str, Any]], int]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     total = 0
-    visibility = Visibility(ctx.log.txn_decisions().status) if committed else None
+    visibility = None
+    if committed:
+        txns = ctx.log.txn_decisions()
+        visibility = Visibility(txns.status, lambda: ctx.expire_transactions(txns))
     for p in parts:
         limit = min(p.max_bytes, max_bytes - total) if total else p.max_bytes
         data = _read_partition(ctx, p, max(limit, 0), visibility)

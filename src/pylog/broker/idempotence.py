@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import KafkaBatch
+from pylog.errors import ConfigError
 
 if TYPE_CHECKING:
     from pylog.broker.context import Context
@@ -100,7 +101,15 @@ async def init_producer_id(ctx: Context, request: Request) -> dict[str, Any]:
         "producer_epoch": -1,
     }
     if body.transactional_id is not None:
-        answer["error_code"] = ErrorCode.invalid_request  # transactions are not served yet
+        timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
+        try:
+            pid, epoch = await ctx.run(ctx.transactions.init, ctx, str(body.transactional_id), timeout_ms)
+        except ConfigError:
+            answer["error_code"] = ErrorCode.invalid_transaction_timeout
+            return answer
+        with ctx.write_lock:
+            ctx.sequences.epochs[pid] = epoch
+        answer.update(producer_id=pid, producer_epoch=epoch)
         return answer
     pid, epoch = int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1))
     with ctx.write_lock:

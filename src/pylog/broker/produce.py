@@ -34,6 +34,7 @@ from pylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from pylog.producer import Producer
 from pylog.record import decode_header
 
 __all__ = ["produce"]
@@ -103,8 +104,8 @@ def _produce_partition(
     if not batches:
         return ErrorCode.corrupt_message, -1, -1, "no record batch"
     for batch in batches:
-        if batch.control or batch.transactional:
-            return ErrorCode.invalid_record, -1, -1, "transactional producers are not served yet"
+        if batch.control:
+            return ErrorCode.invalid_record, -1, -1, "a producer does not write control batches"
     try:
         base = -1
         with ctx.write_lock:
@@ -114,7 +115,13 @@ def _produce_partition(
                     if isinstance(verdict, ErrorCode):
                         return verdict, -1, -1, None
                     if verdict == WRITE:
-                        first = _write(ctx, topic, partition, batch, durable=acks == -1)
+                        if batch.transactional:
+                            txn, code = ctx.transactions.producer_for(batch.producer_id, batch.producer_epoch)
+                            if txn is None:
+                                return code, -1, -1, None
+                            first = _write_with(txn, topic, partition, batch)
+                        else:
+                            first = _write(ctx, topic, partition, batch, durable=acks == -1)
                         ctx.sequences.written(topic, partition, batch, first)
                 else:
                     first = _write(ctx, topic, partition, batch, durable=acks == -1)
@@ -137,8 +144,14 @@ def _produce_partition(
 
 def _write(ctx: Context, topic: str, partition: int, batch: KafkaBatch, *, durable: bool) -> int:
     """Append one Kafka batch's records; the offset of the first."""
-    writer = ctx.writer(durable)
-    if batch.headers is None:
+    return _write_with(ctx.writer(durable), topic, partition, batch)
+
+
+def _write_with(writer: Producer, topic: str, partition: int, batch: KafkaBatch) -> int:
+    """Append one Kafka batch's records through ``writer``; the offset of the first. Records with headers,
+    and a transaction's (which the record queue tags with the open transaction), go one by one; the others
+    as columns."""
+    if batch.headers is None and not batch.transactional:
         result = writer.send_batch(
             topic, batch.keys, batch.values, partition=partition, timestamps=batch.timestamps
         )
@@ -146,7 +159,7 @@ def _write(ctx: Context, topic: str, partition: int, batch: KafkaBatch, *, durab
     futures = [
         writer.send(topic, value, key, headers, partition, ts)  # None header values are stored
         for ts, key, value, headers in zip(
-            batch.timestamps, batch.keys, batch.values, batch.headers, strict=True
+            batch.timestamps, batch.keys, batch.values, batch.headers or [[]] * len(batch), strict=True
         )
     ]
     writer.flush()

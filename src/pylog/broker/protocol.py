@@ -63,6 +63,10 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     19: (2, 5),  # CreateTopics
     20: (1, 5),  # DeleteTopics (6+ name topics by id)
     22: (0, 4),  # InitProducerId
+    24: (0, 3),  # AddPartitionsToTxn (4+ batch transactions)
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn
+    28: (0, 3),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions
     43: (0, 2),  # ElectLeaders (one node: ELECTION_NOT_NEEDED)

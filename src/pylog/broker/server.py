@@ -27,7 +27,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from pylog.broker import fetch, idempotence, meta, produce
+from pylog.broker import fetch, idempotence, meta, produce, transactions
 from pylog.broker.admin import Admin
 from pylog.broker.context import Context
 from pylog.broker.groups import Coordinator
@@ -53,6 +53,10 @@ HANDLERS: Final[dict[int, Handler]] = {
     3: meta.metadata,
     18: meta.api_versions,
     22: idempotence.init_producer_id,
+    24: transactions.add_partitions,
+    25: transactions.add_offsets,
+    26: transactions.end_txn,
+    28: transactions.txn_offset_commit,
 }
 
 
