@@ -8,7 +8,11 @@ modules, as a request flows::
     protocol.py   kio's messages: request headers, versions served, responses built from plain values
     meta.py       ApiVersions, Metadata (topic auto-creation)
     produce.py    Produce (acks 0, 1, all)
+    idempotence.py  InitProducerId, the sequence checks of idempotent producers
+    transactions.py Kafka transactions on pylog's transactional producers
     fetch.py      Fetch (long polling on the doorbell, isolation levels), ListOffsets
+    groups.py     the classic consumer group protocol; commits in pylog's group store
+    admin.py      CreateTopics, DeleteTopics, DescribeConfigs, groups, cluster; single-node answers
     records.py    Kafka record batch v2 <-> pylog records (the byte table is there)
     waiting.py    the doorbell thread that wakes long-polling fetches
     context.py    what handlers share: the log, options, producers, thread pool
