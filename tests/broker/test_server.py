@@ -179,3 +179,49 @@ def test_sigkill_mid_stream_loses_no_acknowledged_record(log_dir: Path) -> None:
     assert len(acked) >= 2000
     missing = {o: v for o, v in acked.items() if stored.get(o) != v}
     assert not missing
+
+
+def test_an_invalid_topic_name_is_answered_not_dropped(broker: Broker) -> None:
+    """A produce or fetch naming a topic pylog cannot have (a name with '/') gets INVALID_TOPIC_EXCEPTION on
+    its partition, over a connection that stays open."""
+    import datetime
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio_client import RawClient
+
+    client = RawClient(broker.host, broker.port)
+    try:
+        produced = client.call(
+            0,
+            9,
+            ProduceRequest(
+                transactional_id=None,
+                acks=1,
+                timeout=datetime.timedelta(seconds=30),
+                topic_data=(
+                    TopicProduceData(
+                        name="a/b", partition_data=(PartitionProduceData(index=0, records=b""),)
+                    ),
+                ),
+            ),
+        )
+        assert produced.responses[0].partition_responses[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
+        fetched = client.call(
+            1,
+            12,
+            FetchRequest(
+                max_wait=datetime.timedelta(0),
+                min_bytes=1,
+                topics=(
+                    FetchTopic(
+                        topic="a/b",
+                        partitions=(FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1024),),
+                    ),
+                ),
+                forgotten_topics_data=(),
+            ),
+        )
+        assert fetched.responses[0].partitions[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        client.close()

@@ -26,7 +26,13 @@ from typing import Any
 from pylog.broker.context import Context
 from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import empty_batch, encode_batch
-from pylog.errors import OffsetOutOfRangeError, PylogError, UnknownPartitionError, UnknownTopicError
+from pylog.errors import (
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    PylogError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from pylog.partition.visibility import OPEN, VISIBLE, Visibility
 from pylog.record import decode_header, decode_lists
 
@@ -71,7 +77,7 @@ def _directories(ctx: Context, parts: list[_Part]) -> list[str]:
     for p in parts:
         try:
             out.append(ctx.log.topic(p.topic).partition(p.partition).directory)
-        except (UnknownTopicError, UnknownPartitionError):
+        except (UnknownTopicError, UnknownPartitionError, InvalidTopicError):
             pass
     return out
 
@@ -113,7 +119,7 @@ def _read_partition(ctx: Context, p: _Part, limit: int, visibility: Visibility |
             out["records"] = b""
             return out
         raw = plog.read_raw(p.offset, max(limit, 1))
-    except (UnknownTopicError, UnknownPartitionError):
+    except (UnknownTopicError, UnknownPartitionError, InvalidTopicError):
         out["error_code"] = ErrorCode.unknown_topic_or_partition
         return out
     except OffsetOutOfRangeError:
@@ -209,7 +215,7 @@ def _offset_for(ctx: Context, topic: str, partition: int, timestamp: int) -> dic
                 out["offset"], out["timestamp"] = found
         else:
             out["error_code"] = ErrorCode.invalid_request
-    except (UnknownTopicError, UnknownPartitionError):
+    except (UnknownTopicError, UnknownPartitionError, InvalidTopicError):
         out["error_code"] = ErrorCode.unknown_topic_or_partition
     except PylogError:
         out["error_code"] = ErrorCode.kafka_storage_error

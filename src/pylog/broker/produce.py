@@ -27,6 +27,7 @@ from pylog.broker.records import InvalidBatchError, KafkaBatch, decode_batches
 from pylog.errors import (
     InvalidRecordError,
     InvalidTimestampError,
+    InvalidTopicError,
     LogClosedError,
     PylogError,
     RecordTooLargeError,
@@ -96,6 +97,8 @@ def _produce_partition(
         plog = t.partition(partition)
     except (UnknownTopicError, UnknownPartitionError):
         return ErrorCode.unknown_topic_or_partition, -1, -1, None
+    except InvalidTopicError as exc:
+        return ErrorCode.invalid_topic_exception, -1, -1, str(exc)
     try:
         batches = decode_batches(records or b"")
     except InvalidBatchError as exc:
