@@ -124,6 +124,8 @@ _OWN_FILES |= {"remote_storage", "remote_storage.tmp"}
 # tiered storage: deleted topics whose remote data is still to be deleted (owner: pylog/tiered/retention.py)
 _OWN_FILES |= {"remote_deletions", "remote_deletions.tmp"}
 _OWN_DIRS = frozenset({"__groups", "__transactions"})
+# the broker's users and ACLs (owner: pylog/broker/securefile.py)
+_OWN_DIRS |= {"__security"}
 _OPEN_LOGS: weakref.WeakSet[LogDirectory] = weakref.WeakSet()
 
 

@@ -16,7 +16,18 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pylog import __version__, speedups
-from pylog.cli import _consume, _dump, _groups, _maintenance, _produce, _serve, _streams, _tiered, _topics
+from pylog.cli import (
+    _consume,
+    _dump,
+    _groups,
+    _maintenance,
+    _produce,
+    _security,
+    _serve,
+    _streams,
+    _tiered,
+    _topics,
+)
 from pylog.cli._common import DEFAULT_DIR, CliError, Parents, UsageError, describe_error
 from pylog.errors import PylogError
 
@@ -74,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tiered.register(sub, parents)
     _serve.register(sub, parents)
     _streams.register(sub, parents)
+    _security.register(sub, parents)
     return parser
 
 
