@@ -423,10 +423,19 @@ static PyObject *encode_headers(PyObject *self, PyObject *headers) {
 }
 
 /* --- decoding a payload into lists ----------------------------------------------------------------------- */
+/* What decode_records builds records of, straight from the payload (no lists in between). */
+typedef struct {
+    PyTypeObject *cls;   /* pylog.structs.ConsumerRecord */
+    PyObject *topic, *partition;
+    int64_t start;       /* records at offsets before it are left out */
+    PyObject *out;       /* the list the records are appended to */
+} Direct;
+
 typedef struct {
     PyObject *offsets, *timestamps, *keys, *values, *headers, *ksizes, *vsizes;
     Py_ssize_t value_start, value_end; /* the value bytes within the payload */
     int values_null;                   /* some value is None */
+    Direct *direct;                    /* set: build records into direct->out instead of the lists */
 } Lists;
 
 static void lists_clear(Lists *l) {
@@ -494,6 +503,105 @@ static int slice_column(const unsigned char *payload, Py_ssize_t *at, const unsi
     Py_XDECREF(minus1);
     *at = pos;
     return 0;
+}
+
+/* A record's headers from its blob (NO_HEADERS for none): the form encode_headers writes in C, any other by
+ * pylog.record.decode_headers. */
+static PyObject *record_headers(const unsigned char *blob, Py_ssize_t len) {
+    if (len == 0) return Py_NewRef(NoHeaders);
+    PyObject *hv = fast_headers(blob, len);
+    if (hv != NULL) return hv;
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)blob, len);
+    if (raw == NULL) return NULL;
+    hv = PyObject_CallOneArg(DecodeHeaders, raw);
+    Py_DECREF(raw);
+    return hv;
+}
+
+/* kafka-python's serialized_header_size: UTF-8 bytes of the keys plus the value bytes; -1 for no headers. */
+static int64_t header_size(PyObject *headers) {
+    if (!PyList_Check(headers) || PyList_GET_SIZE(headers) == 0) return -1;
+    int64_t total = 0;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(headers); j++) {
+        PyObject *pair = PyList_GET_ITEM(headers, j);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) return -2;
+        Py_ssize_t kl;
+        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &kl) == NULL) return -3;
+        PyObject *v = PyTuple_GET_ITEM(pair, 1);
+        total += kl;
+        if (v != Py_None) {
+            Py_ssize_t vl = PyObject_Length(v);
+            if (vl < 0) return -3;
+            total += vl;
+        }
+    }
+    return total;
+}
+
+#define RECORD_FIELDS 13
+
+/* The ConsumerRecords of a checked payload from offset d->start on, appended to d->out (fields in
+ * ConsumerRecord's order: topic, partition, leader_epoch -1, offset, timestamp, timestamp_type, key, value,
+ * headers, checksum None, key size, value size, header size). */
+static int build_direct(const Header *h, const unsigned char *payload, Py_ssize_t at, int64_t key_total,
+                        int64_t value_total, const unsigned char *ts_col, int ts_w, const unsigned char *delta_col,
+                        int delta_w, const unsigned char *key_col, int key_w, const unsigned char *value_col,
+                        int value_w, const unsigned char *header_col, int header_w, Direct *d) {
+    Py_ssize_t n = h->record_count;
+    Py_ssize_t kat = at, vat = at + (Py_ssize_t)key_total, hat = at + (Py_ssize_t)(key_total + value_total);
+    PyObject *minus1 = PyLong_FromLong(-1);
+    PyObject *ts_type = PyLong_FromLong(h->attributes & ATTR_LOG_APPEND_TIME ? 1 : 0);
+    PyObject *shared_ts = ts_w ? NULL : PyLong_FromLongLong(h->base_timestamp);
+    int rc = -1;
+    if (minus1 == NULL || ts_type == NULL || (!ts_w && shared_ts == NULL)) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t off = h->base_offset + (delta_w ? (int64_t)rd_u(delta_col + i * delta_w, delta_w) : (int64_t)i);
+        int64_t kl = rd_s(key_col + i * key_w, key_w), vl = rd_s(value_col + i * value_w, value_w);
+        Py_ssize_t hl = header_col ? (Py_ssize_t)rd_u(header_col + i * header_w, header_w) : 0;
+        Py_ssize_t k0 = kat, v0 = vat, h0 = hat;
+        if (kl > 0) kat += (Py_ssize_t)kl;
+        if (vl > 0) vat += (Py_ssize_t)vl;
+        hat += hl;
+        if (off < d->start) continue;
+        PyObject *hv = record_headers(payload + h0, hl); /* may run Python: before the record exists */
+        int64_t hsize = hv ? header_size(hv) : -1;
+        PyObject *f[RECORD_FIELDS] = {
+            Py_NewRef(d->topic),
+            Py_NewRef(d->partition),
+            Py_NewRef(minus1),
+            PyLong_FromLongLong(off),
+            ts_w ? PyLong_FromLongLong((int64_t)((uint64_t)h->base_timestamp + rd_u(ts_col + i * ts_w, ts_w)))
+                 : Py_NewRef(shared_ts),
+            Py_NewRef(ts_type),
+            kl < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)payload + k0, (Py_ssize_t)kl),
+            vl < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)payload + v0, (Py_ssize_t)vl),
+            hv,
+            Py_NewRef(Py_None),
+            kl < 0 ? Py_NewRef(minus1) : PyLong_FromLongLong(kl),
+            vl < 0 ? Py_NewRef(minus1) : PyLong_FromLongLong(vl),
+            hsize < -1 ? NULL : PyLong_FromLongLong(hsize),
+        };
+        int failed = 0;
+        for (int j = 0; j < RECORD_FIELDS; j++)
+            if (f[j] == NULL) failed = 1;
+        PyObject *r = failed ? NULL : d->cls->tp_alloc(d->cls, RECORD_FIELDS);
+        if (r == NULL) {
+            for (int j = 0; j < RECORD_FIELDS; j++) Py_XDECREF(f[j]);
+            if (hsize == -2 && !PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "record headers must be (str, bytes) pairs");
+            goto done;
+        }
+        for (int j = 0; j < RECORD_FIELDS; j++) PyTuple_SET_ITEM(r, j, f[j]);
+        int appended = PyList_Append(d->out, r);
+        Py_DECREF(r);
+        if (appended < 0) goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(minus1);
+    Py_XDECREF(ts_type);
+    Py_XDECREF(shared_ts);
+    return rc;
 }
 
 /* The checks of pylog.record._decode_columns / _small_lists over an (uncompressed) payload, building the lists.
@@ -594,7 +702,10 @@ static int decode_payload(const Header *h, const unsigned char *payload, Py_ssiz
         corrupt(-1, "record lengths do not add up to the payload length");
         return -1;
     }
-    /* everything is in bounds: build the lists */
+    /* everything is in bounds */
+    if (out->direct != NULL)
+        return build_direct(h, payload, at, key_total, value_total, ts_col, ts_w, delta_col, delta_w, key_col, key_w,
+                            value_col, value_w, header_col, header_w, out->direct);
     out->offsets = PyList_New(n);
     out->timestamps = PyList_New(n);
     out->keys = PyList_New(n);
@@ -675,6 +786,8 @@ static void add_position(Py_ssize_t position) {
     PyErr_Restore(t2, v2, tb2);
 }
 
+static PyObject *decode_impl(PyObject *src, Py_ssize_t position, int verify, Direct *direct);
+
 PyDoc_STRVAR(decode_lists_doc,
 "decode_lists(buf, position, verify_crc=True) -> (header, offsets, timestamps, keys, values, headers,\n"
 "    key_sizes, value_sizes, value_data)\n\n"
@@ -691,12 +804,47 @@ static PyObject *decode_lists(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (position == -1 && PyErr_Occurred()) return NULL;
     int verify = nargs < 3 ? 1 : PyObject_IsTrue(args[2]);
     if (verify < 0) return NULL;
-    PyObject *src = args[0];
+    return decode_impl(args[0], position, verify, NULL);
+}
+
+PyDoc_STRVAR(decode_records_doc,
+"decode_records(buf, position, start, cls, topic, partition) -> list\n\n"
+"The records of the batch at ``position`` from offset ``start`` on, as ``cls`` tuples\n"
+"(pylog.structs.ConsumerRecord), built straight from the payload: decode_lists then build_records in one\n"
+"pass, with the same checks (for a consumer without key and value deserializers).");
+
+static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "decode_records(buf, position, start, cls, topic, partition)");
+        return NULL;
+    }
+    if (!configured()) return NULL;
+    Py_ssize_t position = PyLong_AsSsize_t(args[1]);
+    if (position == -1 && PyErr_Occurred()) return NULL;
+    long long start = PyLong_AsLongLong(args[2]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    if (!PyType_Check(args[3]) || !PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple subclass");
+        return NULL;
+    }
+    Direct d = {(PyTypeObject *)args[3], args[4], args[5], start, PyList_New(0)};
+    if (d.out == NULL) return NULL;
+    PyObject *got = decode_impl(args[0], position, 1, &d);
+    if (got == NULL) {
+        Py_DECREF(d.out);
+        return NULL;
+    }
+    Py_DECREF(got);
+    return d.out;
+}
+
+static PyObject *decode_impl(PyObject *src, Py_ssize_t position, int verify, Direct *direct) {
     Py_buffer view;
     if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *data = view.buf;
     PyObject *result = NULL, *owner = NULL, *header = NULL;
     Lists l = {0};
+    l.direct = direct;
     Header h;
     if (check_header(data, view.len, position, &h) < 0) goto done;
     if (verify) {
@@ -743,6 +891,10 @@ static PyObject *decode_lists(PyObject *self, PyObject *const *args, Py_ssize_t 
         add_position(position);
         goto done;
     }
+    if (direct != NULL) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
     header = header_tuple(&h);
     if (header == NULL) goto done;
     PyObject *value_data;
@@ -772,8 +924,6 @@ PyDoc_STRVAR(build_records_doc,
 "One ``cls`` tuple (pylog.structs.ConsumerRecord) per record, fields in ConsumerRecord's order with\n"
 "leader_epoch -1 and checksum None; ``header_sizes`` None means -1 for every record. The lists must have one\n"
 "entry per record.");
-
-#define RECORD_FIELDS 13
 
 static PyObject *build_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 12) {
@@ -1372,6 +1522,7 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"decode_lists", (PyCFunction)(void (*)(void))decode_lists, METH_FASTCALL, decode_lists_doc},
     {"build_records", (PyCFunction)(void (*)(void))build_records, METH_FASTCALL, build_records_doc},
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, decode_records_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, encode_batch_doc},
     {"crc32c", (PyCFunction)crc32c_py, METH_O, crc32c_doc},
     {"encode_headers", (PyCFunction)encode_headers, METH_O, encode_headers_doc},
@@ -1389,7 +1540,7 @@ static struct PyModuleDef module = {
 
 /* The version of the interface between this module and pylog.record / pylog.fetcher: pylog.speedups uses the
  * module only when it is the one it expects (an extension built from an older checkout is not used). */
-#define ABI_VERSION 4
+#define ABI_VERSION 5
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     str_position = PyUnicode_InternFromString("position");

@@ -159,6 +159,8 @@ class Fetcher:
         self.pending: dict[TopicPartition, PylogError] = {}
         self._committed = committed
         self._txns: Any = log.txn_decisions() if config.isolation_level == "read_committed" else None
+        #: records built by one C call per batch (no deserializer to run between decoding and building)
+        self._direct = _core is not None and config.key_deserializer is config.value_deserializer is None
         self._next_expiry_check = 0.0
 
     # -- positions --------------------------------------------------------------------------------------
@@ -255,6 +257,10 @@ class Fetcher:
                 if verdict != VISIBLE:  # aborted, or a control batch
                     positions[tp] = header.next_offset
                     continue
+            if self._direct:  # compiled, no deserializers: the records straight from the batch, in C
+                records += _core.decode_records(buf, at, pos, ConsumerRecord, tp.topic, tp.partition)  # type: ignore[union-attr]
+                positions[tp] = header.next_offset
+                continue
             stop = self._records(tp, _Columns(header, buf, at), pos, records)
             if stop is not None:  # a record that cannot be deserialized, under the "raise" policy
                 positions[tp] = stop

@@ -269,11 +269,16 @@ def encode_headers(headers: Any) -> bytes:
 
 
 def decode_headers(raw: bytes) -> Headers:
+    """A record's headers from the blob :func:`encode_headers` wrote: ``(str, bytes | None)`` pairs. Anything
+    else (corrupted beyond what the CRC caught: only reachable with a forged CRC) is a CorruptRecordError."""
     try:
-        pairs = msgpack.unpackb(raw, use_list=True, raw=False, strict_map_key=True)
-        return [(str(k), v) for k, v in pairs]
-    except Exception as exc:  # corrupted beyond what the CRC caught: only reachable with a forged CRC
+        pairs = [(k, v) for k, v in msgpack.unpackb(raw, use_list=True, raw=False, strict_map_key=True)]
+    except Exception as exc:
         raise CorruptRecordError(f"undecodable record headers: {exc}") from exc
+    for k, v in pairs:
+        if type(k) is not str or (v is not None and type(v) is not bytes):
+            raise CorruptRecordError(f"undecodable record headers: {(k, v)!r} is not a (str, bytes) pair")
+    return pairs
 
 
 def item_lengths(items: Sequence[bytes | None]) -> tuple[npt.NDArray[np.int64], bool]:
@@ -319,7 +324,9 @@ def encode_batch(
                 base_offset,
                 keys,
                 values,
-                timestamps if isinstance(timestamps, list) else np.asarray(timestamps, dtype=np.int64).tolist(),
+                timestamps
+                if isinstance(timestamps, list)
+                else np.asarray(timestamps, dtype=np.int64).tolist(),
                 headers,
                 attributes,
                 producer_id,

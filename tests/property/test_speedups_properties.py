@@ -113,9 +113,19 @@ def _compiled(buf: Any, position: int) -> Any:
     return tuple(speedups.decode_lists(buf, position)[:6])
 
 
+def _direct(buf: Any, position: int) -> Any:
+    return speedups.decode_records(buf, position, 0, ConsumerRecord, "t", 3)
+
+
 def _check_same(buf: Any, position: int) -> tuple[str, Any]:
     pure, compiled = _decode(_pure, buf, position), _decode(_compiled, buf, position)
     assert pure == compiled
+    direct = _decode(_direct, buf, position)  # the consumer's one-call path: the same verdict
+    assert direct[0] == pure[0]
+    if pure[0] == "error":
+        assert direct[1] == pure[1]
+    else:
+        assert [r.offset for r in direct[1]] == pure[1][1] and [r.value for r in direct[1]] == pure[1][4]
     if pure[0] == "ok":  # records without headers share the read-only empty list on both paths
         for a, b in zip(pure[1][5], compiled[1][5], strict=True):
             assert (a is NO_HEADERS) == (b is NO_HEADERS)
@@ -253,6 +263,8 @@ def test_both_paths_build_the_same_consumer_records(batch: tuple[bytes, dict[str
     with _pure_fetcher():
         pure = records()
     assert compiled == pure
+    direct = speedups.decode_records(buf, 0, start, ConsumerRecord, tp.topic, tp.partition)
+    assert direct == pure and all(type(r) is ConsumerRecord for r in direct)
     assert all(type(r) is ConsumerRecord for r in compiled)
     assert [r.offset for r in compiled] == sorted(r.offset for r in compiled)
 
@@ -573,3 +585,38 @@ def test_both_paths_encode_the_same_headers_or_refuse_them(headers: Any) -> None
     assert compiled == run(pure)
     if compiled[0] == "ok" and speedups.encode_headers(headers) is not NotImplemented:
         assert speedups.encode_headers(headers) == compiled[1]
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "pure"])
+@pytest.mark.parametrize(
+    "blob",
+    [
+        msgpack.packb([[0, 0]]),
+        msgpack.packb([["k", 5]]),
+        msgpack.packb([["k", "text"]]),
+        msgpack.packb([[1, b"v"]]),
+    ],
+    ids=["int key and value", "int value", "str value", "int key"],
+)
+def test_a_forged_header_that_is_not_a_str_bytes_pair_is_a_corrupt_record(
+    tmp_path: Any, blob: bytes, pure: bool
+) -> None:
+    """Headers decode to (str, bytes | None) pairs or the record is corrupt: a consumer raised TypeError
+    (serialized_header_size took len() of an int) or returned a header value that is not bytes."""
+    import pylog
+
+    buf = encode_batch(0, [b"k", b"k"], [b"v", b"w"], [1, 1], [b"", blob])
+    with pylog.open(str(tmp_path / "log")) as log:
+        log.create_topic("t", 1)
+        log.topic("t").partition(0).append(bytearray(buf))
+        consumer = log.consumer(
+            "t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
+        )
+        with (
+            mock.patch.object(fetcher, "_core", None if pure else speedups),
+            mock.patch.object(consumer._fetcher, "_direct", not pure),
+            mock.patch.object(record, "_core", None if pure else speedups),
+            pytest.raises(CorruptRecordError, match="not a \\(str, bytes\\) pair"),
+        ):
+            list(consumer)
+        consumer.close()
