@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pylog.streams import (
@@ -68,10 +68,12 @@ def _model(
     hops=st.integers(1, 4),
     grace=st.sampled_from([0, 1, 100, 500]),
     emit=st.sampled_from(["update", "final"]),
+    coarse=st.sampled_from([1, 10, 150]),
 )
 def test_windowed_aggregate_matches_the_model(
-    records: list[tuple[str, int, int]], size: int, hops: int, grace: int, emit: str
+    records: list[tuple[str, int, int]], size: int, hops: int, grace: int, emit: str, coarse: int
 ) -> None:
+    records = [(k, v, ts // coarse) for k, v, ts in records]  # coarse: many records at the same times
     advance = max(1, size // hops)
     windows: Windows = (
         TumblingWindows(size, grace) if advance == size else HoppingWindows(size, advance, grace)
@@ -148,10 +150,15 @@ def _session_model(
     gap=st.sampled_from([0, 1, 50, 300]),
     grace=st.sampled_from([0, 1, 100, 500]),
     emit=st.sampled_from(["update", "final"]),
+    coarse=st.sampled_from([1, 10, 150]),
+)
+@example(  # a session put again with the same end closes after one put in between (order of equal ends)
+    records=[("a", 0, 0), ("b", 0, 0), ("a", 0, 0), ("a", 0, 1)], gap=0, grace=0, emit="final", coarse=1
 )
 def test_session_windows_match_the_model(
-    records: list[tuple[str, int, int]], gap: int, grace: int, emit: str
+    records: list[tuple[str, int, int]], gap: int, grace: int, emit: str, coarse: int
 ) -> None:
+    records = [(k, v, ts // coarse) for k, v, ts in records]  # coarse: many records at the same times
     app = App(None, "model")
     sessions = (
         app.stream("in").group_by_key().windowed_by(SessionWindows(gap, grace), emit=emit, late_topic="late")

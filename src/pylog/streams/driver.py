@@ -48,8 +48,11 @@ class TestDriver:
         self.clock = clock if clock is not None else ManualClock(0)
         self.topology = app.builder.build(lambda topic: 1)
         self._tasks = {
-            sub.id: Task(self.topology, TaskId(sub.id, 0), self) for sub in self.topology.subtopologies
+            sub.id: Task(self.topology, TaskId(sub.id, 0), self, self.clock)
+            for sub in self.topology.subtopologies
         }
+        for task in self._tasks.values():
+            task.start()
         self._internal = {
             t for sub in self.topology.subtopologies for t, n in sub.sources.items() if n.internal
         }
@@ -66,11 +69,7 @@ class TestDriver:
             raise ConfigError(f"{topic} is an internal topic: pipe records into the application's inputs")
         ts = self.clock.time_ms() if timestamp_ms is None else timestamp_ms
         self._queue.append((topic, source.key_serde.serialize(key), source.value_serde.serialize(value), ts))
-        while self._queue:
-            t, k, v, at = self._queue.popleft()
-            self._tasks[self.topology.subtopology_of(t).id].process(t, k, v, at)
-        for task in self._tasks.values():
-            task.flush_changelogs()
+        self._drain()
 
     def pipe_many(self, topic: str, records: Iterable[tuple[Any, Any] | tuple[Any, Any, int]]) -> None:
         """Feed ``(key, value)`` or ``(key, value, timestamp_ms)`` records one after the other."""
@@ -78,8 +77,19 @@ class TestDriver:
             self.pipe(topic, record[1], key=record[0], timestamp_ms=record[2] if len(record) > 2 else None)
 
     def advance_wall_clock(self, ms: int) -> None:
-        """Move the driver's clock forward (the default timestamp of piped records)."""
+        """Move the driver's clock forward (the default timestamp of piped records), and run the wall-clock
+        punctuators that are due."""
         self.clock.advance(ms)
+        for task in self._tasks.values():
+            task.punctuate("wall_clock", self.clock.time_ms())
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._queue:
+            t, k, v, at = self._queue.popleft()
+            self._tasks[self.topology.subtopology_of(t).id].process(t, k, v, at)
+        for task in self._tasks.values():
+            task.flush_changelogs()
 
     # -- Collector ------------------------------------------------------------------------------------
 

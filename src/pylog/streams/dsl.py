@@ -8,7 +8,7 @@ application is started (or driven by :class:`~pylog.streams.driver.TestDriver`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from pylog.errors import ConfigError
@@ -28,6 +28,7 @@ from pylog.streams.nodes import (
     StreamTableJoinNode,
     WindowAggregateNode,
 )
+from pylog.streams.processor import ProcessNode, Processor
 from pylog.streams.serde import MSGPACK, Serde
 from pylog.streams.windows import WINDOWED, SessionWindows, Windows
 
@@ -128,6 +129,19 @@ class Stream:
         )
         self._then(sink)
         self.app.builder.add_sink(sink)
+
+    def process(self, processor: Callable[[], Processor], *, stores: Sequence[str] = ()) -> Stream:
+        """Run ``processor()`` (a :class:`~pylog.streams.processor.Processor` subclass or factory), one instance
+        per task, with the key-value stores named in ``stores`` (created for it, logged to changelogs) and
+        punctuators (:mod:`pylog.streams.processor`). Returns the stream of what it forwards (which may have
+        new keys)."""
+        builder = self.app.builder
+        names = [builder.store_name(name, "store") for name in stores]
+        node = ProcessNode(builder.name("process"), processor, names)
+        out = self._then(node, key_changed=True)
+        for name in names:
+            builder.add_store(name, node, windowed=None)
+        return out
 
     # -- joins ------------------------------------------------------------------------------------------
 

@@ -44,6 +44,8 @@ class Context(Protocol):
 
     def count(self, metric: str) -> None: ...
 
+    def advance_stream_time(self, timestamp: int) -> None: ...
+
 
 class Node:
     """One operation. ``children`` receive what it forwards."""
@@ -100,6 +102,7 @@ class SourceNode(Node):
         if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
             ctx.count("dropped-records")  # as Kafka Streams: a record without a valid event time is skipped
             return
+        ctx.advance_stream_time(ts)
         self.forward(ctx, k, v, ts)
 
 

@@ -109,12 +109,16 @@ class StreamThread(threading.Thread):
                 records = self.consumer.poll(timeout_ms=self.app.poll_ms)
                 if records:
                     self._process(records)
+                now = clock.time_ms()
+                for task in list(self.tasks.values()):
+                    task.punctuate("wall_clock", now)
                 if clock.monotonic_ms() >= next_commit:
                     if not self.commit():
                         self._reset()
                     next_commit = clock.monotonic_ms() + self.app.commit_interval_ms
             if not self.commit():
                 _log.warning("stream thread %s: its last commit was refused (fenced)", self.name)
+            self.drop_all()
         except BaseException as exc:
             self.error = exc
             _log.exception("stream thread %s failed", self.name)
@@ -126,10 +130,12 @@ class StreamThread(threading.Thread):
             finally:
                 self.producer.close()
 
-    def _process(self, records: dict[TopicPartition, list[Any]]) -> None:
+    def _begin(self) -> None:
         if self.eos and not self._in_txn:
             self.producer.begin_transaction()  # type: ignore[attr-defined]
             self._in_txn = True
+
+    def _process(self, records: dict[TopicPartition, list[Any]]) -> None:
         for tp, recs in records.items():
             task = self.tasks[TaskId(self._sub_of[tp.topic], tp.partition)]
             for r in recs:
@@ -142,6 +148,7 @@ class StreamThread(threading.Thread):
     def send(
         self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int, partition: int | None
     ) -> None:
+        self._begin()
         self.producer.send(topic, value, key=key, partition=partition, timestamp_ms=timestamp_ms)
 
     # -- commits --------------------------------------------------------------------------------------
@@ -150,11 +157,12 @@ class StreamThread(threading.Thread):
         """Commit what was processed since the last commit (see the module docstring). False when the commit
         was refused (this member was fenced): the transaction is aborted, and the tasks' state is no longer
         the committed one (the caller drops it)."""
-        if not self._offsets and not self._in_txn:
-            return True
         try:
             for task in self.tasks.values():
-                task.flush_changelogs()
+                task.flush_changelogs()  # begins the transaction if a store changed
+            if not self._offsets and not self._in_txn:
+                return True
+            self._begin()
             if self.eos:
                 producer: Any = self.producer
                 if self._offsets:
@@ -190,9 +198,7 @@ class StreamThread(threading.Thread):
     def _reset(self) -> None:
         """Drop every task's state and read again from the committed offsets."""
         assigned = self.consumer.assignment()
-        with self._lock:
-            self.tasks = {}
-        self._suspended = {}
+        self.drop_all()
         for tp in assigned:
             committed = self.consumer.committed(tp)
             if committed is None:
@@ -213,27 +219,37 @@ class StreamThread(threading.Thread):
                 tasks[task_id] = kept[0]
                 self.metrics["tasks-resumed"] += 1
                 continue
-            task = Task(self.topology, task_id, self)
+            task = Task(self.topology, task_id, self, self.log.clock)
             tasks[task_id] = task
             fresh.append(task)
-        self._suspended = {}
+        self._drop(list(self._suspended.values()))
         restored = restore_tasks(self.log, fresh)
+        for task in fresh:
+            task.start()
         self.metrics["restored-records"] += restored
         self.metrics["tasks-restored"] += len(fresh)
         with self._lock:
             self.tasks = tasks
 
+    def _drop(self, suspended: list[tuple[Task, Any]]) -> None:
+        """Close the suspended tasks given (their state is forgotten)."""
+        self._suspended = {}
+        for task, _ in suspended:
+            task.close()
+
+    def drop_all(self) -> None:
+        """Close every task, running or suspended (their state is forgotten)."""
+        with self._lock:
+            tasks, self.tasks = list(self.tasks.values()), {}
+        self._drop([*self._suspended.values(), *((t, None) for t in tasks)])
+
     def revoke(self, partitions: set[TopicPartition], lost: bool = False) -> None:
         if lost:
             self._abort()
-            with self._lock:
-                self.tasks = {}
-            self._suspended = {}
+            self.drop_all()
             return
         if not self.commit():
-            with self._lock:
-                self.tasks = {}
-            self._suspended = {}
+            self.drop_all()
             return
         gone = {TaskId(self._sub_of[tp.topic], tp.partition) for tp in partitions}
         with self._lock:

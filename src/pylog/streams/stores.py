@@ -240,6 +240,7 @@ class SessionStore(KeyValueStore):
         self._by_key: dict[Any, set[int]] = {}
         self._ends: list[tuple[int, int, Any, int]] = []  # heap of (end, seq, key, start); stale ones skipped
         self._seq = itertools.count()
+        self._latest: dict[Any, int] = {}  # (key, start) -> seq of its latest put: its heap entry
 
     def advance(self, timestamp: int) -> int:
         if timestamp > self.stream_time:
@@ -257,10 +258,13 @@ class SessionStore(KeyValueStore):
             return
         k, start = key
         self._by_key.setdefault(k, set()).add(start)
-        heapq.heappush(self._ends, (value[1], next(self._seq), k, start))
+        seq = next(self._seq)
+        self._latest[key] = seq  # older heap entries of this session are stale
+        heapq.heappush(self._ends, (value[1], seq, k, start))
         super().put(key, (value[0], value[1]))
 
     def delete(self, key: Any) -> None:
+        self._latest.pop(key, None)
         starts = self._by_key.get(key[0])
         if starts is not None:
             starts.discard(key[1])
@@ -274,9 +278,9 @@ class SessionStore(KeyValueStore):
         out = []
         ends = self._ends
         while ends and ends[0][0] < end_before:
-            end, _, key, start = heapq.heappop(ends)
+            _, seq, key, start = heapq.heappop(ends)
             entry = self._data.get((key, start), _MISSING)
-            if entry is not _MISSING and entry[1] == end:
+            if entry is not _MISSING and self._latest.get((key, start)) == seq:
                 self.delete((key, start))
                 out.append((key, start, entry))
         return out

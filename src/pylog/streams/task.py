@@ -10,8 +10,11 @@ Thread-safety: a task runs on one thread.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
+from typing import Any, Protocol
 
+from pylog.clock import Clock
+from pylog.streams.nodes import Node
+from pylog.streams.processor import ProcessNode, Processor, ProcessorContext
 from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
 from pylog.streams.topology import TaskId, Topology
 from pylog.streams.windows import SessionWindows
@@ -30,10 +33,12 @@ class Collector(Protocol):
 class Task:
     """Task ``task_id`` of ``topology`` (see the module docstring)."""
 
-    def __init__(self, topology: Topology, task_id: TaskId, collector: Collector) -> None:
+    def __init__(self, topology: Topology, task_id: TaskId, collector: Collector, clock: Clock) -> None:
         self.topology = topology
         self.task_id = task_id
         self.collector = collector
+        self.clock = clock
+        self.stream_time = -1
         sub = topology.subtopologies[task_id.subtopology]
         self.sources = sub.sources
         self.stores: dict[str, KeyValueStore] = {}
@@ -47,6 +52,17 @@ class Task:
                 self.stores[name] = KeyValueStore(name, spec.changelog)
         self.metrics: Counter[str] = Counter()
         self.last_timestamp = 0  # of the last input record: what changelog records are stamped with
+        self._processors: dict[int, tuple[ProcessorContext, Processor]] = {}
+
+    def start(self) -> None:
+        """Create and ``init`` the task's processors (after its stores are restored)."""
+        sub = self.topology.subtopologies[self.task_id.subtopology]
+        for node in _nodes(sub.sources.values()):
+            if isinstance(node, ProcessNode) and id(node) not in self._processors:
+                context = ProcessorContext(self, node)
+                processor = node.factory()
+                self._processors[id(node)] = (context, processor)
+                processor.init(context)
 
     # -- Context (what nodes use) ---------------------------------------------------------------------
 
@@ -59,6 +75,13 @@ class Task:
     def count(self, metric: str) -> None:
         self.metrics[metric] += 1
 
+    def advance_stream_time(self, timestamp: int) -> None:
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+
+    def processor(self, node: ProcessNode) -> tuple[ProcessorContext, Processor]:
+        return self._processors[id(node)]
+
     # -- running --------------------------------------------------------------------------------------
 
     def process(
@@ -68,6 +91,17 @@ class Task:
         self.metrics["processed-records"] += 1
         self.last_timestamp = timestamp_ms
         self.sources[topic].receive(self, key, value, timestamp_ms, where)
+        if self._processors:
+            self.punctuate("stream_time", self.stream_time)
+
+    def punctuate(self, kind: str, now: int) -> None:
+        """Run the due punctuators of ``kind`` (``"stream_time"`` or ``"wall_clock"``) at ``now``."""
+        for context, _ in self._processors.values():
+            context.punctuate(kind, now)
+
+    def close(self) -> None:
+        for _, processor in self._processors.values():
+            processor.close()
 
     def flush_changelogs(self) -> int:
         """Send the changelog records of every store's changes since the last flush; returns how many."""
@@ -82,3 +116,14 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.task_id})"
+
+
+def _nodes(roots: Any) -> list[Node]:
+    seen: dict[int, Node] = {}
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(node.children)
+    return list(seen.values())
