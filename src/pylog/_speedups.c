@@ -428,8 +428,15 @@ typedef struct {
     PyTypeObject *cls;   /* pylog.structs.ConsumerRecord */
     PyObject *topic, *partition;
     int64_t start;       /* records at offsets before it are left out */
-    PyObject *out;       /* the list the records are appended to */
+    PyObject *out;       /* the list the records are appended to (kind 1: the Kafka records, bytes) */
+    int kind;            /* 0: ConsumerRecords; 1: the records section of a Kafka batch (kafka_from_pylog) */
+    int not_implemented; /* kind 1: something the C writer leaves to Python (set, with no exception) */
 } Direct;
+
+static int build_kafka(const Header *h, const unsigned char *payload, Py_ssize_t at, int64_t key_total,
+                       int64_t value_total, const unsigned char *ts_col, int ts_w, const unsigned char *delta_col,
+                       int delta_w, const unsigned char *key_col, int key_w, const unsigned char *value_col,
+                       int value_w, const unsigned char *header_col, int header_w, Direct *d);
 
 typedef struct {
     PyObject *offsets, *timestamps, *keys, *values, *headers, *ksizes, *vsizes;
@@ -703,6 +710,9 @@ static int decode_payload(const Header *h, const unsigned char *payload, Py_ssiz
         return -1;
     }
     /* everything is in bounds */
+    if (out->direct != NULL && out->direct->kind == 1)
+        return build_kafka(h, payload, at, key_total, value_total, ts_col, ts_w, delta_col, delta_w, key_col, key_w,
+                           value_col, value_w, header_col, header_w, out->direct);
     if (out->direct != NULL)
         return build_direct(h, payload, at, key_total, value_total, ts_col, ts_w, delta_col, delta_w, key_col, key_w,
                             value_col, value_w, header_col, header_w, out->direct);
@@ -827,7 +837,7 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "cls must be a tuple subclass");
         return NULL;
     }
-    Direct d = {(PyTypeObject *)args[3], args[4], args[5], start, PyList_New(0)};
+    Direct d = {(PyTypeObject *)args[3], args[4], args[5], start, PyList_New(0), 0, 0};
     if (d.out == NULL) return NULL;
     PyObject *got = decode_impl(args[0], position, 1, &d);
     if (got == NULL) {
@@ -892,7 +902,7 @@ static PyObject *decode_impl(PyObject *src, Py_ssize_t position, int verify, Dir
         goto done;
     }
     if (direct != NULL) {
-        result = Py_NewRef(Py_None);
+        result = direct->kind == 1 ? header_tuple(&h) : Py_NewRef(Py_None);
         goto done;
     }
     header = header_tuple(&h);
@@ -1497,6 +1507,172 @@ static PyObject *kafka_encode_records(PyObject *self, PyObject *const *args, Py_
     Py_RETURN_NONE; /* not reached */
 }
 
+/* The records section of the Kafka batch for a checked pylog payload (pylog/broker/records.py's encode_batch
+ * of its decode_lists, without the Python objects in between): d->out gets the bytes. Records with headers
+ * go through their Python objects (read as decode_lists reads them); anything the C writer does not take
+ * (a timestamp delta beyond int64, headers not as encode_headers writes them) sets d->not_implemented. */
+static int kafka_record_size(const Header *h, int64_t tsd, int64_t offd, int64_t kl, int64_t vl, PyObject *hv,
+                             int64_t *body) {
+    int64_t b = 1 + varint_size(tsd) + varint_size(offd);
+    b += kl < 0 ? 1 : varint_size(kl) + kl;
+    b += vl < 0 ? 1 : varint_size(vl) + vl;
+    if (hv == NULL) {
+        b += 1;
+    } else {
+        /* the headers part, as kafka_body_size counts it: the attributes byte, the two one-byte deltas and
+         * the two null lengths it adds for (0, 0, None, None) are 5 bytes */
+        int64_t full = kafka_body_size(0, 0, Py_None, Py_None, hv);
+        if (full < 0) return (int)full;
+        b += full - 5;
+    }
+    *body = b;
+    return 0;
+}
+
+static int build_kafka(const Header *h, const unsigned char *payload, Py_ssize_t at, int64_t key_total,
+                       int64_t value_total, const unsigned char *ts_col, int ts_w, const unsigned char *delta_col,
+                       int delta_w, const unsigned char *key_col, int key_w, const unsigned char *value_col,
+                       int value_w, const unsigned char *header_col, int header_w, Direct *d) {
+    Py_ssize_t n = h->record_count;
+    PyObject **hvs = NULL; /* per record its headers list, NULL for none */
+    if (header_col != NULL) {
+        hvs = PyMem_Calloc((size_t)n, sizeof(PyObject *));
+        if (hvs == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    int rc = -1;
+    PyObject *out = NULL;
+    Py_ssize_t hat = at + (Py_ssize_t)(key_total + value_total);
+    for (Py_ssize_t i = 0; hvs && i < n; i++) {
+        Py_ssize_t hl = (Py_ssize_t)rd_u(header_col + i * header_w, header_w);
+        if (hl) {
+            hvs[i] = fast_headers(payload + hat, hl);
+            if (hvs[i] == NULL) { /* not the form encode_headers writes: the Python path decides */
+                d->not_implemented = 1;
+                rc = 0;
+                goto done;
+            }
+        }
+        hat += hl;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t total = 0;
+        unsigned char *w = out ? (unsigned char *)PyBytes_AS_STRING(out) : NULL;
+        Py_ssize_t kat = at, vat = at + (Py_ssize_t)key_total;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t tsd_u = ts_w ? rd_u(ts_col + i * ts_w, ts_w) : 0;
+            if (tsd_u > (uint64_t)INT64_MAX) {
+                d->not_implemented = 1;
+                rc = 0;
+                goto done;
+            }
+            int64_t tsd = (int64_t)tsd_u, offd = delta_w ? (int64_t)rd_u(delta_col + i * delta_w, delta_w) : i;
+            int64_t kl = rd_s(key_col + i * key_w, key_w), vl = rd_s(value_col + i * value_w, value_w);
+            PyObject *hv = hvs ? hvs[i] : NULL;
+            int64_t body = 0;
+            int r = kafka_record_size(h, tsd, offd, kl, vl, hv, &body);
+            if (r == -2) goto done;
+            if (r < 0) {
+                d->not_implemented = 1;
+                rc = 0;
+                goto done;
+            }
+            if (pass == 0) {
+                total += varint_size(body) + body;
+                continue;
+            }
+            w = wr_varint(w, body);
+            *w++ = 0; /* attributes */
+            w = wr_varint(w, tsd);
+            w = wr_varint(w, offd);
+            if (kl < 0) {
+                *w++ = 0x01;
+            } else {
+                w = wr_varint(w, kl);
+                memcpy(w, payload + kat, (size_t)kl);
+                w += kl;
+                kat += (Py_ssize_t)kl;
+            }
+            if (vl < 0) {
+                *w++ = 0x01;
+            } else {
+                w = wr_varint(w, vl);
+                memcpy(w, payload + vat, (size_t)vl);
+                w += vl;
+                vat += (Py_ssize_t)vl;
+            }
+            if (hv == NULL) {
+                *w++ = 0;
+            } else {
+                Py_ssize_t hn = PyList_GET_SIZE(hv);
+                w = wr_varint(w, hn);
+                for (Py_ssize_t j = 0; j < hn; j++) {
+                    PyObject *pair = PyList_GET_ITEM(hv, j);
+                    Py_ssize_t kl2;
+                    const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &kl2);
+                    w = wr_varint(w, kl2);
+                    memcpy(w, k, (size_t)kl2);
+                    w += kl2;
+                    w = kafka_write_bytes(w, PyTuple_GET_ITEM(pair, 1));
+                }
+            }
+        }
+        if (pass == 0) {
+            if (total > PY_SSIZE_T_MAX / 2) {
+                d->not_implemented = 1;
+                rc = 0;
+                goto done;
+            }
+            out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+            if (out == NULL) goto done;
+        } else if (w != (unsigned char *)PyBytes_AS_STRING(out) + PyBytes_GET_SIZE(out)) {
+            PyErr_SetString(PyExc_SystemError, "kafka_from_pylog: size mismatch");
+            goto done;
+        }
+    }
+    d->out = out;
+    out = NULL;
+    rc = 0;
+done:
+    Py_XDECREF(out);
+    for (Py_ssize_t i = 0; hvs && i < n; i++) Py_XDECREF(hvs[i]);
+    PyMem_Free(hvs);
+    return rc;
+}
+
+PyDoc_STRVAR(kafka_from_pylog_doc,
+"kafka_from_pylog(buf, position) -> (header, records) | NotImplemented\n\n"
+"The pylog batch at ``position`` (every check of decode_lists) and the records section of the Kafka batch\n"
+"pylog/broker/records.py's encode_batch writes for it, without Python objects per record.\n"
+"NotImplemented for what the C writer leaves to that Python code.");
+
+static PyObject *kafka_from_pylog(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "kafka_from_pylog(buf, position)");
+        return NULL;
+    }
+    if (!configured()) return NULL;
+    Py_ssize_t position = PyLong_AsSsize_t(args[1]);
+    if (position == -1 && PyErr_Occurred()) return NULL;
+    Direct d = {NULL, NULL, NULL, 0, NULL, 1, 0};
+    PyObject *header = decode_impl(args[0], position, 1, &d);
+    if (header == NULL) {
+        Py_XDECREF(d.out);
+        return NULL;
+    }
+    if (d.not_implemented || d.out == NULL) {
+        Py_DECREF(header);
+        Py_XDECREF(d.out);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *result = PyTuple_Pack(2, header, d.out);
+    Py_DECREF(header);
+    Py_DECREF(d.out);
+    return result;
+}
+
 /* --- configuration --------------------------------------------------------------------------------------- */
 PyDoc_STRVAR(configure_doc,
 "configure(batch_header, no_headers, decode_headers, crc32c, decompress, corrupt_error, unsupported_error,\n"
@@ -1530,6 +1706,7 @@ static PyMethodDef methods[] = {
      kafka_decode_records_doc},
     {"kafka_encode_records", (PyCFunction)(void (*)(void))kafka_encode_records, METH_FASTCALL,
      kafka_encode_records_doc},
+    {"kafka_from_pylog", (PyCFunction)(void (*)(void))kafka_from_pylog, METH_FASTCALL, kafka_from_pylog_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1540,7 +1717,7 @@ static struct PyModuleDef module = {
 
 /* The version of the interface between this module and pylog.record / pylog.fetcher: pylog.speedups uses the
  * module only when it is the one it expects (an extension built from an older checkout is not used). */
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     str_position = PyUnicode_InternFromString("position");

@@ -3,7 +3,7 @@
 A Fetch reads each partition from its fetch offset, up to ``partition_max_bytes`` (and ``max_bytes`` in all),
 whole pylog batches, the first one the batch that contains the fetch offset (clients skip the records before
 it), always at least one batch so that a batch larger than the limits is still returned (Kafka's KIP-74). Each
-pylog batch becomes one Kafka batch with the same offsets (:func:`pylog.broker.records.encode_batch`).
+pylog batch becomes one Kafka batch with the same offsets (:func:`pylog.broker.records.from_pylog`).
 
 Long polling: when fewer than ``min_bytes`` were found, the fetch waits up to ``max_wait_ms`` for a writer to
 publish in one of its partitions (the doorbell, :mod:`pylog.broker.waiting`), then reads again.
@@ -25,7 +25,7 @@ from typing import Any
 
 from pylog.broker.context import Context
 from pylog.broker.protocol import ErrorCode, Request
-from pylog.broker.records import empty_batch, encode_batch
+from pylog.broker.records import empty_batch, from_pylog
 from pylog.errors import (
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -144,7 +144,7 @@ def _read_partition(ctx: Context, p: _Part, limit: int, visibility: Visibility |
         if skipped is not None:
             chunks.append(empty_batch(skipped[0], skipped[1] - skipped[0], skipped[2]))
             skipped = None
-        chunks.append(encode_batch(decode_lists(buf, at)))
+        chunks.append(from_pylog(buf, at))
     if skipped is not None:
         chunks.append(empty_batch(skipped[0], skipped[1] - skipped[0], skipped[2]))
     out["records"] = b"".join(chunks)

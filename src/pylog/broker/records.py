@@ -66,7 +66,14 @@ import crc32c as _crc32c
 import lz4.frame as _lz4f
 import zstandard as _zstd
 
-from pylog.record import ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, BatchHeader, RecordLists
+from pylog.record import (
+    ATTR_CONTROL,
+    ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
+    BatchHeader,
+    RecordLists,
+    decode_lists,
+)
 from pylog.speedups import core as _core
 
 __all__ = [
@@ -78,6 +85,7 @@ __all__ = [
     "decompress",
     "empty_batch",
     "encode_batch",
+    "from_pylog",
 ]
 
 HEADER: Final = struct.Struct(">qiiBIhiqqqhii")
@@ -395,6 +403,19 @@ def encode_batch(records: RecordLists, *, leader_epoch: int = 0) -> bytes:
         if body is not NotImplemented:
             return _frame(h, body, len(records.offsets), leader_epoch)
     return _frame(h, _encode_records_pure(records), len(records.offsets), leader_epoch)
+
+
+def from_pylog(buf: bytes | memoryview | bytearray, position: int, *, leader_epoch: int = 0) -> bytes:
+    """The Kafka batch for the stored pylog batch at ``position`` of ``buf``: ``encode_batch(decode_lists(buf,
+    position))``, every check of :func:`pylog.record.decode_lists` included. On the compiled path one C pass
+    writes the records without making a Python object per record; what it leaves to Python (headers not as
+    :func:`pylog.record.encode_headers` writes them, timestamp deltas beyond int64) goes the other way."""
+    if _core is not None:
+        got = _core.kafka_from_pylog(buf, position)
+        if got is not NotImplemented:
+            header, body = got
+            return _frame(header, body, header.record_count, leader_epoch)
+    return encode_batch(decode_lists(buf, position), leader_epoch=leader_epoch)
 
 
 def _encode_records_pure(records: RecordLists) -> bytes:
