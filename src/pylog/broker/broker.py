@@ -7,7 +7,9 @@ which holds no data and never will: the file stays 32 bytes), so a second broker
 is refused with :class:`~pylog.errors.LockError`; the kernel releases the lock when the broker's process
 dies, however it dies.
 
-Security: Kafka clients authenticate with SASL, which pylog's broker does not implement yet; it therefore
+Security (:mod:`pylog.broker.security`, ``docs/security.md``): TLS (``tls_cert``, ``tls_key``, and
+``tls_client_ca`` to require client certificates), SASL (``sasl``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, users
+from ``pylog users``), ACLs. A broker that authenticates nobody (neither ``sasl`` nor ``tls_client_ca``)
 listens on loopback addresses only unless told ``allow_anonymous=True`` (``--allow-anonymous``), so that
 starting it never exposes a log to the network by accident.
 
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 import fcntl
 import ipaddress
+import logging
 import os
+import re
 import socket
 import struct
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +30,8 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from pylog.broker.context import Context, Options
+from pylog.broker.credentials import CredentialStore
+from pylog.broker.security import Security, parse_mechanisms, tls_context
 from pylog.broker.server import Server
 from pylog.broker.waiting import FetchWaiters
 from pylog.errors import ConfigError, LockError
@@ -33,6 +39,7 @@ from pylog.log import Log, open_log
 
 __all__ = ["LOCK_BYTE", "Broker", "check_listen", "parse_address", "serve"]
 
+_log = logging.getLogger("pylog.broker")
 LOCK_BYTE: Final = 1 << 40
 DEFAULT_LISTEN: Final = "127.0.0.1:9092"
 _LOCK: Final = struct.Struct("hhqqi")  # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid
@@ -56,14 +63,15 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def check_listen(listen: str, allow_anonymous: bool) -> tuple[str, int]:
-    """The (host, port) of ``listen``, refused unless loopback or ``allow_anonymous``."""
+def check_listen(listen: str, allow_anonymous: bool, authenticates: bool = False) -> tuple[str, int]:
+    """The (host, port) of ``listen``, refused unless loopback, ``authenticates`` (SASL or client
+    certificates are required) or ``allow_anonymous``."""
     host, port = parse_address(listen)
-    if not _loopback(host) and not allow_anonymous:
+    if not _loopback(host) and not allow_anonymous and not authenticates:
         raise ConfigError(
-            f"refusing to listen on {host}: pylog's broker has no authentication yet, so it listens on "
-            "loopback addresses only (127.0.0.1, ::1, localhost); pass allow_anonymous=True "
-            "(--allow-anonymous) to serve the log to anyone who can reach that address"
+            f"refusing to listen on {host}: without authentication (--sasl MECHANISMS, or --tls-client-ca) "
+            "pylog's broker listens on loopback addresses only (127.0.0.1, ::1, localhost); pass "
+            "allow_anonymous=True (--allow-anonymous) to serve the log to anyone who can reach that address"
         )
     return host, port
 
@@ -83,9 +91,15 @@ class Broker:
         num_partitions: int = 1,
         allow_anonymous: bool = False,
         max_request_bytes: int = 100 << 20,
+        sasl: str | list[str] | tuple[str, ...] | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_client_ca: str | None = None,
+        super_users: str | list[str] | tuple[str, ...] | None = None,
         owns_log: bool = False,
     ) -> None:
-        host, port = check_listen(listen, allow_anonymous)
+        security = _security(log.path, sasl, tls_cert, tls_key, tls_client_ca, super_users)
+        host, port = check_listen(listen, allow_anonymous, security.authenticates)
         if type(num_partitions) is not int or num_partitions < 1:
             raise ConfigError(f"num_partitions must be a positive int, got {num_partitions!r}")
         if type(max_request_bytes) is not int or max_request_bytes < 1024:
@@ -119,7 +133,7 @@ class Broker:
         )
         self._executor = ThreadPoolExecutor(_WORKERS, thread_name_prefix="pylog-broker-io")
         self._ctx = Context(log, options, self._executor, FetchWaiters())
-        self._server = Server(self._ctx, self._sock)
+        self._server = Server(self._ctx, self._sock, security)
         try:
             self._server.start()
         except BaseException:
@@ -168,6 +182,42 @@ class Broker:
         return f"Broker({self.log.path!r}, bootstrap_servers={self.bootstrap_servers!r})"
 
 
+def _security(
+    root: str,
+    sasl: str | list[str] | tuple[str, ...] | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+    super_users: str | list[str] | tuple[str, ...] | None,
+) -> Security:
+    mechanisms = parse_mechanisms(sasl)
+    if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
+        raise ConfigError(
+            "TLS needs both tls_cert and tls_key (--tls-cert, --tls-key); tls_client_ca needs them"
+        )
+    credentials = CredentialStore(root)
+    if mechanisms and not credentials.users():  # also checks the users file now, not at the first client
+        _log.warning("SASL is enabled but %s has no users: add them with 'pylog users add'", root)
+    # Kafka separates super.users with ';'; a ',' separates principals too when the next one starts with
+    # "User:" (a certificate's subject has commas of its own: "User:CN=a,O=b;User:bob")
+    names = (
+        re.split(r";|,(?=User:)", super_users) if isinstance(super_users, str) else list(super_users or ())
+    )
+    supers = frozenset(n.strip() for n in names if n.strip())
+    for name in supers:
+        if not name.startswith("User:") or name == "User:":
+            raise ConfigError(f"a super user is a principal User:NAME, got {name!r}")
+    return Security(
+        mechanisms=mechanisms,
+        credentials=credentials,
+        ssl_context=None
+        if tls_cert is None or tls_key is None
+        else tls_context(tls_cert, tls_key, tls_client_ca),
+        client_auth=tls_client_ca is not None,
+        super_users=supers,
+    )
+
+
 def _lock_directory(path: str) -> int:
     """An OFD lock on :data:`LOCK_BYTE` of ``path/.lock``: the one broker of this directory."""
     fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CLOEXEC)
@@ -188,11 +238,13 @@ def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0"
     Returns a running :class:`Broker` (its ``bootstrap_servers`` is the address to give Kafka clients).
 
     ``options``: ``advertise`` (``HOST:PORT`` put in metadata), ``auto_create_topics`` (True),
-    ``num_partitions`` (1, for auto-created topics), ``allow_anonymous`` (False: only loopback addresses),
-    ``max_request_bytes`` (100 MiB)."""
+    ``num_partitions`` (1, for auto-created topics), ``allow_anonymous`` (False: only loopback addresses
+    unless clients authenticate), ``max_request_bytes`` (100 MiB), ``sasl`` (``"SCRAM-SHA-256,PLAIN"``),
+    ``tls_cert``, ``tls_key``, ``tls_client_ca`` (PEM files), ``super_users`` (``"User:admin,User:ops"``)."""
     if isinstance(path_or_log, Log):
         return Broker(path_or_log, listen=listen, **options)
-    check_listen(listen, bool(options.get("allow_anonymous")))  # before a directory is created
+    authenticates = bool(options.get("sasl")) or options.get("tls_client_ca") is not None
+    check_listen(listen, bool(options.get("allow_anonymous")), authenticates)  # before a directory is created
     log = open_log(path_or_log)
     try:
         return Broker(log, listen=listen, owns_log=True, **options)

@@ -59,6 +59,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
+    17: (0, 1),  # SaslHandshake
     18: (0, 3),  # ApiVersions
     19: (2, 5),  # CreateTopics
     20: (1, 5),  # DeleteTopics (6+ name topics by id)
@@ -68,6 +69,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     26: (0, 3),  # EndTxn
     28: (0, 3),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs
+    36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
     43: (0, 2),  # ElectLeaders (one node: ELECTION_NOT_NEEDED)
     45: (0, 0),  # AlterPartitionReassignments (one node: INVALID_REPLICA_ASSIGNMENT)

@@ -82,6 +82,7 @@ class PlainServer:
             raise AuthenticationFailed("malformed PLAIN message") from None
         if authzid and authzid != user:
             raise AuthenticationFailed("PLAIN authorization id must be empty or the user")
+        self.user = user
         credential = self._lookup(user, "PLAIN")
         if not isinstance(credential, PlainCredential):
             verify_plain(_DUMMY_PLAIN, parts[2])  # the same work as a known user: no timing oracle
@@ -89,7 +90,6 @@ class PlainServer:
         if not verify_plain(credential, parts[2]):
             raise AuthenticationFailed(_FAILED)
         self.done = True
-        self.user = user
         return b""
 
 

@@ -39,10 +39,12 @@ from pylog.broker.protocol import (
     encode_unsupported,
     read_request,
 )
+from pylog.broker.security import Security, Session
 
 __all__ = ["HANDLERS", "Server"]
 
 _log = logging.getLogger("pylog.broker")
+_SASL_MAX_BYTES: Final = 512 << 10  # requests before authentication (Kafka's sasl.server.max.receive.size)
 
 Handler = Callable[[Context, Request], Awaitable[dict[str, Any] | None]]
 
@@ -63,8 +65,9 @@ HANDLERS: Final[dict[int, Handler]] = {
 class Server:
     """Serves ``ctx`` on the listening socket ``sock`` from a thread of its own (started by :meth:`start`)."""
 
-    def __init__(self, ctx: Context, sock: socket.socket) -> None:
+    def __init__(self, ctx: Context, sock: socket.socket, security: Security | None = None) -> None:
         self.ctx = ctx
+        self._security = security or Security()
         self._sock = sock
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="pylog-broker", daemon=True)
@@ -108,7 +111,9 @@ class Server:
             **Admin(coordinator).handlers(),
         }
         try:
-            server = await asyncio.start_server(self._connection, sock=self._sock, limit=1 << 16)
+            server = await asyncio.start_server(
+                self._connection, sock=self._sock, limit=1 << 16, ssl=self._security.ssl_context
+            )
         except BaseException as exc:
             self._error = exc
             self._ready.set()
@@ -136,8 +141,9 @@ class Server:
         assert task is not None
         self._connections[task] = False
         peer = writer.get_extra_info("peername")
+        session = self._security.session(peer, writer.get_extra_info("peercert"))
         try:
-            await self._serve(reader, writer, peer)
+            await self._serve(reader, writer, peer, session)
         except asyncio.CancelledError:
             pass
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -148,11 +154,13 @@ class Server:
             self._connections.pop(task, None)
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
-        limit = self.ctx.options.max_request_bytes
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any, session: Session
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         while not self._stopping:
+            limit = self.ctx.options.max_request_bytes if session.authenticated else _SASL_MAX_BYTES
             head = await reader.readexactly(4)
             size = int.from_bytes(head, "big", signed=True)
             if size < 0 or size > limit:
@@ -165,16 +173,20 @@ class Server:
                 return
             frame = await reader.readexactly(size)
             self._connections[task] = True
-            answer = await self._answer(frame, peer)
+            answer = await self._answer(frame, peer, session)
             if answer is False or answer is True:
                 return
             if answer is not None:
                 writer.write(answer)
                 await writer.drain()
+            if session.close_after:
+                return
             self._connections[task] = False
 
-    async def _answer(self, frame: bytes, peer: Any) -> bytes | bool | None:
+    async def _answer(self, frame: bytes, peer: Any, session: Session) -> bytes | bool | None:
         """The response frame, None when the request expects none (acks=0), False to close the connection."""
+        if session.raw_tokens:  # after SaslHandshake v0: a bare SASL token
+            return await session.raw_token(self.ctx, frame) or False
         try:
             request = read_request(frame)
         except UnsupportedRequest as exc:
@@ -186,9 +198,8 @@ class Server:
         except Exception as exc:  # kio raises several types for a malformed frame
             _log.warning("closing the connection from %s: malformed request (%s)", peer, exc)
             return False
-        handler = self._handlers[request.api_key]
         try:
-            data = await handler(self.ctx, request)
+            data = await session.handle(self.ctx, request, self._handlers.get(request.api_key))
         except ApiError as exc:
             _log.warning("request %s from %s failed: %s", request.api_key, peer, exc)
             return False

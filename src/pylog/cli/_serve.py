@@ -33,8 +33,14 @@ acknowledged is written and the log is closed.
 
 On disk: what the clients do (records produced, topics created, groups and their committed offsets), in
 the log directory, which is created if it does not exist. Topics clients ask metadata for are created
-(with --num-partitions partitions) unless --no-auto-create-topics is given. There is no authentication:
-an address other than loopback needs --allow-anonymous.
+(with --num-partitions partitions) unless --no-auto-create-topics is given.
+
+Security (see docs/security.md): --tls-cert and --tls-key encrypt connections (clients use SSL or
+SASL_SSL); --tls-client-ca requires client certificates signed by that CA (the principal is the
+certificate's subject); --sasl SCRAM-SHA-256,SCRAM-SHA-512,PLAIN requires clients to authenticate as a user
+of 'pylog users'. When clients authenticate, every request is checked against the ACLs of 'pylog acls'
+(no matching ACL: denied) unless the principal is one of --super-users. Without authentication, an address
+other than loopback needs --allow-anonymous.
 
 Exit status: 0 stopped by Ctrl-C or SIGTERM; 1 the address cannot be listened on, or the log directory
 cannot be opened; 2 a usage error."""
@@ -68,6 +74,21 @@ def register(sub: Subparsers, parents: Parents) -> None:
         action="store_true",
         help="allow a non-loopback --listen address (no authentication: anyone who reaches it reads and writes)",
     )
+    p.add_argument(
+        "--sasl",
+        metavar="MECH[,MECH...]",
+        help="require SASL authentication with these mechanisms (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)",
+    )
+    p.add_argument("--tls-cert", metavar="FILE", help="the broker's TLS certificate chain (PEM)")
+    p.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    p.add_argument(
+        "--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA (PEM)"
+    )
+    p.add_argument(
+        "--super-users",
+        metavar="User:A,User:B",
+        help="principals allowed everything, whatever the ACLs say",
+    )
     p.set_defaults(func=serve)
 
 
@@ -86,6 +107,11 @@ def serve(args: argparse.Namespace) -> int:
             auto_create_topics=args.auto_create_topics,
             num_partitions=args.num_partitions,
             allow_anonymous=args.allow_anonymous,
+            sasl=args.sasl,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
+            super_users=args.super_users,
         ) as broker:
             sys.stdout.write(broker.bootstrap_servers + "\n")
             sys.stdout.flush()
