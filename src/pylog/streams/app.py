@@ -250,7 +250,7 @@ class App:
         for t in self._threads:
             total.update(t.metrics)
             for task in t.snapshot_tasks().values():
-                total.update({k: v for k, v in task.metrics.items() if k != "processed-records"})
+                total.update(task.metrics)
         return dict(total)
 
     def lag(self) -> dict[TopicPartition, int]:

@@ -59,6 +59,7 @@ class TestDriver:
         self._changelogs = {spec.changelog for spec in self.topology.stores.values()}
         self._queue: deque[tuple[str, bytes | None, bytes | None, int]] = deque()
         self._outputs: dict[str, list[tuple[bytes | None, bytes | None, int]]] = {}
+        self._processed = 0
 
     # -- input ----------------------------------------------------------------------------------------
 
@@ -88,6 +89,7 @@ class TestDriver:
         while self._queue:
             t, k, v, at = self._queue.popleft()
             self._tasks[self.topology.subtopology_of(t).id].process(t, k, v, at)
+            self._processed += 1
         for task in self._tasks.values():
             task.flush_changelogs()
 
@@ -100,6 +102,12 @@ class TestDriver:
             self._queue.append((topic, key, value, timestamp_ms))
         else:
             self._outputs.setdefault(topic, []).append((key, value, timestamp_ms))
+
+    def send_batch(
+        self, topic: str, keys: list[bytes], values: list[bytes | None], timestamp_ms: int, partition: int
+    ) -> None:
+        for key, value in zip(keys, values, strict=True):
+            self.send(topic, key, value, timestamp_ms, partition)
 
     # -- output ---------------------------------------------------------------------------------------
 
@@ -135,7 +143,7 @@ class TestDriver:
 
     def metrics(self) -> dict[str, int]:
         """Counters summed over the tasks: ``processed-records``, ``dropped-records``, ``late-records``."""
-        total: Counter[str] = Counter()
+        total: Counter[str] = Counter({"processed-records": self._processed})
         for task in self._tasks.values():
             total.update(task.metrics)
         return dict(total)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, overload
 
 from pylog.errors import ConfigError
 from pylog.streams.nodes import (
-    MISSING,
     AggregateNode,
     BranchNode,
     FilterNode,
@@ -30,6 +29,7 @@ from pylog.streams.nodes import (
 )
 from pylog.streams.processor import ProcessNode, Processor
 from pylog.streams.serde import MSGPACK, Serde
+from pylog.streams.stores import MISSING
 from pylog.streams.windows import WINDOWED, SessionWindows, Windows
 
 if TYPE_CHECKING:

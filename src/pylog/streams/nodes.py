@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from pylog.errors import DeserializationError
 from pylog.streams.serde import MSGPACK, Serde
-from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
+from pylog.streams.stores import MISSING, KeyValueStore, SessionStore, WindowStore
 from pylog.streams.windows import SessionWindows, Windowed, Windows
 
 __all__ = [
@@ -32,11 +32,12 @@ __all__ = [
 ]
 
 Aggregator = Callable[[Any, Any, Any], Any]  # (key, value, aggregate or MISSING) -> new aggregate
-MISSING: Any = object()
 
 
 class Context(Protocol):
     """What a node may use of the task running it."""
+
+    stores: dict[str, KeyValueStore]
 
     def store(self, name: str) -> KeyValueStore: ...
 
@@ -88,22 +89,39 @@ class SourceNode(Node):
         self.internal = internal
 
     def receive(
-        self, ctx: Context, key: bytes | None, value: bytes | None, timestamp: int, where: str = ""
+        self,
+        ctx: Context,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        partition: int = -1,
+        offset: int = -1,
     ) -> None:
         try:
             k = self.key_serde.deserialize(key)
             v = self.value_serde.deserialize(value)
         except Exception as exc:
-            raise DeserializationError(
-                f"record {where or 'of ' + self.topic} cannot be decoded (key serde {self.key_serde.name}, "
-                f"value serde {self.value_serde.name}): {exc}"
-            ) from exc
-        ts = timestamp if self.timestamp is None else self.timestamp(k, v, timestamp)
-        if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+            where = f"{self.topic}-{partition}@{offset}" if offset >= 0 else f"of {self.topic}"
+            error = DeserializationError(
+                f"record {where} cannot be decoded (key serde {self.key_serde.name}, value serde "
+                f"{self.value_serde.name}): {exc}"
+            )
+            if offset >= 0:
+                error.topic_partition = (self.topic, partition)
+                error.offset = offset
+            raise error from exc
+        if self.timestamp is None:
+            ts = timestamp
+        else:
+            ts = self.timestamp(k, v, timestamp)
+            if type(ts) is not int:
+                ts = -1
+        if ts < 0:
             ctx.count("dropped-records")  # as Kafka Streams: a record without a valid event time is skipped
             return
         ctx.advance_stream_time(ts)
-        self.forward(ctx, k, v, ts)
+        for child in self.children:
+            child.process(ctx, k, v, ts)
 
 
 class MapNode(Node):
@@ -258,29 +276,26 @@ class WindowAggregateNode(Node):
         if key is None or value is None:
             ctx.count("dropped-records")
             return
-        store = ctx.store(self.store)
-        if not isinstance(store, WindowStore):
-            raise TypeError(f"store {self.store} is not a window store")
+        store: WindowStore = ctx.stores[self.store]  # type: ignore[assignment]
         size, grace = self.windows.size_ms, self.windows.grace_ms
         stream_time = store.advance(timestamp)
+        update = self.emit == "update" and self.children
         taken = False
         for start in self.windows.starts(timestamp):
             if start + size + grace <= stream_time:
                 continue  # closed
-            entry = store.entry((key, start))
-            old, max_ts = (MISSING, timestamp) if entry is None else (entry[0], max(entry[1], timestamp))
-            agg = self.aggregator(key, value, old)
-            store.put((key, start), (agg, max_ts))
+            agg = store.fold((key, start), timestamp, key, value, self.aggregator)
             taken = True
-            if self.emit == "update":
+            if update:
                 self.forward(ctx, Windowed(key, start, start + size), agg, timestamp)
         if not taken:
             ctx.count("late-records")
             if self.late_topic is not None:
                 ctx.send(self.late_topic, MSGPACK.serialize(key), MSGPACK.serialize(value), timestamp)
-        for k, start, (agg, max_ts) in store.closing(stream_time - grace):
-            if self.emit == "final":
-                self.forward(ctx, Windowed(k, start, start + size), agg, max_ts)
+        if store.closes_by(stream_time - grace):
+            for k, start, (agg, max_ts) in store.closing(stream_time - grace):
+                if self.emit == "final":
+                    self.forward(ctx, Windowed(k, start, start + size), agg, max_ts)
 
 
 class StreamTableJoinNode(Node):

@@ -37,7 +37,11 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+import numpy as np
+
 from pylog.errors import CommitFailedError, ProducerFencedError
+from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
 from pylog.streams.task import Task
 from pylog.streams.topology import TaskId, Topology
 from pylog.structs import TopicPartition
@@ -138,8 +142,9 @@ class StreamThread(threading.Thread):
     def _process(self, records: dict[TopicPartition, list[Any]]) -> None:
         for tp, recs in records.items():
             task = self.tasks[TaskId(self._sub_of[tp.topic], tp.partition)]
+            process, topic, partition = task.process, tp.topic, tp.partition
             for r in recs:
-                task.process(tp.topic, r.key, r.value, r.timestamp, f"{tp.topic}-{tp.partition}@{r.offset}")
+                process(topic, r.key, r.value, r.timestamp, partition, r.offset)
             self._offsets[tp] = recs[-1].offset + 1
             self.metrics["processed-records"] += len(recs)
 
@@ -150,6 +155,14 @@ class StreamThread(threading.Thread):
     ) -> None:
         self._begin()
         self.producer.send(topic, value, key=key, partition=partition, timestamp_ms=timestamp_ms)
+
+    def send_batch(
+        self, topic: str, keys: list[bytes], values: list[bytes | None], timestamp_ms: int, partition: int
+    ) -> None:
+        self._begin()
+        self.producer.send_batch(
+            topic, keys, values, partition=partition, timestamps=[timestamp_ms] * len(keys), wait=False
+        )
 
     # -- commits --------------------------------------------------------------------------------------
 
@@ -319,7 +332,8 @@ def restore_tasks(log: Log, tasks: list[Task]) -> int:
             if arrow:
                 got = reader.poll_arrow(timeout_ms=_RESTORE_POLL_MS)
                 for tp, batch in got.items():
-                    where[tp].restore(batch.column("key").to_pylist(), batch.column("value").to_pylist())
+                    keys = _decode_column(batch.column("key"), MSGPACK_KEY)
+                    where[tp].restore_decoded(keys, _decode_column(batch.column("value"), MSGPACK))
                     read += batch.num_rows
             else:
                 for tp, recs in reader.poll(timeout_ms=_RESTORE_POLL_MS).items():
@@ -329,3 +343,30 @@ def restore_tasks(log: Log, tasks: list[Task]) -> int:
     finally:
         reader.close(autocommit=False)
     return read
+
+
+def _decode_column(column: Any, serde: Serde) -> list[Any]:
+    """The msgpack objects of an Arrow binary column (None for a null), decoded by one ``msgpack.Unpacker``
+    over the column's data buffer (no bytes object per row) when every row holds exactly one object (what the
+    changelog's writer wrote: checked row by row against the column's offsets), else row by row."""
+    n = len(column)
+    if column.null_count == 0 and n:
+        _, offsets_buf, data = column.buffers()
+        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[column.offset : column.offset + n + 1]
+        unpacker = msgpack.Unpacker(
+            raw=False, use_list=serde is not MSGPACK_KEY, strict_map_key=False, max_buffer_size=0
+        )
+        unpacker.feed(memoryview(data)[int(offsets[0]) : int(offsets[-1])])
+        ends = (offsets[1:] - offsets[0]).tolist()
+        unpack, tell = unpacker.unpack, unpacker.tell
+        out = []
+        try:
+            for end in ends:
+                out.append(unpack())
+                if tell() != end:  # not one object per row: decode row by row
+                    break
+            else:
+                return out
+        except (ValueError, msgpack.UnpackException):
+            pass
+    return [None if raw is None else serde.decode(raw) for raw in column.to_pylist()]

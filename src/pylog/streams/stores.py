@@ -27,15 +27,13 @@ from pylog.streams.serde import MSGPACK, MSGPACK_KEY
 __all__ = ["KeyValueStore", "SessionStore", "WindowStore", "decode_key", "encode_key"]
 
 _MISSING: Any = object()
+MISSING: Any = object()  # what an aggregator is given for a key or window without an aggregate yet
 _STREAM_TIME = "\x00stream-time"  # the window store's entry for its stream time (user entries are tuples)
 
 
 def encode_key(key: Any) -> bytes:
-    """A store or repartition key as msgpack bytes."""
-    out = MSGPACK_KEY.serialize(key)
-    if out is None:
-        raise ValueError("a store key cannot be None")
-    return out
+    """A store or repartition key as msgpack bytes (a store key is never None)."""
+    return MSGPACK_KEY.encode(key)
 
 
 def decode_key(raw: bytes) -> Any:
@@ -106,11 +104,10 @@ class KeyValueStore:
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
         """The changelog records of the keys changed since the last call (encoded), and forget them."""
         out = []
+        data, encode_key, entry, pack = self._data, self._encode_key, self._entry, MSGPACK.encode
         for key in self._dirty:
-            value = self._data.get(key, _MISSING)
-            out.append(
-                (self._encode_key(key), None if value is _MISSING else MSGPACK.serialize(self._entry(value)))
-            )
+            value = data.get(key, _MISSING)
+            out.append((encode_key(key), None if value is _MISSING else pack(entry(value))))
         self._dirty.clear()
         return out
 
@@ -118,13 +115,32 @@ class KeyValueStore:
         """Apply changelog records in offset order: the latest value of each key wins, a tombstone removes
         it. Only the surviving keys are decoded."""
         latest = dict(zip(keys, values, strict=True))
-        for raw_key, raw_value in latest.items():
-            key = self._decode_key(raw_key)
-            if raw_value is None:
-                self._data.pop(key, None)
-            else:
-                self._load(key, MSGPACK.deserialize(raw_value))
+        decode = MSGPACK.decode
+        self.restore_decoded(
+            [self._decode_key(k) for k in latest], [None if v is None else decode(v) for v in latest.values()]
+        )
+
+    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
+        """As :meth:`restore`, with keys and values already decoded (None: a tombstone)."""
+        latest = dict(zip(keys, values, strict=True))
+        if type(self) is KeyValueStore:  # the plain store: one bulk update, then the tombstones
+            self._data.update(latest)
+            for key in [k for k, v in latest.items() if v is None]:
+                del self._data[key]
+        else:
+            for key, value in latest.items():
+                if value is None:
+                    self._forget(key)
+                else:
+                    self._load(key, value)
         self._dirty.clear()
+        self._restored()
+
+    def _forget(self, key: Any) -> None:
+        self._data.pop(key, None)
+
+    def _restored(self) -> None:
+        pass
 
     def _encode_key(self, key: Any) -> bytes:
         return encode_key(key)
@@ -166,6 +182,26 @@ class WindowStore(KeyValueStore):
         if value is not None and key not in self._data:
             heapq.heappush(self._ends, (key[1] + self.size_ms, next(self._seq), *key))
         super().put(key, value)
+
+    def fold(self, window: tuple[Any, int], timestamp: int, key: Any, value: Any, aggregator: Any) -> Any:
+        """Fold ``value`` into the aggregate of ``window`` (``aggregator(key, value, old or MISSING)``), note
+        ``timestamp`` as its latest if later, and return the new aggregate (the hot path of windowed
+        aggregations: one dict lookup, one store)."""
+        data = self._data
+        entry = data.get(window)
+        if entry is None:
+            agg = aggregator(key, value, MISSING)
+            heapq.heappush(self._ends, (window[1] + self.size_ms, next(self._seq), *window))
+            data[window] = (agg, timestamp)
+        else:
+            agg = aggregator(key, value, entry[0])
+            data[window] = (agg, timestamp if timestamp > entry[1] else entry[1])
+        self._dirty.add(window)
+        return agg
+
+    def closes_by(self, close_before: int) -> bool:
+        """Whether some window ends at or before ``close_before`` (then :meth:`closing` has work)."""
+        return bool(self._ends) and self._ends[0][0] <= close_before
 
     def closing(self, close_before: int) -> list[tuple[Any, int, Any]]:
         """Remove and return ``(key, start, (aggregate, max_timestamp))`` of every window whose end is at or
@@ -223,8 +259,7 @@ class WindowStore(KeyValueStore):
             heapq.heappush(self._ends, (key[1] + self.size_ms, next(self._seq), *key))
         self._data[key] = (value[0], value[1])
 
-    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
-        super().restore(keys, values)
+    def _restored(self) -> None:
         self._time_dirty = False
 
 
@@ -317,14 +352,9 @@ class SessionStore(KeyValueStore):
             return
         self.put(key, (value[0], value[1]))
 
-    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
-        latest = dict(zip(keys, values, strict=True))
-        for raw_key, raw_value in latest.items():
-            key = self._decode_key(raw_key)
-            if raw_value is None:
-                if key in self._data:
-                    self.delete(key)
-            else:
-                self._load(key, MSGPACK.deserialize(raw_value))
-        self._dirty.clear()
+    def _forget(self, key: Any) -> None:
+        if key in self._data:
+            self.delete(key)
+
+    def _restored(self) -> None:
         self._time_dirty = False

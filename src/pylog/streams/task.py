@@ -29,6 +29,10 @@ class Collector(Protocol):
         self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int, partition: int | None
     ) -> None: ...
 
+    def send_batch(
+        self, topic: str, keys: list[bytes], values: list[bytes | None], timestamp_ms: int, partition: int
+    ) -> None: ...
+
 
 class Task:
     """Task ``task_id`` of ``topology`` (see the module docstring)."""
@@ -85,12 +89,17 @@ class Task:
     # -- running --------------------------------------------------------------------------------------
 
     def process(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int, where: str = ""
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        partition: int = -1,
+        offset: int = -1,
     ) -> None:
         """Run one input record of ``topic`` through the sub-topology."""
-        self.metrics["processed-records"] += 1
         self.last_timestamp = timestamp_ms
-        self.sources[topic].receive(self, key, value, timestamp_ms, where)
+        self.sources[topic].receive(self, key, value, timestamp_ms, partition, offset)
         if self._processors:
             self.punctuate("stream_time", self.stream_time)
 
@@ -109,9 +118,13 @@ class Task:
         for store in self.stores.values():
             if store.changelog is None:
                 continue
-            for key, value in store.take_changes():
-                self.collector.send(store.changelog, key, value, self.last_timestamp, self.task_id.partition)
-                n += 1
+            changes = store.take_changes()
+            if changes:
+                keys, values = zip(*changes, strict=True)
+                self.collector.send_batch(
+                    store.changelog, list(keys), list(values), self.last_timestamp, self.task_id.partition
+                )
+                n += len(changes)
         return n
 
     def __repr__(self) -> str:
