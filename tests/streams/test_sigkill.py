@@ -24,15 +24,15 @@ KILLS = 5
 CHUNK = INPUT // (KILLS + 1)
 
 
-def _app_process(path: str, out: str, delay: float) -> None:
+def _app_process(path: str, out: str, delay: float, instance: str = "worker", threads: int = 2) -> None:
     """Runs in a forked child until SIGTERM, ``delay`` seconds per record; writes its metrics to ``out`` when it
     stops cleanly."""
     with pylog.open(path) as log:
-        app = App(log, "eos", instance_id="worker", commit_interval_ms=30, max_poll_records=50)
+        app = App(log, "eos", instance_id=instance, commit_interval_ms=30, max_poll_records=50)
         events = app.stream("in")
         events.peek(lambda k, v: time.sleep(delay)).map_values(lambda v: v["i"]).to("echo")
         events.group_by(lambda k, v: v["user"]).count(name="counts").to_stream().to("counts-out")
-        app.run(threads=2)
+        app.run(threads=threads)
         with open(out, "w") as f:
             json.dump(app.metrics(), f)
 
@@ -45,12 +45,12 @@ def _produce(path: str, start: int, stop: int) -> None:
         producer.close()
 
 
-def _fork(path: str, out: str, delay: float = 0.0) -> int:
+def _fork(path: str, out: str, delay: float = 0.0, instance: str = "worker", threads: int = 2) -> int:
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest
         code = 1
         try:
-            _app_process(path, out, delay)
+            _app_process(path, out, delay, instance, threads)
             code = 0
         finally:
             os._exit(code)
@@ -89,6 +89,18 @@ def test_sigkill_loop_is_exactly_once(tmp_path: Path) -> None:
         if pid:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+    _check(
+        path,
+        f"{KILLS} kills in {time.monotonic() - started:.1f} s; {before} of {INPUT} counts committed "
+        "before the last run",
+        json.loads((tmp_path / "metrics.json").read_text()),
+    )
+    assert before < KILLS * CHUNK, "the kills interrupted the work"
+
+
+def _check(path: str, what: str, metrics: object) -> None:
+    """Exactly once: every input once in echo, each user's counts 1..n once and in order, the changelog table
+    equal to the model, committed offsets at the log end."""
     with pylog.open(path) as log:
         echo = Counter(r.value for r in committed_records(log, "echo"))
         counts: dict[str, list[int]] = {}
@@ -100,12 +112,10 @@ def test_sigkill_loop_is_exactly_once(tmp_path: Path) -> None:
         written = sum(1 for _ in log.consumer("echo", auto_offset_reset="earliest", consumer_timeout_ms=0))
         offsets = {tp.partition: om.offset for tp, om in log.group_offsets("eos").items() if tp.topic == "in"}
         ends = log.topic("in").end_offsets()
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
     duplicates = sum(c - 1 for c in echo.values() if c > 1)
     missing = INPUT - len(set(echo) & set(range(INPUT)))
     print(
-        f"streams exactly-once: {KILLS} kills in {time.monotonic() - started:.1f} s; {before} of {INPUT} counts "
-        f"committed before the last run; {written} echo records written, {sum(echo.values())} committed, "
+        f"streams exactly-once: {what}; {written} echo records written, {sum(echo.values())} committed, "
         f"{duplicates} duplicates, {missing} missing; last run: {metrics}"
     )
     users = Counter(f"u{i % 37}" for i in range(INPUT))
@@ -113,4 +123,44 @@ def test_sigkill_loop_is_exactly_once(tmp_path: Path) -> None:
     assert counts == {u: list(range(1, n + 1)) for u, n in users.items()}
     assert table == dict(users)
     assert offsets == ends
-    assert before < KILLS * CHUNK, "the kills interrupted the work"
+
+
+def test_three_processes_killed_and_restarted_are_exactly_once(tmp_path: Path) -> None:
+    """Three application processes share the tasks; one of them at a time is killed at a random moment (while
+    processing, while the group rebalances after the previous restart, or while it restores its tasks) and
+    restarted under the same instance id, with new input arriving all along."""
+    path = str(tmp_path / "log")
+    with pylog.open(path) as log:
+        log.create_topic("in", partitions=6)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("counts-out", partitions=2)
+    rng = random.Random(31)
+    kills = 6
+    chunk = INPUT // (kills + 1)
+    started = time.monotonic()
+    pids: dict[int, int] = {}
+    try:
+        for i in range(3):
+            pids[i] = _fork(path, str(tmp_path / f"metrics-{i}.json"), 0.002, f"w{i}", 1)
+        for run in range(kills):
+            _produce(path, run * chunk, (run + 1) * chunk)
+            time.sleep(rng.uniform(0.1, 0.8))
+            victim = rng.randrange(3)
+            os.kill(pids[victim], signal.SIGKILL)
+            os.waitpid(pids[victim], 0)
+            time.sleep(rng.uniform(0.0, 0.3))
+            pids[victim] = _fork(path, str(tmp_path / f"metrics-{victim}.json"), 0.002, f"w{victim}", 1)
+        _produce(path, kills * chunk, INPUT)
+        with pylog.open(path) as log:
+            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the processes to finish")
+        for i in list(pids):
+            os.kill(pids[i], signal.SIGTERM)
+        for i in list(pids):
+            _, status = os.waitpid(pids.pop(i), 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"process {i} exited with {status}"
+    finally:
+        for pid in pids.values():
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    metrics = [json.loads((tmp_path / f"metrics-{i}.json").read_text()) for i in range(3)]
+    _check(path, f"3 processes, {kills} kills in {time.monotonic() - started:.1f} s", metrics)
