@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Final, Self
 
+from pylog.broker.acls import AclStore, Authorizer
+from pylog.broker.authorize import make_guard
 from pylog.broker.context import Context, Options
 from pylog.broker.credentials import CredentialStore
 from pylog.broker.security import Security, parse_mechanisms, tls_context
@@ -207,7 +209,11 @@ def _security(
     for name in supers:
         if not name.startswith("User:") or name == "User:":
             raise ConfigError(f"a super user is a principal User:NAME, got {name!r}")
+    authenticates = bool(mechanisms) or tls_client_ca is not None
+    acls = AclStore(root)
+    acls.acls()  # checks the ACL file now, not at the first request
     return Security(
+        guard=make_guard(Authorizer(acls, supers)) if authenticates else None,
         mechanisms=mechanisms,
         credentials=credentials,
         ssl_context=None
