@@ -145,3 +145,32 @@ def test_join_inputs_must_be_co_partitioned(tmp_path: Path) -> None:
         app.stream("orders").join(app.table("users"), lambda o, u: o)
         with pytest.raises(pylog.errors.ConfigError, match="co-partitioned"):
             app.topology()
+
+
+def test_sqlite_state_dir_restarts_from_its_checkpoint(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=4)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("page-counts", partitions=2)
+        _fill(log, 0, N)
+        app = App(log, "streams", commit_interval_ms=20, state_dir=state)
+        _define(app)
+        app.start(threads=2)
+        wait_for(lambda: len(committed_records(log, "page-counts")) == N, "the first run's counts")
+        app.close()
+        _check(log, N)
+        files = sorted(p.relative_to(state).as_posix() for p in state.rglob("*.sqlite"))
+        assert files == [f"streams/1_{p}/per-page.sqlite" for p in range(4)]
+
+        _fill(log, N, 2 * N)
+        again = App(log, "streams", commit_interval_ms=20, state_dir=state)
+        _define(again)
+        again.start(threads=1)
+        wait_for(lambda: len(committed_records(log, "page-counts")) == 2 * N, "the second run's counts")
+        stores = {k: v for s in again.store("per-page") for k, v in s.items()}
+        metrics = again.metrics()
+        again.close()
+        _check(log, 2 * N)
+        assert stores == dict(_pages(2 * N))
+        assert metrics["restored-records"] == 0  # the files were at the changelog's end: nothing to read

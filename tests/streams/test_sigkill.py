@@ -13,10 +13,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from streams_helpers import committed_records, wait_for
 
 import pylog
+from pylog.idempotent import IdempotentProducer
 from pylog.streams import App
+from pylog.streams.sqlite import SqliteStore
 from pylog.streams.stores import decode_key
 
 INPUT = 3000
@@ -24,11 +27,33 @@ KILLS = 5
 CHUNK = INPUT // (KILLS + 1)
 
 
-def _app_process(path: str, out: str, delay: float, instance: str = "worker", threads: int = 2) -> None:
+def _app_process(
+    path: str,
+    out: str,
+    delay: float,
+    instance: str = "worker",
+    threads: int = 2,
+    state_dir: str | None = None,
+    crash_at_commit: int = 0,
+) -> None:
     """Runs in a forked child until SIGTERM, ``delay`` seconds per record; writes its metrics to ``out`` when it
-    stops cleanly."""
+    stops cleanly. With ``crash_at_commit=n``, the process dies (exit 17) at its n-th commit, after the
+    transaction's records and offsets were written and before it commits."""
+    if crash_at_commit:
+        commits = iter(range(1, 1 << 30))
+        real_commit = IdempotentProducer.commit_transaction
+
+        def commit(self: IdempotentProducer) -> None:
+            if next(commits) == crash_at_commit:
+                self.flush()
+                os._exit(17)
+            real_commit(self)
+
+        IdempotentProducer.commit_transaction = commit  # type: ignore[method-assign]
     with pylog.open(path) as log:
-        app = App(log, "eos", instance_id=instance, commit_interval_ms=30, max_poll_records=50)
+        app = App(
+            log, "eos", instance_id=instance, commit_interval_ms=30, max_poll_records=50, state_dir=state_dir
+        )
         events = app.stream("in")
         events.peek(lambda k, v: time.sleep(delay)).map_values(lambda v: v["i"]).to("echo")
         events.group_by(lambda k, v: v["user"]).count(name="counts").to_stream().to("counts-out")
@@ -45,20 +70,30 @@ def _produce(path: str, start: int, stop: int) -> None:
         producer.close()
 
 
-def _fork(path: str, out: str, delay: float = 0.0, instance: str = "worker", threads: int = 2) -> int:
+def _fork(
+    path: str,
+    out: str,
+    delay: float = 0.0,
+    instance: str = "worker",
+    threads: int = 2,
+    state_dir: str | None = None,
+    crash_at_commit: int = 0,
+) -> int:
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest
         code = 1
         try:
-            _app_process(path, out, delay, instance, threads)
+            _app_process(path, out, delay, instance, threads, state_dir, crash_at_commit)
             code = 0
         finally:
             os._exit(code)
     return pid
 
 
-def test_sigkill_loop_is_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+def test_sigkill_loop_is_exactly_once(tmp_path: Path, stores: str) -> None:
     path = str(tmp_path / "log")
+    state_dir = str(tmp_path / "state") if stores == "sqlite" else None
     with pylog.open(path) as log:
         log.create_topic("in", partitions=4)
         log.create_topic("echo", partitions=2)
@@ -69,16 +104,16 @@ def test_sigkill_loop_is_exactly_once(tmp_path: Path) -> None:
     try:
         for run in range(KILLS):  # each run gets new input, and is killed in the middle of it (mostly)
             _produce(path, run * CHUNK, (run + 1) * CHUNK)
-            # 5 ms per record: a run cannot finish its chunk before it is killed (at most 1.2 s)
-            pid = _fork(path, str(tmp_path / "unused.json"), 0.005)
-            time.sleep(rng.uniform(0.3, 1.2))
+            # 5 ms per record: a run cannot finish its chunk before it is killed (at most 0.7 s)
+            pid = _fork(path, str(tmp_path / "unused.json"), 0.005, state_dir=state_dir)
+            time.sleep(rng.uniform(0.2, 0.7))
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             pid = 0
         with pylog.open(path) as log:
             before = len(committed_records(log, "counts-out"))
         _produce(path, KILLS * CHUNK, INPUT)
-        pid = _fork(path, str(tmp_path / "metrics.json"))
+        pid = _fork(path, str(tmp_path / "metrics.json"), state_dir=state_dir)
         with pylog.open(path) as log:
             wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
         os.kill(pid, signal.SIGTERM)
@@ -91,10 +126,19 @@ def test_sigkill_loop_is_exactly_once(tmp_path: Path) -> None:
             os.waitpid(pid, 0)
     _check(
         path,
-        f"{KILLS} kills in {time.monotonic() - started:.1f} s; {before} of {INPUT} counts committed "
-        "before the last run",
+        f"{stores} stores, {KILLS} kills in {time.monotonic() - started:.1f} s; {before} of {INPUT} counts "
+        "committed before the last run",
         json.loads((tmp_path / "metrics.json").read_text()),
     )
+    if state_dir is not None:  # the files hold the committed state too
+        with pylog.open(path) as log:
+            topic_id = str(log.topic("eos-counts-changelog").topic_id)
+        held: dict[str, int] = {}
+        for file in sorted(Path(state_dir).rglob("counts.sqlite")):
+            store = SqliteStore("counts", "eos-counts-changelog", str(file), topic_id)
+            held.update(store.to_dict())
+            store.close()
+        assert held == dict(Counter(f"u{i % 37}" for i in range(INPUT)))
     assert before < KILLS * CHUNK, "the kills interrupted the work"
 
 
@@ -144,7 +188,7 @@ def test_three_processes_killed_and_restarted_are_exactly_once(tmp_path: Path) -
             pids[i] = _fork(path, str(tmp_path / f"metrics-{i}.json"), 0.002, f"w{i}", 1)
         for run in range(kills):
             _produce(path, run * chunk, (run + 1) * chunk)
-            time.sleep(rng.uniform(0.1, 0.8))
+            time.sleep(rng.uniform(0.1, 0.5))
             victim = rng.randrange(3)
             os.kill(pids[victim], signal.SIGKILL)
             os.waitpid(pids[victim], 0)
@@ -164,3 +208,38 @@ def test_three_processes_killed_and_restarted_are_exactly_once(tmp_path: Path) -
             os.waitpid(pid, 0)
     metrics = [json.loads((tmp_path / f"metrics-{i}.json").read_text()) for i in range(3)]
     _check(path, f"3 processes, {kills} kills in {time.monotonic() - started:.1f} s", metrics)
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+def test_a_crash_at_the_commit_point_loses_and_doubles_nothing(tmp_path: Path, stores: str) -> None:
+    """The process dies at a commit, after the changelog records and offsets of the transaction were written
+    and before its commit decision, several times in a row; the state the next run starts from (restored from
+    the changelog, or from a SQLite file and the changelog after its checkpoint) is the committed one."""
+    path = str(tmp_path / "log")
+    state_dir = str(tmp_path / "state") if stores == "sqlite" else None
+    with pylog.open(path) as log:
+        log.create_topic("in", partitions=2)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("counts-out", partitions=2)
+    _produce(path, 0, INPUT)
+    pid = 0
+    try:
+        for n in (3, 2, 5):  # each run commits n - 1 times, then dies in its n-th commit
+            pid = _fork(path, "unused", 0.0005, "worker", 1, state_dir, crash_at_commit=n)
+            _, status = os.waitpid(pid, 0)
+            pid = 0
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
+        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir)
+        with pylog.open(path) as log:
+            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    _check(
+        path, f"{stores} stores, 3 crashes at a commit", json.loads((tmp_path / "metrics.json").read_text())
+    )

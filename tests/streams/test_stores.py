@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import msgpack
 import pyarrow as pa
@@ -10,6 +11,7 @@ import pytest
 
 from pylog.streams.runtime import _decode_column
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY
+from pylog.streams.sqlite import SqliteStore
 from pylog.streams.stores import KeyValueStore, WindowStore, encode_key
 
 
@@ -65,3 +67,35 @@ def test_window_store_round_trip_through_its_changelog() -> None:
     assert again.to_dict() == store.to_dict() == {("a", 100): 1, (("t", 1), 200): 9}
     assert again.stream_time == 250
     assert [(k, s) for k, s, _ in again.closing(300)] == [("a", 100), (("t", 1), 200)]
+
+
+def test_sqlite_store_keeps_committed_state_only(tmp_path: Path) -> None:
+    path = str(tmp_path / "state" / "0_0" / "s.sqlite")
+    store = SqliteStore("s", "app-s-changelog", path, "topic-id-1")
+    store.put("a", 1)
+    store.put("b", [2, 3])
+    assert store.get("a") == 1 and len(store) == 2 and store.to_dict() == {"a": 1, "b": [2, 3]}
+    changes = store.take_changes()
+    assert sorted(changes) == sorted(
+        [(encode_key("a"), MSGPACK.encode(1)), (encode_key("b"), MSGPACK.encode([2, 3]))]
+    )
+    store.checkpoint(2)
+    store.delete("a")
+    store.put("c", 4)  # not checkpointed: lost by a crash (the changelog's transaction did not commit)
+    assert store.to_dict() == {"b": [2, 3], "c": 4} and len(store) == 2 and "a" not in store
+    store.close()
+
+    again = SqliteStore("s", "app-s-changelog", path, "topic-id-1")
+    assert again.offset == 2 and again.to_dict() == {"a": 1, "b": [2, 3]}
+    again.restore([encode_key("a"), encode_key("d")], [None, MSGPACK.encode(5)])  # changelog after offset 2
+    again.restored(4)
+    again.close()
+    third = SqliteStore("s", "app-s-changelog", path, "topic-id-1")
+    assert third.offset == 4 and third.to_dict() == {"b": [2, 3], "d": 5}
+    third.close()
+
+    other = SqliteStore(
+        "s", "app-s-changelog", path, "topic-id-2"
+    )  # the changelog was created again: rebuild
+    assert other.offset == 0 and other.to_dict() == {}
+    other.close()

@@ -9,6 +9,7 @@ of each process is a member of the consumer group ``application_id`` (see :mod:`
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -45,7 +46,9 @@ class App:
     ``"at_least_once"``. ``commit_interval_ms``: how often a thread commits (100 ms, Kafka Streams' default
     under exactly-once). ``instance_id``: names this process in transactional ids (default random); a process
     restarted with the same one aborts its predecessor's open transactions at once, instead of after
-    ``transaction_timeout_ms`` (never give two live processes the same one). Thread-safety: define the
+    ``transaction_timeout_ms`` (never give two live processes the same one). ``state_dir``: keep key-value
+    stores in SQLite files there (:mod:`pylog.streams.sqlite`: state larger than memory, restarts that read
+    only the changelog written since the last commit); default: in memory. Thread-safety: define the
     topology on one thread; ``start``, ``close``, ``store``, ``metrics`` may be called from any thread."""
 
     def __init__(
@@ -61,6 +64,7 @@ class App:
         transaction_timeout_ms: int = 10_000,
         poll_ms: int = 100,
         max_poll_records: int = 1000,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(application_id, str) or not _ID.fullmatch(application_id):
             raise ConfigError(
@@ -93,6 +97,7 @@ class App:
         self.transaction_timeout_ms = transaction_timeout_ms
         self.poll_ms = poll_ms
         self.max_poll_records = max_poll_records
+        self.state_dir = None if state_dir is None else os.fspath(state_dir)
         self.builder = Builder(application_id)
         self.state = "CREATED"
         self.error: BaseException | None = None

@@ -33,6 +33,7 @@ After a crash, records since the last commit are processed again, and their stat
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -42,8 +43,10 @@ import numpy as np
 
 from pylog.errors import CommitFailedError, ProducerFencedError
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
+from pylog.streams.sqlite import SqliteStore
+from pylog.streams.stores import KeyValueStore
 from pylog.streams.task import Task
-from pylog.streams.topology import TaskId, Topology
+from pylog.streams.topology import StoreSpec, TaskId, Topology
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -193,6 +196,7 @@ class StreamThread(threading.Thread):
         finally:
             self._in_txn = False
             self._offsets = {}
+        self._checkpoint()
         self.metrics["commits"] += 1
         return True
 
@@ -220,6 +224,23 @@ class StreamThread(threading.Thread):
                 self.consumer.seek(tp, committed)
         self.assign(assigned)
 
+    def _make_store(self, spec: StoreSpec, task_id: TaskId) -> KeyValueStore | None:
+        """A SQLite store for a key-value store when the application has a ``state_dir``."""
+        if self.app.state_dir is None or spec.windows is not None:
+            return None
+        path = os.path.join(self.app.state_dir, self.app.application_id, str(task_id), f"{spec.name}.sqlite")
+        return SqliteStore(spec.name, spec.changelog, path, str(self.log.topic(spec.changelog).topic_id))
+
+    def _checkpoint(self) -> None:
+        """After a commit: persistent stores record their state as of the changelog's end."""
+        ends: dict[str, dict[int, int]] = {}
+        for task in self.tasks.values():
+            for store in task.stores.values():
+                if isinstance(store, SqliteStore) and store.changelog is not None:
+                    if store.changelog not in ends:
+                        ends[store.changelog] = self.log.topic(store.changelog).end_offsets()
+                    store.checkpoint(ends[store.changelog][task.task_id.partition])
+
     # -- assignment (called by the listener, inside poll) ---------------------------------------------
 
     def assign(self, partitions: set[TopicPartition]) -> None:
@@ -232,7 +253,7 @@ class StreamThread(threading.Thread):
                 tasks[task_id] = kept[0]
                 self.metrics["tasks-resumed"] += 1
                 continue
-            task = Task(self.topology, task_id, self, self.log.clock)
+            task = Task(self.topology, task_id, self, self.log.clock, self._make_store)
             tasks[task_id] = task
             fresh.append(task)
         self._drop(list(self._suspended.values()))
@@ -325,8 +346,12 @@ def restore_tasks(log: Log, tasks: list[Task]) -> int:
     read = 0
     try:
         reader.assign(list(where))
-        reader.seek_to_beginning(*where)
         ends = reader.end_offsets(list(where))
+        starts = reader.beginning_offsets(list(where))
+        for tp, store in where.items():
+            if store.offset > ends[tp]:  # a file ahead of its changelog: rebuild it
+                store.clear()
+            reader.seek(tp, max(store.offset, starts[tp]))
         pending = {tp for tp in where if reader.position(tp) < ends[tp]}
         while pending:
             if arrow:
@@ -340,6 +365,8 @@ def restore_tasks(log: Log, tasks: list[Task]) -> int:
                     where[tp].restore([r.key for r in recs], [r.value for r in recs])
                     read += len(recs)
             pending = {tp for tp in pending if reader.position(tp) < ends[tp]}
+        for tp, store in where.items():
+            store.restored(reader.position(tp))
     finally:
         reader.close(autocommit=False)
     return read

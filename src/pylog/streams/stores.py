@@ -45,11 +45,28 @@ class KeyValueStore:
     """A key -> value store of one task (see the module docstring). ``changelog`` is its topic, or None
     for a store that is not logged (the test driver's stores are logged all the same)."""
 
+    #: the changelog offset the store holds the state of (a restore reads from there); 0 in memory
+    offset = 0
+
     def __init__(self, name: str, changelog: str | None) -> None:
         self.name = name
         self.changelog = changelog
         self._data: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
+
+    def checkpoint(self, offset: int) -> None:
+        """The changes taken so far are committed up to changelog ``offset`` (a persistent store saves them)."""
+
+    def restored(self, offset: int) -> None:
+        """A restore read the changelog up to ``offset``."""
+
+    def clear(self) -> None:
+        """Forget everything (a restore from offset 0 follows)."""
+        self._data.clear()
+        self._dirty.clear()
+
+    def close(self) -> None:
+        """Release what the store holds (files)."""
 
     # -- reads ----------------------------------------------------------------------------------------
 

@@ -10,13 +10,14 @@ Thread-safety: a task runs on one thread.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pylog.clock import Clock
 from pylog.streams.nodes import Node
 from pylog.streams.processor import ProcessNode, Processor, ProcessorContext
 from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
-from pylog.streams.topology import TaskId, Topology
+from pylog.streams.topology import StoreSpec, TaskId, Topology
 from pylog.streams.windows import SessionWindows
 
 __all__ = ["Collector", "Task"]
@@ -37,7 +38,14 @@ class Collector(Protocol):
 class Task:
     """Task ``task_id`` of ``topology`` (see the module docstring)."""
 
-    def __init__(self, topology: Topology, task_id: TaskId, collector: Collector, clock: Clock) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        task_id: TaskId,
+        collector: Collector,
+        clock: Clock,
+        make_store: Callable[[StoreSpec, TaskId], KeyValueStore | None] | None = None,
+    ) -> None:
         self.topology = topology
         self.task_id = task_id
         self.collector = collector
@@ -48,7 +56,10 @@ class Task:
         self.stores: dict[str, KeyValueStore] = {}
         for name in sub.stores:
             spec = topology.stores[name]
-            if isinstance(spec.windows, SessionWindows):
+            made = make_store(spec, task_id) if make_store is not None else None
+            if made is not None:
+                self.stores[name] = made
+            elif isinstance(spec.windows, SessionWindows):
                 self.stores[name] = SessionStore(name, spec.changelog, spec.windows.gap_ms)
             elif spec.windows is not None:
                 self.stores[name] = WindowStore(name, spec.changelog, spec.windows.size_ms)
@@ -109,8 +120,12 @@ class Task:
             context.punctuate(kind, now)
 
     def close(self) -> None:
-        for _, processor in self._processors.values():
-            processor.close()
+        try:
+            for _, processor in self._processors.values():
+                processor.close()
+        finally:
+            for store in self.stores.values():
+                store.close()
 
     def flush_changelogs(self) -> int:
         """Send the changelog records of every store's changes since the last flush; returns how many."""
