@@ -9,7 +9,9 @@ import pytest
 from streams_helpers import committed_records, wait_for
 
 import pylog
+import pylog.streams
 from pylog.streams import App
+from pylog.streams.admin import read_store
 from pylog.streams.stores import decode_key
 
 N = 600
@@ -174,3 +176,27 @@ def test_sqlite_state_dir_restarts_from_its_checkpoint(tmp_path: Path) -> None:
         _check(log, 2 * N)
         assert stores == dict(_pages(2 * N))
         assert metrics["restored-records"] == 0  # the files were at the changelog's end: nothing to read
+
+
+def test_interactive_queries(tmp_path: Path) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=4)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("page-counts", partitions=2)
+        _fill(log, 0, N)
+        app = App(log, "streams", commit_interval_ms=20)
+        _define(app)
+        app.stream("echo", key_serde=pylog.streams.BYTES).group_by_key().windowed_by(
+            pylog.streams.TumblingWindows(3_600_000)
+        ).count(name="windowed")
+        app.start(threads=2)
+        wait_for(lambda: len(committed_records(log, "page-counts")) == N, "the counts")
+        wait_for(lambda: sum(app.lag().values()) == 0, "the windowed counts")
+        pages = _pages(N)
+        assert {p: app.query("per-page", p) for p in pages} == dict(pages)
+        assert app.query("per-page", "/nowhere", -1) == -1
+        committed = read_store(log, "streams", "per-page")  # what any process reads from the log directory
+        app.close()
+        assert committed == dict(pages)
+        windowed = read_store(log, "streams", "windowed")
+        assert sum(v[0] for v in windowed.values()) == N and all(len(k) == 2 for k in windowed)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pylog.errors import GroupNotEmptyError, UnknownGroupError
+from pylog.streams.stores import STREAM_TIME_KEY, decode_key
 
 if TYPE_CHECKING:
     from pylog.log import Log
 
-__all__ = ["describe_application", "internal_topics", "reset_application"]
+__all__ = ["describe_application", "internal_topics", "read_store", "reset_application"]
 
 _SUFFIXES = ("-changelog", "-repartition")
 
@@ -112,3 +113,16 @@ def reset_application(log: Log, application_id: str, *, execute: bool = False) -
         "internal_topics": topics,
         "executed": execute,
     }
+
+
+def read_store(log: Log, application_id: str, store: str) -> dict[Any, Any]:
+    """The committed state of store ``store`` of ``application_id``, from any process: its changelog topic read
+    ``read_committed`` as a table (:meth:`pylog.Topic.table`: committed transactions whole). Keys as the
+    application sees them; a window store's are ``(key, window_start)`` with values ``[aggregate,
+    latest_timestamp]``, a session store's ``(key, start)`` with ``[aggregate, end]``. The stream-time entry of
+    window and session stores is left out. :class:`~pylog.errors.UnknownTopicError` when there is no such
+    changelog."""
+    table = log.topic(f"{application_id}-{store}-changelog").table(
+        isolation_level="read_committed", key_deserializer=decode_key
+    )
+    return {k: v for k, v in table.items() if k != STREAM_TIME_KEY}

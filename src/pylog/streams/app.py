@@ -34,6 +34,7 @@ __all__ = ["App"]
 
 _ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _GUARANTEES = ("exactly_once", "at_least_once")
+_ABSENT: Any = object()
 
 
 class App:
@@ -278,6 +279,16 @@ class App:
     def tasks(self) -> dict[str, str]:
         """The tasks running in this process: ``{task id: thread name}``."""
         return {str(tid): t.name for t in self._threads for tid in t.snapshot_tasks()}
+
+    def query(self, name: str, key: Any, default: Any = None) -> Any:
+        """The current value of ``key`` in store ``name``, if one of this process's tasks holds it (for a window
+        store, ``key`` is ``(key, window_start)``), else ``default``. It includes changes not committed yet;
+        :func:`pylog.streams.admin.read_store` reads the committed state from any process."""
+        for store in self.store(name):
+            value = store.get(key, _ABSENT)
+            if value is not _ABSENT:
+                return value
+        return default
 
     def store(self, name: str) -> list[KeyValueStore]:
         """The instances of store ``name`` held by this process's tasks (one per task it runs now)."""

@@ -28,7 +28,7 @@ __all__ = ["KeyValueStore", "SessionStore", "WindowStore", "decode_key", "encode
 
 _MISSING: Any = object()
 MISSING: Any = object()  # what an aggregator is given for a key or window without an aggregate yet
-_STREAM_TIME = "\x00stream-time"  # the window store's entry for its stream time (user entries are tuples)
+STREAM_TIME_KEY = "\x00stream-time"  # the window store's entry for its stream time (user entries are tuples)
 
 
 def encode_key(key: Any) -> bytes:
@@ -261,7 +261,7 @@ class WindowStore(KeyValueStore):
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
         out = super().take_changes()
         if self._time_dirty:
-            out.append((encode_key(_STREAM_TIME), MSGPACK.serialize(self.stream_time)))
+            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
             self._time_dirty = False
         return out
 
@@ -269,7 +269,7 @@ class WindowStore(KeyValueStore):
         return list(value)
 
     def _load(self, key: Any, value: Any) -> None:
-        if key == _STREAM_TIME:
+        if key == STREAM_TIME_KEY:
             self.stream_time = max(self.stream_time, int(value))
             return
         if key not in self._data:
@@ -356,7 +356,7 @@ class SessionStore(KeyValueStore):
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
         out = super().take_changes()
         if self._time_dirty:
-            out.append((encode_key(_STREAM_TIME), MSGPACK.serialize(self.stream_time)))
+            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
             self._time_dirty = False
         return out
 
@@ -364,7 +364,7 @@ class SessionStore(KeyValueStore):
         return list(value)
 
     def _load(self, key: Any, value: Any) -> None:
-        if key == _STREAM_TIME:
+        if key == STREAM_TIME_KEY:
             self.stream_time = max(self.stream_time, int(value))
             return
         self.put(key, (value[0], value[1]))
