@@ -6,6 +6,12 @@ modules, as a request flows::
     broker.py     Broker, serve(): options, the one-broker-per-directory lock, start and stop
     server.py     the asyncio server: framing, bounded request sizes, per-connection order, dispatch
     protocol.py   kio's messages: request headers, versions served, responses built from plain values
+    security.py   each connection's principal: TLS, the SASL exchange, what is served before it
+    sasl.py       SASL's server side: PLAIN, SCRAM-SHA-256/512
+    authorize.py  Kafka's authorization of each API against the ACLs
+    acls.py       the ACLs (__security/acls) and Kafka's decision rule
+    credentials.py  the users (__security/users): salted SCRAM keys and PLAIN hashes
+    securefile.py   how those two files are written (0600, two-phase, locked) and re-read
     meta.py       ApiVersions, Metadata (topic auto-creation)
     produce.py    Produce (acks 0, 1, all)
     idempotence.py  InitProducerId, the sequence checks of idempotent producers
@@ -43,7 +49,9 @@ def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0"
 
     ``options``: ``advertise`` (``HOST:PORT`` put in metadata, default the listening address),
     ``auto_create_topics`` (True), ``num_partitions`` (1, for auto-created topics), ``allow_anonymous``
-    (False: loopback addresses only), ``max_request_bytes`` (100 MiB). Raises
+    (False: loopback addresses only unless clients authenticate), ``max_request_bytes`` (100 MiB), ``sasl``
+    (``"SCRAM-SHA-512,PLAIN"``), ``tls_cert``, ``tls_key``, ``tls_client_ca`` (PEM files), ``super_users``
+    (``"User:admin"``); see ``docs/security.md``. Raises
     :class:`~pylog.errors.LockError` when another broker serves the directory, and
     :class:`~pylog.errors.ConfigError` for bad options or when the ``broker`` extra is not installed."""
     try:

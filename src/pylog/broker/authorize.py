@@ -61,6 +61,30 @@ _GROUP_DENIED: Final = ErrorCode.group_authorization_failed
 _CLUSTER_DENIED: Final = ErrorCode.cluster_authorization_failed
 _TXN_DENIED: Final = ErrorCode.transactional_id_authorization_failed
 Result = dict[str, Any] | None
+_API_NAMES: Final = {
+    0: "Produce",
+    1: "Fetch",
+    2: "ListOffsets",
+    3: "Metadata",
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    10: "FindCoordinator",
+    11: "JoinGroup",
+    12: "Heartbeat",
+    13: "LeaveGroup",
+    14: "SyncGroup",
+    15: "DescribeGroups",
+    16: "ListGroups",
+    19: "CreateTopics",
+    20: "DeleteTopics",
+    22: "InitProducerId",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    28: "TxnOffsetCommit",
+    32: "DescribeConfigs",
+    37: "CreatePartitions",
+}
 
 
 class _Check:
@@ -75,14 +99,15 @@ class _Check:
         s = self._session
         if self._authorizer.allowed(s.principal, s.host, operation, resource_type, name):
             return True
+        key = self._request.api_key
         _log.warning(
-            "%s from %s denied %s on %s %r (api key %d)",
+            "%s from %s denied %s on %s %r (%s)",
             s.principal,
-            s.peer,
+            s.host,
             operation,
             resource_type,
             name,
-            self._request.api_key,
+            _API_NAMES.get(key, f"api key {key}"),
         )
         return False
 
