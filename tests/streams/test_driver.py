@@ -11,6 +11,7 @@ from pylog.errors import ConfigError, DeserializationError, SerializationError
 from pylog.streams import (
     BYTES,
     JSON,
+    MSGPACK,
     App,
     HoppingWindows,
     KeyValueStore,
@@ -156,13 +157,41 @@ def test_timestamp_extractor_and_serdes() -> None:
         driver.pipe("events", {"at": 1}, key="not bytes")
 
 
-def test_undecodable_input_is_a_deserialization_error() -> None:
-    app = App(None, "poison", key_serde=BYTES)
-    app.stream("in").to("out")
+@pytest.mark.parametrize("policy", ["raise", "skip", "dead_letter"])
+def test_undecodable_input_records(policy: str) -> None:
+    app = App(
+        None,
+        "poison",
+        key_serde=BYTES,
+        on_deserialization_error=policy,
+        dead_letter_topic="dlq" if policy == "dead_letter" else None,
+    )
+    app.stream("in").map_values(lambda v: v + 1).to("out", key_serde=BYTES)
     driver = TestDriver(app)
     source = driver.topology.subtopology_of("in").sources["in"]
-    with pytest.raises(DeserializationError, match="cannot be decoded"):
-        source.receive(driver._tasks[0], b"k", b"\xc1", 0)  # 0xc1 is never valid msgpack
+    task = driver._tasks[0]
+    source.receive(task, b"k1", MSGPACK.encode(1), 5, 0, 0)
+    if policy == "raise":
+        with pytest.raises(DeserializationError, match=r"in-0@1 cannot be decoded") as info:
+            source.receive(task, b"k", b"\xc1", 6, 0, 1)  # 0xc1 is never valid msgpack
+        assert info.value.offset == 1
+        return
+    source.receive(task, b"k", b"\xc1", 6, 0, 1)
+    source.receive(task, b"k3", MSGPACK.encode(3), 7, 0, 2)
+    assert driver.read_values("out") == [2, 4]  # the records around it go on
+    counter = "skipped-records" if policy == "skip" else "dead-lettered-records"
+    assert driver.metrics()[counter] == 1
+    if policy == "dead_letter":
+        assert driver.read_output("dlq") == [(b"k", b"\xc1", 6)]  # the stored bytes, as they were
+
+
+def test_dead_letter_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="dead_letter_topic"):
+        App(None, "x", on_deserialization_error="dead_letter")
+    with pytest.raises(ConfigError, match="dead_letter_topic"):
+        App(None, "x", dead_letter_topic="dlq")
+    with pytest.raises(ConfigError, match="on_deserialization_error"):
+        App(None, "x", on_deserialization_error="ignore")
 
 
 def test_tumbling_and_hopping_windows() -> None:

@@ -200,3 +200,28 @@ def test_interactive_queries(tmp_path: Path) -> None:
         assert committed == dict(pages)
         windowed = read_store(log, "streams", "windowed")
         assert sum(v[0] for v in windowed.values()) == N and all(len(k) == 2 for k in windowed)
+
+
+def test_undecodable_records_go_to_the_dead_letter_topic_exactly_once(tmp_path: Path) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=2)
+        log.create_topic("echo", partitions=2)
+        producer = log.producer(value_serializer=None)
+        for i in range(40):
+            producer.send("clicks", b"\xc1" if i % 10 == 3 else pylog.streams.MSGPACK.encode(i), key=f"u{i}")
+        producer.close()
+        app = App(log, "dlq-app", on_deserialization_error="dead_letter", dead_letter_topic="clicks-dlq")
+        app.stream("clicks").to("echo")
+        app.start()
+        wait_for(lambda: sum(app.lag().values()) == 0 and bool(log.group_offsets("dlq-app")), "the input")
+        metrics = app.metrics()
+        app.close()
+        assert sorted(r.value for r in committed_records(log, "echo")) == [
+            i for i in range(40) if i % 10 != 3
+        ]
+        letters = committed_records(log, "clicks-dlq", value_deserializer=None)
+        assert sorted(r.key for r in letters) == [b"u13", b"u23", b"u3", b"u33"]
+        assert {r.value for r in letters} == {b"\xc1"}
+        headers = dict(letters[0].headers)
+        assert headers["pylog.dlq.topic"] == b"clicks" and headers["pylog.dlq.stage"] == b"deserialization"
+        assert metrics["dead-lettered-records"] == 4

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pylog.errors import ConfigError, IllegalStateError
+from pylog.errors import ConfigError, IllegalStateError, TopicExistsError
 from pylog.streams.dsl import Stream, Table
 from pylog.streams.nodes import SourceNode, TableSourceNode
 from pylog.streams.runtime import StreamThread
@@ -49,7 +49,12 @@ class App:
     restarted with the same one aborts its predecessor's open transactions at once, instead of after
     ``transaction_timeout_ms`` (never give two live processes the same one). ``state_dir``: keep key-value
     stores in SQLite files there (:mod:`pylog.streams.sqlite`: state larger than memory, restarts that read
-    only the changelog written since the last commit); default: in memory. Thread-safety: define the
+    only the changelog written since the last commit); default: in memory. ``on_deserialization_error``: what
+    an input record the source's serdes cannot decode does, as a consumer's setting of that name (Kafka's
+    deserialization exception handler): ``"raise"`` (default: the application stops with a
+    :class:`~pylog.errors.DeserializationError` naming it), ``"skip"`` (counted: ``skipped-records``) or
+    ``"dead_letter"`` (its bytes written to ``dead_letter_topic``, created if missing, with pylog's dead-letter
+    headers, in the same transaction as the rest: exactly once; counted: ``dead-lettered-records``). Thread-safety: define the
     topology on one thread; ``start``, ``close``, ``store``, ``metrics`` may be called from any thread."""
 
     def __init__(
@@ -66,6 +71,8 @@ class App:
         poll_ms: int = 100,
         max_poll_records: int = 1000,
         state_dir: str | os.PathLike[str] | None = None,
+        on_deserialization_error: str = "raise",
+        dead_letter_topic: str | None = None,
     ) -> None:
         if not isinstance(application_id, str) or not _ID.fullmatch(application_id):
             raise ConfigError(
@@ -99,7 +106,17 @@ class App:
         self.poll_ms = poll_ms
         self.max_poll_records = max_poll_records
         self.state_dir = None if state_dir is None else os.fspath(state_dir)
+        if on_deserialization_error not in ("raise", "skip", "dead_letter"):
+            raise ConfigError(
+                f"on_deserialization_error must be 'raise', 'skip' or 'dead_letter', got {on_deserialization_error!r}"
+            )
+        if (on_deserialization_error == "dead_letter") != (dead_letter_topic is not None):
+            raise ConfigError(
+                'dead_letter_topic goes with on_deserialization_error="dead_letter" (both or neither)'
+            )
         self.builder = Builder(application_id)
+        self.builder.on_deserialization_error = on_deserialization_error
+        self.builder.dead_letter_topic = dead_letter_topic
         self.state = "CREATED"
         self.error: BaseException | None = None
         self._topology: Topology | None = None
@@ -180,6 +197,11 @@ class App:
                 log.create_topic(name, partitions=partitions, **config)
         for name in topology.outputs:
             log.topic(name)  # UnknownTopicError now, not from a thread later
+        if topology.dead_letter_topic is not None and not log.has_topic(topology.dead_letter_topic):
+            try:
+                log.create_topic(topology.dead_letter_topic)
+            except TopicExistsError:
+                pass  # created meanwhile by another instance
 
     def start(self, threads: int = 1) -> None:
         """Start ``threads`` stream threads in the background."""

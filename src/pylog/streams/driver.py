@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pylog.clock import ManualClock
 from pylog.errors import ConfigError
-from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
+from pylog.streams.serde import BYTES, MSGPACK, MSGPACK_KEY, Serde
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.task import Task
 from pylog.streams.topology import TaskId
@@ -72,6 +72,18 @@ class TestDriver:
         self._queue.append((topic, source.key_serde.serialize(key), source.value_serde.serialize(value), ts))
         self._drain()
 
+    def pipe_raw(
+        self, topic: str, value: bytes | None, key: bytes | None = None, timestamp_ms: int | None = None
+    ) -> None:
+        """Feed one record of stored bytes, as a producer with other serializers (or a bug) wrote it: the
+        source's serdes decode it, or fail to (see ``on_deserialization_error``)."""
+        source = self.topology.subtopology_of(topic).sources[topic]
+        if source.internal:
+            raise ConfigError(f"{topic} is an internal topic: pipe records into the application's inputs")
+        ts = self.clock.time_ms() if timestamp_ms is None else timestamp_ms
+        self._queue.append((topic, key, value, ts))
+        self._drain()
+
     def pipe_many(self, topic: str, records: Iterable[tuple[Any, Any] | tuple[Any, Any, int]]) -> None:
         """Feed ``(key, value)`` or ``(key, value, timestamp_ms)`` records one after the other."""
         for record in records:
@@ -96,7 +108,13 @@ class TestDriver:
     # -- Collector ------------------------------------------------------------------------------------
 
     def send(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int, partition: int | None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        partition: int | None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         if topic in self._internal:
             self._queue.append((topic, key, value, timestamp_ms))
@@ -114,6 +132,8 @@ class TestDriver:
     def _serdes(self, topic: str) -> tuple[Serde, Serde]:
         if topic in self._changelogs:
             return MSGPACK_KEY, MSGPACK
+        if topic == self.topology.dead_letter_topic:
+            return BYTES, BYTES
         if topic in self.topology.outputs:
             return self.topology.outputs[topic]
         raise ConfigError(

@@ -43,6 +43,17 @@ class Context(Protocol):
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int) -> None: ...
 
+    def undecodable(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        error: DeserializationError,
+    ) -> None: ...
+
     def count(self, metric: str) -> None: ...
 
     def advance_stream_time(self, timestamp: int) -> None: ...
@@ -109,7 +120,9 @@ class SourceNode(Node):
             if offset >= 0:
                 error.topic_partition = (self.topic, partition)
                 error.offset = offset
-            raise error from exc
+            error.__cause__ = exc
+            ctx.undecodable(self.topic, partition, offset, key, value, timestamp, error)
+            return
         if self.timestamp is None:
             ts = timestamp
         else:

@@ -154,10 +154,18 @@ class StreamThread(threading.Thread):
     # -- Collector ------------------------------------------------------------------------------------
 
     def send(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int, partition: int | None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        partition: int | None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         self._begin()
-        self.producer.send(topic, value, key=key, partition=partition, timestamp_ms=timestamp_ms)
+        self.producer.send(
+            topic, value, key=key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+        )
 
     def send_batch(
         self, topic: str, keys: list[bytes], values: list[bytes | None], timestamp_ms: int, partition: int

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pylog.clock import Clock
+from pylog.errors import DeserializationError
 from pylog.streams.nodes import Node
 from pylog.streams.processor import ProcessNode, Processor, ProcessorContext
 from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
@@ -27,7 +28,13 @@ class Collector(Protocol):
     """Where a task's records go. ``partition`` None: by the key's hash (Kafka's partitioner)."""
 
     def send(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int, partition: int | None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        partition: int | None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None: ...
 
     def send_batch(
@@ -89,6 +96,38 @@ class Task:
 
     def count(self, metric: str) -> None:
         self.metrics[metric] += 1
+
+    def undecodable(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        error: DeserializationError,
+    ) -> None:
+        """An input record its source's serdes cannot decode: the application's ``on_deserialization_error``
+        policy raises ``error``, skips the record, or writes it to the dead-letter topic (in the transaction:
+        exactly once), with pylog's dead-letter headers (:mod:`pylog.deadletter`)."""
+        policy = self.topology.on_deserialization_error
+        if policy == "raise":
+            raise error
+        if policy == "dead_letter" and self.topology.dead_letter_topic is not None:
+            cause = error.__cause__ or error
+            headers = [
+                ("pylog.dlq.topic", topic.encode()),
+                ("pylog.dlq.partition", str(partition).encode()),
+                ("pylog.dlq.offset", str(offset).encode()),
+                ("pylog.dlq.timestamp", str(timestamp).encode()),
+                ("pylog.dlq.stage", b"deserialization"),
+                ("pylog.dlq.error.class", type(cause).__name__.encode()),
+                ("pylog.dlq.error.message", str(cause)[:1000].encode()),
+            ]
+            self.collector.send(self.topology.dead_letter_topic, key, value, timestamp, None, headers)
+            self.metrics["dead-lettered-records"] += 1
+        else:
+            self.metrics["skipped-records"] += 1
 
     def advance_stream_time(self, timestamp: int) -> None:
         if timestamp > self.stream_time:

@@ -65,6 +65,8 @@ class Builder:
         self.stores: dict[str, StoreSpec] = {}
         self.sinks: list[SinkNode] = []
         self.outputs: dict[str, tuple[Serde, Serde]] = {}
+        self.on_deserialization_error = "raise"
+        self.dead_letter_topic: str | None = None
         self.frozen = False
         self._n = 0
 
@@ -175,7 +177,14 @@ class Builder:
                     f"the sources of one sub-topology must have the same partition count (co-partitioned), "
                     f"got {counts}"
                 )
-        return Topology(self.application_id, subs, dict(self.stores), dict(self.outputs))
+        return Topology(
+            self.application_id,
+            subs,
+            dict(self.stores),
+            dict(self.outputs),
+            self.on_deserialization_error,
+            self.dead_letter_topic,
+        )
 
 
 def _reachable(root: Node) -> set[int]:
@@ -199,6 +208,8 @@ class Topology:
     subtopologies: list[SubTopology]
     stores: dict[str, StoreSpec]
     outputs: dict[str, tuple[Serde, Serde]]
+    on_deserialization_error: str = "raise"
+    dead_letter_topic: str | None = None
 
     def subtopology_of(self, topic: str) -> SubTopology:
         for sub in self.subtopologies:
