@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Fetcher"]
 
+_RESET_ATTEMPTS = 100  # resets of one read whose log start retention keeps moving (each refusal is progress)
 _FEW = 32  # batches up to this many records are decoded with struct alone (numpy's per-call cost dominates)
 _STRUCTS: dict[tuple[int, int], struct.Struct] = {}  # (length, count) -> "<length>s" * count
 _STRUCTS_KEPT = 64
@@ -190,11 +191,14 @@ class Fetcher:
         pos = positions.get(tp)
         if pos is None:
             pos = self.reset_position(tp)
-        try:
-            return read(pos, limit)
-        except OffsetOutOfRangeError as exc:
-            pos = positions[tp] = self._reset_out_of_range(tp, pos, exc)
-            return read(pos, limit)
+        for _ in range(_RESET_ATTEMPTS):
+            try:
+                return read(pos, limit)
+            except OffsetOutOfRangeError as exc:
+                # Retention (of this or another process) may move the log start again between the reset
+                # and the read: each new refusal means the log start moved on, so reset again.
+                pos = positions[tp] = self._reset_out_of_range(tp, pos, exc)
+        return read(pos, limit)
 
     def _reset_out_of_range(self, tp: TopicPartition, pos: int, cause: Exception | None = None) -> int:
         """Kafka's rule for a position outside ``[log_start_offset, log_end_offset]`` (records below the log

@@ -135,3 +135,35 @@ def test_a_group_whose_committed_offset_was_deleted_is_reset_by_auto_offset_rese
         assert rest == (list(range(start, end)) if reset == "earliest" else [])
         member.close()
         assert log.group_offsets("g")[TP].offset == end
+
+
+def test_a_read_whose_log_start_moves_again_after_the_reset_is_reset_again(tmp_path: Any) -> None:
+    """Retention (of another process, say) moves the log start twice while one poll reads: the reset to the
+    log start is itself overtaken. The poll resets again and returns records from the newest log start on
+    (it raised OffsetOutOfRangeError although auto_offset_reset was "earliest")."""
+    clock = ManualClock(T0)
+    with _open(str(tmp_path), clock, "size") as log:
+        _send(log, 0, 200)
+        consumer = log.consumer(auto_offset_reset="earliest", consumer_timeout_ms=0)
+        consumer.assign([TP])
+        consumer.seek(TP, 0)
+        plog = log.topic("ev").partition(0)
+        read_raw = plog.read_raw
+        starts: list[int] = []
+
+        def overtaken(offset: int, max_bytes: int) -> Any:
+            if len(starts) < 2:  # before each of the first two reads, retention moves the log start on
+                _send(log, 300 + 100 * len(starts), 100)
+                log.apply_retention()
+                starts.append(int(plog.log_start_offset))
+                assert offset < starts[-1]
+            return read_raw(offset, max_bytes)
+
+        plog.read_raw = overtaken
+        try:
+            got = [r.offset for r in _records(consumer, "poll")]
+        finally:
+            del plog.read_raw
+        assert len(starts) == 2 and starts[0] < starts[1]
+        assert got == list(range(starts[1], plog.log_end_offset))
+        consumer.close()
