@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -280,3 +281,53 @@ def test_stream_table_join_matches_a_model() -> None:
     assert driver.read_key_values("names") == names
     assert driver.read_key_values("by-referrer") == referred
     assert driver.topology.subtopology_of("users") is driver.topology.subtopology_of("orders")
+
+
+def test_table_operations_and_table_table_joins_match_a_model() -> None:
+    app = App(None, "tables")
+    users = app.table("users", name="users")
+    plans = app.table("plans", name="plans")
+    adults = users.filter(lambda k, u: u["age"] >= 18).map_values(lambda u: u["name"])
+    adults.join(plans, lambda name, plan: f"{name}:{plan}").to_stream().to("inner")
+    adults.left_join(plans, lambda name, plan: f"{name}:{plan}").to_stream().to("left")
+    orders = app.stream("orders")
+    orders.join(adults.join(plans, lambda n, p: [n, p]), lambda o, np_: [o, *np_]).to("orders-joined")
+    driver = TestDriver(app)
+    rng = random.Random(11)
+    u: dict[str, dict[str, Any]] = {}
+    p: dict[str, str] = {}
+    expect: dict[str, list[tuple[str, Any]]] = {"inner": [], "left": [], "orders-joined": []}
+
+    def adult(k: str) -> str | None:
+        return u[k]["name"] if k in u and u[k]["age"] >= 18 else None
+
+    for i in range(400):
+        k = f"k{rng.randrange(5)}"
+        what = rng.random()
+        if what < 0.35:
+            value = None if rng.random() < 0.2 else {"name": f"n{i}", "age": rng.randrange(10, 30)}
+            driver.pipe("users", value, key=k)
+            if value is None:
+                u.pop(k, None)
+            else:
+                u[k] = value
+            a = adult(k)
+            expect["inner"].append((k, f"{a}:{p[k]}" if a is not None and k in p else None))
+            expect["left"].append((k, f"{a}:{p.get(k)}" if a is not None else None))
+        elif what < 0.7:
+            plan = None if rng.random() < 0.2 else f"plan{i}"
+            driver.pipe("plans", plan, key=k)
+            if plan is None:
+                p.pop(k, None)
+            else:
+                p[k] = plan
+            a = adult(k)
+            expect["inner"].append((k, f"{a}:{p[k]}" if a is not None and k in p else None))
+            expect["left"].append((k, f"{a}:{p.get(k)}" if a is not None else None))
+        else:
+            driver.pipe("orders", i, key=k)
+            a = adult(k)
+            if a is not None and k in p:
+                expect["orders-joined"].append((k, [i, a, p[k]]))
+    for topic, records in expect.items():
+        assert driver.read_key_values(topic) == records, topic

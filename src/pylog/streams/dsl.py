@@ -17,6 +17,7 @@ from pylog.streams.nodes import (
     BranchNode,
     FilterNode,
     FlatMapNode,
+    Getter,
     MapNode,
     MapValuesNode,
     Node,
@@ -25,6 +26,8 @@ from pylog.streams.nodes import (
     SessionAggregateNode,
     SinkNode,
     StreamTableJoinNode,
+    TableJoinNode,
+    TableViewNode,
     WindowAggregateNode,
 )
 from pylog.streams.processor import ProcessNode, Processor
@@ -157,7 +160,7 @@ class Stream:
             raise ConfigError("join() with a windowed table is not supported")
         builder = self.app.builder
         name = builder.name("join")
-        node = StreamTableJoinNode(name, table.name, joiner, left)
+        node = StreamTableJoinNode(name, table.getter, joiner, left)
         parent = builder.repartition(self.node, name) if self.key_changed else self.node
         builder.check_open()
         parent.children.append(node)
@@ -337,14 +340,84 @@ class SessionWindowedStream:
 
 
 class Table:
-    """A table (Kafka's ``KTable``): the latest value per key, held in the store ``name``. Its changes, as a
-    stream, are :meth:`to_stream`; the store is read with ``app.store(name)`` or the test driver."""
+    """A table (Kafka's ``KTable``): the latest value per key. A table read from a topic or made by an
+    aggregation is held in the store ``name`` (read with ``app.query``, ``app.store`` or the test driver); a
+    table derived from others (:meth:`filter`, :meth:`map_values`, :meth:`join`) has no store of its own
+    (``name`` None): its value for a key is computed from theirs. Its changes, as a stream, are
+    :meth:`to_stream`."""
 
-    def __init__(self, app: App, node: Node, name: str, *, windowed: bool = False) -> None:
+    def __init__(
+        self, app: App, node: Node, name: str | None, *, windowed: bool = False, getter: Getter | None = None
+    ) -> None:
         self.app = app
         self.node = node
         self.name = name
         self.windowed = windowed
+        if getter is None:
+            store = name
+
+            def getter(ctx: Any, key: Any) -> Any:
+                return ctx.stores[store].get(key)
+
+        self.getter: Getter = getter
+
+    def _derived(self, fn: Callable[[Any, Any], Any], kind: str) -> Table:
+        if self.windowed:
+            raise ConfigError(f"{kind}() of a windowed table is not supported")
+        node = TableViewNode(self.app.builder.name(kind), fn)
+        self.app.builder.check_open()
+        self.node.children.append(node)
+        parent = self.getter
+
+        def getter(ctx: Any, key: Any) -> Any:
+            value = parent(ctx, key)
+            return None if value is None else fn(key, value)
+
+        return Table(self.app, node, None, getter=getter)
+
+    def filter(self, predicate: Callable[[Any, Any], bool]) -> Table:
+        """The rows for which ``predicate(key, value)`` is true; a row that stops matching is deleted."""
+        return self._derived(lambda k, v: v if predicate(k, v) else None, "table-filter")
+
+    def map_values(self, fn: Callable[[Any], Any]) -> Table:
+        """Each row's value through ``fn(value)`` (None deletes the row)."""
+        return self._derived(lambda k, v: fn(v), "table-map-values")
+
+    def join(self, other: Table, joiner: Callable[[Any, Any], Any], *, left: bool = False) -> Table:
+        """Kafka's KTable-KTable join: the table of ``joiner(value, other_value)`` for the keys in both (with
+        ``left``, every key of this table, ``other_value`` None when it is not in ``other``), updated when
+        either side changes (a key that no longer joins is deleted). Both must be co-partitioned."""
+        if not isinstance(other, Table) or other.app is not self.app:
+            raise ConfigError("join() takes a Table of the same App")
+        if self.windowed or other.windowed:
+            raise ConfigError("join() of windowed tables is not supported")
+        builder = self.app.builder
+        builder.check_open()
+        out = Node(builder.name("table-join"))
+        left_node = TableJoinNode(
+            builder.name("table-join-left"), other.getter, joiner, is_left=True, outer=left
+        )
+        right_node = TableJoinNode(
+            builder.name("table-join-right"), self.getter, joiner, is_left=False, outer=left
+        )
+        for side, node, looked_up in ((self, left_node, other), (other, right_node, self)):
+            side.node.children.append(node)
+            looked_up.node.lookups.append(node)
+            node.children.append(out)
+        mine, theirs = self.getter, other.getter
+
+        def getter(ctx: Any, key: Any) -> Any:
+            lv = mine(ctx, key)
+            if lv is None:
+                return None
+            rv = theirs(ctx, key)
+            return joiner(lv, rv) if rv is not None or left else None
+
+        return Table(self.app, out, None, getter=getter)
+
+    def left_join(self, other: Table, joiner: Callable[[Any, Any], Any]) -> Table:
+        """:meth:`join` with ``left=True``."""
+        return self.join(other, joiner, left=True)
 
     def to_stream(self) -> Stream:
         """The table's changelog stream: ``(key, new_value)`` for every update (None for a deletion); keys of

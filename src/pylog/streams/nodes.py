@@ -27,11 +27,14 @@ __all__ = [
     "SinkNode",
     "SourceNode",
     "StreamTableJoinNode",
+    "TableJoinNode",
     "TableSourceNode",
+    "TableViewNode",
     "WindowAggregateNode",
 ]
 
 Aggregator = Callable[[Any, Any, Any], Any]  # (key, value, aggregate or MISSING) -> new aggregate
+Getter = Callable[["Context", Any], Any]  # a table's current value of a key in a task (None: absent)
 
 
 class Context(Protocol):
@@ -316,9 +319,9 @@ class StreamTableJoinNode(Node):
     ``left``: also when the key is not in the table (``table_value`` None). Records with a None key or value
     are skipped, as in Kafka Streams."""
 
-    def __init__(self, name: str, store: str, joiner: Callable[[Any, Any], Any], left: bool) -> None:
+    def __init__(self, name: str, getter: Getter, joiner: Callable[[Any, Any], Any], left: bool) -> None:
         super().__init__(name)
-        self.store = store
+        self.getter = getter
         self.joiner = joiner
         self.left = left
 
@@ -326,10 +329,47 @@ class StreamTableJoinNode(Node):
         if key is None or value is None:
             ctx.count("dropped-records")
             return
-        other = ctx.store(self.store).get(key)
+        other = self.getter(ctx, key)
         if other is None and not self.left:
             return
         self.forward(ctx, key, self.joiner(value, other), timestamp)
+
+
+class TableViewNode(Node):
+    """A table derived from another (``filter``, ``map_values``): each change ``(key, value)`` is forwarded as
+    ``(key, fn(key, value))``, a deletion (None) as a deletion; ``fn`` returns None to drop the key."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        self.forward(ctx, key, None if value is None else self.fn(key, value), timestamp)
+
+
+class TableJoinNode(Node):
+    """One side of a table-table join: a change on this side looks the key up on the other side
+    (``other``) and forwards ``(key, joiner(left_value, right_value))``, or a deletion when the join has no
+    result (inner: either side missing; left: the left side missing)."""
+
+    def __init__(
+        self, name: str, other: Getter, joiner: Callable[[Any, Any], Any], *, is_left: bool, outer: bool
+    ) -> None:
+        super().__init__(name)
+        self.other = other
+        self.joiner = joiner
+        self.is_left = is_left
+        self.outer = outer
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            return
+        other = self.other(ctx, key)
+        lv, rv = (value, other) if self.is_left else (other, value)
+        joined = None
+        if lv is not None and (rv is not None or self.outer):
+            joined = self.joiner(lv, rv)
+        self.forward(ctx, key, joined, timestamp)
 
 
 class SessionAggregateNode(Node):
