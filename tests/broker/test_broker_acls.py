@@ -16,6 +16,15 @@ import confluent_kafka.admin
 import kafka.errors
 import pytest
 from kafka import KafkaConsumer
+from kafka.admin import (
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    KafkaAdminClient,
+    ResourcePatternFilter,
+    ResourceType,
+)
 from kafka.structs import TopicPartition as KTP
 from kafka_support import WAIT_S, wait_until
 
@@ -24,6 +33,14 @@ from pylog.broker.acls import Acl, AclStore, Authorizer
 from pylog.broker.broker import Broker
 from pylog.broker.credentials import CredentialStore
 from pylog.errors import ConfigError
+
+ANY_ACL = ACLFilter(
+    principal=None,
+    host="*",
+    operation=ACLOperation.ANY,
+    permission_type=ACLPermissionType.ANY,
+    resource_pattern=ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+)
 
 
 def acl(
@@ -293,3 +310,81 @@ def test_deny_wins(secured: Broker) -> None:
     assert [e.code() if e else None for e in errors] == [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]
     assert deliver(sasl(secured, "bob"), "orders", [b"y"]) == [None]  # User:* allows bob now
     assert embedded(secured.log, "orders") == [b"y"]
+
+
+def test_acls_through_kafka_admin_clients(secured: Broker) -> None:
+    """CreateAcls, DescribeAcls, DeleteAcls from confluent-kafka's AdminClient: a super user grants, lists and
+    revokes; others may not (CLUSTER_AUTHORIZATION_FAILED)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = ck.admin.AdminClient(sasl(secured, "admin"))
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "pay",
+        ResourcePatternType.PREFIXED,
+        "User:bob",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    for future in admin.create_acls([binding]).values():
+        future.result(WAIT_S)
+    assert acl("User:bob", "WRITE", "TOPIC", "pay", pattern="PREFIXED") in AclStore(secured.log.path).acls()
+    secured.log.create_topic("payments")
+    assert deliver(sasl(secured, "bob"), "payments", [b"p"]) == [None]
+
+    every_topic_acl = AclBindingFilter(
+        ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    listed = admin.describe_acls(every_topic_acl).result(WAIT_S)
+    assert {(b.name, b.principal, b.operation) for b in listed} == {
+        ("orders", "User:alice", AclOperation.WRITE),
+        ("orders", "User:alice", AclOperation.READ),
+        ("orders", "User:bob", AclOperation.READ),
+        ("pay", "User:bob", AclOperation.WRITE),
+    }
+    applying = AclBindingFilter(
+        ResourceType.TOPIC,
+        "payments",
+        ResourcePatternType.MATCH,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert [b.name for b in admin.describe_acls(applying).result(WAIT_S)] == ["pay"]
+
+    # others may not (kafka-python reports the error; confluent-kafka's describe_acls drops it)
+    bob_admin = KafkaAdminClient(
+        bootstrap_servers=secured.bootstrap_servers,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username="bob",
+        sasl_plain_password="bob-pw",
+    )
+    try:
+        with pytest.raises(kafka.errors.ClusterAuthorizationFailedError):
+            bob_admin.describe_acls(ANY_ACL)
+    finally:
+        bob_admin.close()
+
+    deleted = [b for f in admin.delete_acls([applying]).values() for b in f.result(WAIT_S)]
+    assert [(b.name, b.principal) for b in deleted] == [("pay", "User:bob")]
+    errors = deliver(sasl(secured, "bob"), "payments", [b"q"])
+    assert [e.code() if e else None for e in errors] == [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_acl_apis_without_authentication_are_security_disabled(broker: Broker) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        with pytest.raises(kafka.errors.SecurityDisabledError):
+            admin.describe_acls(ANY_ACL)
+    finally:
+        admin.close()

@@ -4,6 +4,7 @@ clients on a TLS port) write nothing; a broker that authenticates nobody stays o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import socket
 import struct
@@ -12,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
-import kafka.errors
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 from kafka_support import WAIT_S, wait_until
 from kio_client import RawClient
 from tls_support import Pki, make_pki
@@ -132,25 +132,16 @@ def test_wrong_password_is_an_authentication_failure_and_writes_nothing(
 ) -> None:
     caplog.set_level(logging.INFO, "pylog.broker")
     with pylog.serve(log_dir, sasl=ALL, super_users="User:alice") as broker:
-        for mechanism in MECHS:
+        for mechanism, user in itertools.product(MECHS, ("alice", "nobody")):  # wrong password, unknown user
             conf = confluent_conf(
                 broker.bootstrap_servers,
                 "SASL_PLAINTEXT",
-                **sasl_conf(mechanism, "alice", "not-her-password"),
+                **sasl_conf(mechanism, user, "not-her-password"),
             )
-            errors = refused_producer(conf, f"stolen-{mechanism}", ck.KafkaError._AUTHENTICATION)
+            errors = refused_producer(conf, f"stolen-{mechanism}-{user}", ck.KafkaError._AUTHENTICATION)
             assert "Authentication failed" in str([e.str() for e in errors])
-        with pytest.raises(kafka.errors.KafkaTimeoutError):  # kafka-python retries until its timeout
-            KafkaProducer(
-                bootstrap_servers=broker.bootstrap_servers,
-                security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism="SCRAM-SHA-512",
-                sasl_plain_username="nobody",
-                sasl_plain_password="guess",
-                bootstrap_timeout_ms=3000,
-            )
         assert broker.log.topics() == []  # not even auto-created
-    assert "not-her-password" not in caplog.text and "guess" not in caplog.text
+    assert "not-her-password" not in caplog.text
     assert "authentication of 'alice'" in caplog.text and "authentication of 'nobody'" in caplog.text
 
 

@@ -25,7 +25,8 @@ what Kafka's broker asks, and answers what Kafka answers:
 | AddOffsetsToTxn | WRITE on the transactional id, READ on the group | 53; 30 |
 | EndTxn | WRITE on the transactional id | 53 |
 | DescribeCluster, ListPartitionReassignments | DESCRIBE on the cluster | 31 |
-| ElectLeaders, AlterPartitionReassignments | ALTER on the cluster | 31 |
+| ElectLeaders, AlterPartitionReassignments, CreateAcls, DeleteAcls | ALTER on the cluster | 31 |
+| DescribeAcls | DESCRIBE on the cluster | 31 |
 | any other API | ALTER on the cluster | 31 |
 
 Every refusal is logged (principal, client address, API, resource), never a record's content.
@@ -534,6 +535,9 @@ _RULES: Final[dict[int, Rule]] = {
     45: _cluster_rule("ALTER"),
     46: _cluster_rule("DESCRIBE"),
     60: _cluster_rule("DESCRIBE"),
+    29: _cluster_rule("DESCRIBE"),  # DescribeAcls
+    30: _cluster_rule("ALTER"),  # CreateAcls
+    31: _cluster_rule("ALTER"),  # DeleteAcls
 }
 
 

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Final, Self
 
+from pylog.broker.acl_api import acl_handlers
 from pylog.broker.acls import AclStore, Authorizer
 from pylog.broker.authorize import make_guard
 from pylog.broker.context import Context, Options
@@ -214,6 +215,7 @@ def _security(
     acls.acls()  # checks the ACL file now, not at the first request
     return Security(
         guard=make_guard(Authorizer(acls, supers)) if authenticates else None,
+        handlers=acl_handlers(acls, authenticates),
         mechanisms=mechanisms,
         credentials=credentials,
         ssl_context=None

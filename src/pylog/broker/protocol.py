@@ -68,6 +68,9 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn
     28: (0, 3),  # TxnOffsetCommit
+    29: (1, 3),  # DescribeAcls
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
     36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -91,6 +91,7 @@ class Security:
     client_auth: bool = False  # clients present certificates signed by the client CA
     guard: Guard | None = None  # the authorizer's entry point (None: every request allowed)
     super_users: frozenset[str] = field(default_factory=frozenset)
+    handlers: Mapping[int, Handler] = field(default_factory=dict)  # APIs served beside the server's
 
     @property
     def authenticates(self) -> bool:
@@ -126,6 +127,7 @@ class Session:
                 "closing the connection from %s: api key %d before SASL authentication", self.peer, key
             )
             raise ApiError(ErrorCode.illegal_sasl_state, "request before authentication")
+        handler = handler or self.security.handlers.get(key)
         if handler is None:
             raise ApiError(ErrorCode.unsupported_version, f"api key {key} is not served")
         guard = self.security.guard
