@@ -225,3 +225,32 @@ def test_undecodable_records_go_to_the_dead_letter_topic_exactly_once(tmp_path: 
         headers = dict(letters[0].headers)
         assert headers["pylog.dlq.topic"] == b"clicks" and headers["pylog.dlq.stage"] == b"deserialization"
         assert metrics["dead-lettered-records"] == 4
+
+
+def test_stream_stream_join_in_the_runtime(tmp_path: Path) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        for name in ("views", "clicks", "joined"):
+            log.create_topic(name, partitions=2)
+        producer = log.producer()
+        t0 = 1_700_000_000_000
+        for i in range(60):  # a view at t, its click 5 s later; view 7 has no click
+            producer.send("views", i, key=f"ad{i % 6}", timestamp_ms=t0 + i * 60_000)
+            if i != 7:
+                producer.send("clicks", i, key=f"ad{i % 6}", timestamp_ms=t0 + i * 60_000 + 5_000)
+        producer.close()
+        app = App(log, "ctr", commit_interval_ms=20)
+        app.stream("views").join(
+            app.stream("clicks"),
+            lambda view, click: [view, click],
+            pylog.streams.JoinWindows(10_000, 3_600_000),
+        ).to("joined")
+        app.start(threads=2)
+        wait_for(lambda: len(committed_records(log, "joined")) >= 59, "the joined records")
+        app.close()
+        assert sorted(r.value for r in committed_records(log, "joined")) == [
+            [i, i] for i in range(60) if i != 7
+        ]
+        assert sorted(t for t in log.topics() if t.startswith("ctr-")) == [
+            "ctr-join-0003-left-changelog",
+            "ctr-join-0003-right-changelog",
+        ]

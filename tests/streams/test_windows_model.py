@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pylog.streams import (
     App,
     HoppingWindows,
+    JoinWindows,
     SessionStore,
     SessionWindows,
     TestDriver,
@@ -18,6 +19,7 @@ from pylog.streams import (
     Windowed,
     WindowStore,
 )
+from pylog.streams.stores import JoinBufferStore
 from pylog.streams.windows import Windows
 
 
@@ -184,3 +186,53 @@ def test_session_windows_match_the_model(
     restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
     assert restored.to_dict() == open_sessions
     assert isinstance(store, SessionStore) and restored.stream_time == store.stream_time
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(st.sampled_from("LR"), st.sampled_from("ab"), st.integers(0, 9), st.integers(0, 600)),
+        min_size=1,
+        max_size=50,
+    ),
+    diff=st.sampled_from([0, 1, 3, 30, 200]),
+    grace=st.sampled_from([0, 1, 10, 100]),
+    coarse=st.sampled_from([1, 30]),
+)
+@example(  # R@50 must outlive stream time 95: L@70, not late (>= 95 - 30), still joins it
+    records=[("L", "a", 0, 80), ("R", "a", 1, 50), ("L", "a", 2, 95), ("L", "a", 3, 70)],
+    diff=30,
+    grace=0,
+    coarse=1,
+)
+def test_stream_stream_join_matches_the_model(
+    records: list[tuple[str, str, int, int]], diff: int, grace: int, coarse: int
+) -> None:
+    records = [(side, k, v, ts // coarse) for side, k, v, ts in records]  # coarse: equal and close times
+    app = App(None, "model")
+    left, right = app.stream("left"), app.stream("right")
+    left.join(right, lambda lv, rv: [lv, rv], JoinWindows(diff, grace), name="j").to("out")
+    driver = TestDriver(app)
+    stream_time = -1
+    seen: list[tuple[str, str, int, int]] = []
+    out: list[tuple[Any, Any, int]] = []
+    late = 0
+    for side, key, value, ts in records:
+        driver.pipe("left" if side == "L" else "right", value, key=key, timestamp_ms=ts)
+        stream_time = max(stream_time, ts)
+        if ts < stream_time - diff - grace:
+            late += 1
+            continue
+        for other_side, k2, v2, t2 in seen:
+            if other_side != side and k2 == key and abs(ts - t2) <= diff:
+                out.append((key, [value, v2] if side == "L" else [v2, value], max(ts, t2)))
+        seen.append((side, key, value, ts))
+    assert [tuple(r) for r in driver.read_output("out")] == out
+    assert driver.metrics().get("late-records", 0) == late
+    for name in ("j-left", "j-right"):  # the buffers come back from their changelogs
+        store = driver.store(name)
+        restored = JoinBufferStore(name, None)
+        changelog = driver._outputs.get(f"model-{name}-changelog", [])
+        restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+        assert restored.to_dict() == store.to_dict()
+        assert isinstance(store, JoinBufferStore) and restored.stream_time == store.stream_time

@@ -20,7 +20,14 @@ from pylog.streams.dsl import GroupedStream, SessionWindowedStream, Stream, Tabl
 from pylog.streams.serde import BYTES, JSON, MSGPACK, STRING, Serde
 from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
 from pylog.streams.topology import TaskId, Topology
-from pylog.streams.windows import WINDOWED, HoppingWindows, SessionWindows, TumblingWindows, Windowed
+from pylog.streams.windows import (
+    WINDOWED,
+    HoppingWindows,
+    JoinWindows,
+    SessionWindows,
+    TumblingWindows,
+    Windowed,
+)
 
 __all__ = [
     "BYTES",
@@ -31,6 +38,7 @@ __all__ = [
     "App",
     "GroupedStream",
     "HoppingWindows",
+    "JoinWindows",
     "KeyValueStore",
     "Serde",
     "SessionStore",

@@ -25,6 +25,7 @@ from pylog.streams.nodes import (
     SelectKeyNode,
     SessionAggregateNode,
     SinkNode,
+    StreamStreamJoinNode,
     StreamTableJoinNode,
     TableJoinNode,
     TableViewNode,
@@ -33,7 +34,7 @@ from pylog.streams.nodes import (
 from pylog.streams.processor import ProcessNode, Processor
 from pylog.streams.serde import MSGPACK, Serde
 from pylog.streams.stores import MISSING
-from pylog.streams.windows import WINDOWED, SessionWindows, Windows
+from pylog.streams.windows import WINDOWED, JoinWindows, SessionWindows, Windows
 
 if TYPE_CHECKING:
     from pylog.streams.app import App
@@ -148,14 +149,30 @@ class Stream:
 
     # -- joins ------------------------------------------------------------------------------------------
 
-    def join(self, table: Table, joiner: Callable[[Any, Any], Any], *, left: bool = False) -> Stream:
+    def join(
+        self,
+        table: Table | Stream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows | None = None,
+        *,
+        left: bool = False,
+        name: str | None = None,
+    ) -> Stream:
         """Join each record with ``table``'s current value for its key (Kafka's KStream-KTable join):
         ``joiner(value, table_value)``; a record whose key is not in the table is dropped, or joined with
         None when ``left``. Only stream records trigger a join; a table update does not. The stream and the
         table's source must be co-partitioned (same partition count, same keys in the same partitions); a
-        stream whose key may have changed goes through a repartition topic first."""
+        stream whose key may have changed goes through a repartition topic first.
+
+        With another :class:`Stream` and ``windows`` (:class:`~pylog.streams.windows.JoinWindows`): Kafka's
+        KStream-KStream inner join, ``joiner(value, other_value)`` for every pair of records with the same key
+        and event times at most ``time_difference`` apart (see
+        :class:`~pylog.streams.nodes.StreamStreamJoinNode`); each side's recent records are kept in the stores
+        ``<name>-left`` and ``<name>-right``, logged to changelogs."""
+        if isinstance(table, Stream):
+            return self._join_stream(table, joiner, windows, left, name)
         if not isinstance(table, Table) or table.app is not self.app:
-            raise ConfigError("join() takes a Table of the same App")
+            raise ConfigError("join() takes a Table or a Stream of the same App")
         if table.windowed:
             raise ConfigError("join() with a windowed table is not supported")
         builder = self.app.builder
@@ -166,6 +183,43 @@ class Stream:
         parent.children.append(node)
         table.node.lookups.append(node)
         return Stream(self.app, node)
+
+    def _join_stream(
+        self,
+        other: Stream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows | None,
+        left: bool,
+        name: str | None,
+    ) -> Stream:
+        if other.app is not self.app:
+            raise ConfigError("join() takes a Stream of the same App")
+        if not isinstance(windows, JoinWindows):
+            raise ConfigError("a stream-stream join needs windows=JoinWindows(time_difference, grace)")
+        if left:
+            raise ConfigError("left stream-stream joins are not supported yet (inner joins only)")
+        builder = self.app.builder
+        base = builder.store_name(name, "join")
+        stores = (builder.store_name(f"{base}-left", "join"), builder.store_name(f"{base}-right", "join"))
+        nodes = (
+            StreamStreamJoinNode(
+                builder.name("join-left"), stores[0], stores[1], windows, joiner, is_left=True
+            ),
+            StreamStreamJoinNode(
+                builder.name("join-right"), stores[1], stores[0], windows, joiner, is_left=False
+            ),
+        )
+        out = Node(builder.name("join-merge"))
+        for side, node, store, suffix in (
+            (self, nodes[0], stores[0], "left"),
+            (other, nodes[1], stores[1], "right"),
+        ):
+            parent = builder.repartition(side.node, f"{base}-{suffix}") if side.key_changed else side.node
+            parent.children.append(node)
+            node.children.append(out)
+            builder.add_store(store, node, windowed=windows)
+        nodes[0].lookups.append(nodes[1])  # one task holds both buffers
+        return Stream(self.app, out)
 
     def left_join(self, table: Table, joiner: Callable[[Any, Any], Any]) -> Stream:
         """:meth:`join` with ``left=True``: records whose key is not in the table are joined with None."""

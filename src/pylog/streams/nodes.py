@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from pylog.errors import DeserializationError
 from pylog.streams.serde import MSGPACK, Serde
-from pylog.streams.stores import MISSING, KeyValueStore, SessionStore, WindowStore
-from pylog.streams.windows import SessionWindows, Windowed, Windows
+from pylog.streams.stores import MISSING, JoinBufferStore, KeyValueStore, SessionStore, WindowStore
+from pylog.streams.windows import JoinWindows, SessionWindows, Windowed, Windows
 
 __all__ = [
     "AggregateNode",
@@ -26,6 +26,7 @@ __all__ = [
     "SessionAggregateNode",
     "SinkNode",
     "SourceNode",
+    "StreamStreamJoinNode",
     "StreamTableJoinNode",
     "TableJoinNode",
     "TableSourceNode",
@@ -432,3 +433,48 @@ class SessionAggregateNode(Node):
         for k, s, (agg, e) in store.closing(close_before):
             if self.emit == "final":
                 self.forward(ctx, Windowed(k, s, e), agg, e)
+
+
+class StreamStreamJoinNode(Node):
+    """One side of a stream-stream join (Kafka's KStream-KStream inner join): each record is kept in this side's
+    buffer and joined with every record of the other side's buffer with the same key and an event time within
+    ``time_difference``, in their arrival order; the result, ``joiner(left_value, right_value)``, is stamped
+    with the later of the two times. Both sides share the join's stream time (the later of their buffers'); a
+    record more than ``time_difference + grace`` behind it is late (counted, not joined); records that can no
+    longer join anything are dropped from the buffers."""
+
+    def __init__(
+        self,
+        name: str,
+        mine: str,
+        theirs: str,
+        windows: JoinWindows,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        is_left: bool,
+    ) -> None:
+        super().__init__(name)
+        self.mine = mine
+        self.theirs = theirs
+        self.windows = windows
+        self.joiner = joiner
+        self.is_left = is_left
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or value is None:
+            ctx.count("dropped-records")
+            return
+        mine: JoinBufferStore = ctx.stores[self.mine]  # type: ignore[assignment]
+        theirs: JoinBufferStore = ctx.stores[self.theirs]  # type: ignore[assignment]
+        diff, grace = self.windows.time_difference_ms, self.windows.grace_ms
+        stream_time = max(mine.advance(timestamp), theirs.stream_time)
+        if timestamp < stream_time - diff - grace:
+            ctx.count("late-records")
+            return
+        mine.add(key, timestamp, value)
+        for ts, other in theirs.matches(key, timestamp - diff, timestamp + diff):
+            joined = self.joiner(value, other) if self.is_left else self.joiner(other, value)
+            self.forward(ctx, key, joined, max(timestamp, ts))
+        horizon = stream_time - 2 * diff - grace  # a record older than this cannot meet a record not late
+        mine.purge(horizon)
+        theirs.purge(horizon)

@@ -24,7 +24,7 @@ from typing import Any
 
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY
 
-__all__ = ["KeyValueStore", "SessionStore", "WindowStore", "decode_key", "encode_key"]
+__all__ = ["JoinBufferStore", "KeyValueStore", "SessionStore", "WindowStore", "decode_key", "encode_key"]
 
 _MISSING: Any = object()
 MISSING: Any = object()  # what an aggregator is given for a key or window without an aggregate yet
@@ -374,4 +374,77 @@ class SessionStore(KeyValueStore):
             self.delete(key)
 
     def _restored(self) -> None:
+        self._time_dirty = False
+
+
+class JoinBufferStore(KeyValueStore):
+    """One side of a stream-stream join: its recent records ``(key, timestamp, seq) -> value`` (``seq`` orders
+    records of one key and time), the join's stream time, and per key the records in arrival order."""
+
+    def __init__(self, name: str, changelog: str | None) -> None:
+        super().__init__(name, changelog)
+        self.stream_time = -1
+        self._time_dirty = False
+        self._by_key: dict[Any, list[tuple[int, int]]] = {}  # key -> [(seq, timestamp)] in arrival order
+        self._times: list[tuple[int, int, Any]] = []  # heap of (timestamp, seq, key): what to purge first
+        self._next_seq = 0
+
+    def advance(self, timestamp: int) -> int:
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+            self._time_dirty = True
+        return self.stream_time
+
+    def add(self, key: Any, timestamp: int, value: Any) -> None:
+        seq = self._next_seq
+        self._next_seq += 1
+        self.put((key, timestamp, seq), value)
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is not None and key not in self._data:
+            self._by_key.setdefault(key[0], []).append((key[2], key[1]))
+            heapq.heappush(self._times, (key[1], key[2], key[0]))
+            self._next_seq = max(self._next_seq, key[2] + 1)
+        super().put(key, value)
+
+    def matches(self, key: Any, low: int, high: int) -> list[tuple[int, Any]]:
+        """``(timestamp, value)`` of ``key``'s records with ``low <= timestamp <= high``, in arrival order."""
+        return [
+            (ts, self._data[(key, ts, seq)])
+            for seq, ts in self._by_key.get(key, ())
+            if low <= ts <= high and (key, ts, seq) in self._data
+        ]
+
+    def purge(self, before: int) -> None:
+        """Forget the records older than ``before`` (no later record can join them)."""
+        times = self._times
+        while times and times[0][0] < before:
+            ts, seq, key = heapq.heappop(times)
+            if (key, ts, seq) in self._data:
+                self.delete((key, ts, seq))
+            entries = self._by_key.get(key)
+            if entries is not None:
+                entries.remove((seq, ts))
+                if not entries:
+                    del self._by_key[key]
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        out = super().take_changes()
+        if self._time_dirty:
+            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
+            self._time_dirty = False
+        return out
+
+    def _load(self, key: Any, value: Any) -> None:
+        if key == STREAM_TIME_KEY:
+            self.stream_time = max(self.stream_time, int(value))
+            return
+        self.put(key, value)
+
+    def _forget(self, key: Any) -> None:
+        self._data.pop(key, None)
+
+    def _restored(self) -> None:
+        for key in self._by_key:
+            self._by_key[key].sort()
         self._time_dirty = False

@@ -20,7 +20,7 @@ from typing import Any
 from pylog.errors import ConfigError
 from pylog.streams.nodes import Node, SinkNode, SourceNode
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
-from pylog.streams.windows import SessionWindows, Windows
+from pylog.streams.windows import JoinWindows, SessionWindows, Windows
 
 __all__ = ["Builder", "StoreSpec", "SubTopology", "TaskId", "Topology"]
 
@@ -42,7 +42,7 @@ class TaskId:
 class StoreSpec:
     name: str
     node: Node
-    windows: Windows | SessionWindows | None
+    windows: Windows | SessionWindows | JoinWindows | None
     changelog: str
     subtopology: int = -1
 
@@ -96,7 +96,9 @@ class Builder:
             raise ConfigError(f"store {name!r} already exists in this App")
         return name
 
-    def add_store(self, name: str, node: Node, windowed: Windows | SessionWindows | None) -> None:
+    def add_store(
+        self, name: str, node: Node, windowed: Windows | SessionWindows | JoinWindows | None
+    ) -> None:
         self.stores[name] = StoreSpec(name, node, windowed, f"{self.application_id}-{name}-changelog")
 
     def add_sink(self, sink: SinkNode) -> None:

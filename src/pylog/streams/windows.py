@@ -25,7 +25,16 @@ from typing import Any, NamedTuple
 from pylog.errors import ConfigError
 from pylog.streams.serde import MSGPACK_KEY, Serde
 
-__all__ = ["WINDOWED", "HoppingWindows", "SessionWindows", "TumblingWindows", "Windowed", "Windows", "to_ms"]
+__all__ = [
+    "WINDOWED",
+    "HoppingWindows",
+    "JoinWindows",
+    "SessionWindows",
+    "TumblingWindows",
+    "Windowed",
+    "Windows",
+    "to_ms",
+]
 
 
 class Windowed(NamedTuple):
@@ -116,3 +125,20 @@ class SessionWindows:
 
     def __repr__(self) -> str:
         return f"SessionWindows(gap={self.gap_ms}, grace={self.grace_ms})"
+
+
+@dataclass(frozen=True, init=False)
+class JoinWindows:
+    """How close in event time two records of a stream-stream join must be: ``|t1 - t2| <= time_difference``
+    (Kafka's ``JoinWindows.ofTimeDifferenceAndGrace``). A record more than ``time_difference + grace`` behind
+    the join's stream time is late."""
+
+    time_difference_ms: int
+    grace_ms: int
+
+    def __init__(self, time_difference: int | timedelta, grace: int | timedelta = 0) -> None:
+        object.__setattr__(self, "time_difference_ms", to_ms("time_difference", time_difference))
+        object.__setattr__(self, "grace_ms", to_ms("grace", grace))
+
+    def __repr__(self) -> str:
+        return f"JoinWindows(time_difference={self.time_difference_ms}, grace={self.grace_ms})"
