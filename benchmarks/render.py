@@ -36,6 +36,7 @@ GROUPS = {
     "scale": "Scale: many partitions, reopen after an unclean shutdown",
     "groups": "Consumer groups at scale (settle, move, steady poll and commit, cooperative pause)",
     "assignors": "Partition assignors at the size of Kafka's large-assignment tests (a million partitions)",
+    "streams": "Stream processing: a keyed one-minute window count (10,000 keys), restore of a store",
     "spark": "Spark scans",
     "spark-typed": "Spark scans of decoded values (msgpack maps to typed columns)",
 }

@@ -109,6 +109,7 @@ def _load_all() -> None:
         scale,
         spark,
         stores,
+        streams_cases,
         tiered_read,
         tiered_upload,
         translate,
