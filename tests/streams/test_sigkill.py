@@ -22,7 +22,7 @@ from pylog.streams import App
 from pylog.streams.sqlite import SqliteStore
 from pylog.streams.stores import decode_key
 
-INPUT = 3000
+INPUT = 2000
 KILLS = 5
 CHUNK = INPUT // (KILLS + 1)
 
