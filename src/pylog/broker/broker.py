@@ -34,6 +34,7 @@ from pylog.broker.acls import AclStore, Authorizer
 from pylog.broker.authorize import make_guard
 from pylog.broker.context import Context, Options
 from pylog.broker.credentials import CredentialStore
+from pylog.broker.limits import UNLIMITED, ConnectionLimits
 from pylog.broker.security import Security, parse_mechanisms, tls_context
 from pylog.broker.server import Server
 from pylog.broker.waiting import FetchWaiters
@@ -99,9 +100,13 @@ class Broker:
         tls_key: str | None = None,
         tls_client_ca: str | None = None,
         super_users: str | list[str] | tuple[str, ...] | None = None,
+        max_connections: int = UNLIMITED,
+        max_connections_per_ip: int = UNLIMITED,
+        connections_max_idle_ms: int = 600_000,
         owns_log: bool = False,
     ) -> None:
-        security = _security(log.path, sasl, tls_cert, tls_key, tls_client_ca, super_users)
+        limits = ConnectionLimits(max_connections, max_connections_per_ip, connections_max_idle_ms)
+        security = _security(log.path, sasl, tls_cert, tls_key, tls_client_ca, super_users, limits)
         host, port = check_listen(listen, allow_anonymous, security.authenticates)
         if type(num_partitions) is not int or num_partitions < 1:
             raise ConfigError(f"num_partitions must be a positive int, got {num_partitions!r}")
@@ -192,6 +197,7 @@ def _security(
     tls_key: str | None,
     tls_client_ca: str | None,
     super_users: str | list[str] | tuple[str, ...] | None,
+    limits: ConnectionLimits,
 ) -> Security:
     mechanisms = parse_mechanisms(sasl)
     if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
@@ -216,6 +222,7 @@ def _security(
     return Security(
         guard=make_guard(Authorizer(acls, supers)) if authenticates else None,
         handlers=acl_handlers(acls, authenticates),
+        limits=limits,
         mechanisms=mechanisms,
         credentials=credentials,
         ssl_context=None
@@ -248,7 +255,8 @@ def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0"
     ``options``: ``advertise`` (``HOST:PORT`` put in metadata), ``auto_create_topics`` (True),
     ``num_partitions`` (1, for auto-created topics), ``allow_anonymous`` (False: only loopback addresses
     unless clients authenticate), ``max_request_bytes`` (100 MiB), ``sasl`` (``"SCRAM-SHA-256,PLAIN"``),
-    ``tls_cert``, ``tls_key``, ``tls_client_ca`` (PEM files), ``super_users`` (``"User:admin,User:ops"``)."""
+    ``tls_cert``, ``tls_key``, ``tls_client_ca`` (PEM files), ``super_users`` (``"User:admin,User:ops"``),
+    ``max_connections``, ``max_connections_per_ip`` (unlimited), ``connections_max_idle_ms`` (600000)."""
     if isinstance(path_or_log, Log):
         return Broker(path_or_log, listen=listen, **options)
     authenticates = bool(options.get("sasl")) or options.get("tls_client_ca") is not None

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pylog.broker.credentials import MECHANISMS, CredentialStore
+from pylog.broker.limits import ConnectionLimits
 from pylog.broker.protocol import ApiError, ErrorCode, Request
 from pylog.broker.sasl import AuthenticationFailed, Mechanism, PlainServer, ScramServer
 from pylog.errors import ConfigError
@@ -92,6 +93,7 @@ class Security:
     guard: Guard | None = None  # the authorizer's entry point (None: every request allowed)
     super_users: frozenset[str] = field(default_factory=frozenset)
     handlers: Mapping[int, Handler] = field(default_factory=dict)  # APIs served beside the server's
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     @property
     def authenticates(self) -> bool:

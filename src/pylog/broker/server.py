@@ -142,6 +142,11 @@ class Server:
         self._connections[task] = False
         peer = writer.get_extra_info("peername")
         session = self._security.session(peer, writer.get_extra_info("peercert"))
+        limits = self._security.limits
+        if not limits.admit(session.host):  # over max_connections or max_connections_per_ip
+            self._connections.pop(task, None)
+            writer.close()
+            return
         try:
             await self._serve(reader, writer, peer, session)
         except asyncio.CancelledError:
@@ -151,6 +156,7 @@ class Server:
         except Exception:
             _log.exception("connection from %s failed", peer)
         finally:
+            limits.release(session.host)
             self._connections.pop(task, None)
             writer.close()
 
@@ -159,9 +165,14 @@ class Server:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
+        loop = asyncio.get_running_loop()
         while not self._stopping:
             limit = self.ctx.options.max_request_bytes if session.authenticated else _SASL_MAX_BYTES
-            head = await reader.readexactly(4)
+            idle = loop.call_later(self._security.limits.idle_s, _close_idle, writer, peer)
+            try:
+                head = await reader.readexactly(4)
+            finally:
+                idle.cancel()
             size = int.from_bytes(head, "big", signed=True)
             if size < 0 or size > limit:
                 _log.warning(
@@ -206,3 +217,9 @@ class Server:
         if data is None:
             return None
         return encode_response(request, data)
+
+
+def _close_idle(writer: asyncio.StreamWriter, peer: Any) -> None:
+    """connections.max.idle.ms passed without a request: close (the read waiting for one then ends)."""
+    _log.info("closing the connection from %s: idle longer than connections_max_idle_ms", peer)
+    writer.close()

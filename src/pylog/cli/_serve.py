@@ -89,6 +89,27 @@ def register(sub: Subparsers, parents: Parents) -> None:
         metavar="User:A,User:B",
         help="principals allowed everything, whatever the ACLs say",
     )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=2**31 - 1,
+        metavar="N",
+        help="connections at once (max.connections)",
+    )
+    p.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        default=2**31 - 1,
+        metavar="N",
+        help="connections at once from one address (max.connections.per.ip)",
+    )
+    p.add_argument(
+        "--connections-max-idle-ms",
+        type=int,
+        default=600_000,
+        metavar="MS",
+        help="close a connection idle that long between requests (connections.max.idle.ms, 600000)",
+    )
     p.set_defaults(func=serve)
 
 
@@ -112,6 +133,9 @@ def serve(args: argparse.Namespace) -> int:
             tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca,
             super_users=args.super_users,
+            max_connections=args.max_connections,
+            max_connections_per_ip=args.max_connections_per_ip,
+            connections_max_idle_ms=args.connections_max_idle_ms,
         ) as broker:
             sys.stdout.write(broker.bootstrap_servers + "\n")
             sys.stdout.flush()

@@ -1,0 +1,91 @@
+"""Connection limits: max_connections, max_connections_per_ip and connections_max_idle_ms, seen from raw
+sockets; the broker keeps serving the others."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+from kafka_support import WAIT_S
+
+import pylog
+from pylog.errors import ConfigError
+
+
+def api_versions(sock: socket.socket, correlation: int = 1) -> int:
+    """Send ApiVersions v0; the correlation id of the answer (ConnectionError if the broker closed)."""
+    payload = struct.pack(">hhih", 18, 0, correlation, 1) + b"t"
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+    head = _read(sock, 8)
+    _read(sock, struct.unpack(">i", head[:4])[0] - 4)
+    return int(struct.unpack(">i", head[4:])[0])
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        buf += chunk
+    return buf
+
+
+def closed(sock: socket.socket) -> bool:
+    """The broker closed ``sock`` (waits up to WAIT_S for it)."""
+    sock.settimeout(WAIT_S)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_connections_per_address_and_in_total(log_dir: Path) -> None:
+    with pylog.serve(log_dir, max_connections_per_ip=2) as broker:
+        address = (broker.host, broker.port)
+        first, second = socket.create_connection(address), socket.create_connection(address)
+        assert api_versions(first) == 1 and api_versions(second) == 1
+        third = socket.create_connection(address)
+        assert closed(third)  # over the limit: closed before anything is read
+        first.close()
+        for _ in range(100):  # the broker sees the close, then admits a new connection
+            fourth = socket.create_connection(address)
+            try:
+                assert api_versions(fourth, 4) == 4
+                break
+            except ConnectionError:
+                fourth.close()
+        else:
+            pytest.fail("no connection admitted after one was closed")
+        assert api_versions(second, 2) == 2  # the others were served throughout
+        for s in (second, third, fourth):
+            s.close()
+    with (
+        pylog.serve(log_dir, max_connections=1) as broker,
+        socket.create_connection((broker.host, broker.port)) as one,
+    ):
+        assert api_versions(one) == 1
+        with socket.create_connection((broker.host, broker.port)) as two:
+            assert closed(two)
+        assert api_versions(one, 2) == 2
+
+
+def test_idle_connections_are_closed(log_dir: Path) -> None:
+    with pylog.serve(log_dir, connections_max_idle_ms=200) as broker:
+        with socket.create_connection((broker.host, broker.port)) as idle:
+            assert api_versions(idle) == 1
+            assert closed(idle)
+        # a client that reconnects when needed keeps working
+        producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
+        producer.produce("t", value=b"v")
+        assert producer.flush(WAIT_S) == 0
+        del producer
+
+
+def test_limits_are_checked(log_dir: Path) -> None:
+    for bad in ({"max_connections": 0}, {"max_connections_per_ip": -1}, {"connections_max_idle_ms": 0}):
+        with pytest.raises(ConfigError):
+            pylog.serve(log_dir, **bad)
