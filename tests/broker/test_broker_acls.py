@@ -32,6 +32,7 @@ import pylog
 from pylog.broker.acls import Acl, AclStore, Authorizer
 from pylog.broker.broker import Broker
 from pylog.broker.credentials import CredentialStore
+from pylog.cli import main
 from pylog.errors import ConfigError
 
 ANY_ACL = ACLFilter(
@@ -388,3 +389,108 @@ def test_acl_apis_without_authentication_are_security_disabled(broker: Broker) -
             admin.describe_acls(ANY_ACL)
     finally:
         admin.close()
+
+
+def test_acls_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = str(tmp_path / "log")
+    add = [
+        "--dir",
+        d,
+        "acls",
+        "add",
+        "--principal",
+        "User:alice",
+        "--operation",
+        "read",
+        "--operation",
+        "WRITE",
+    ]
+    assert main([*add, "--topic", "orders"]) == 0
+    assert (
+        main(
+            [
+                "--dir",
+                d,
+                "acls",
+                "add",
+                "--principal",
+                "User:*",
+                "--operation",
+                "READ",
+                "--group",
+                "g-",
+                "--prefixed",
+                "--deny",
+                "--host",
+                "10.0.0.9",
+            ]
+        )
+        == 0
+    )
+    assert main([*add, "--topic", "orders"]) == 0  # already there: not added twice
+    capsys.readouterr()
+    assert main(["--dir", d, "acls", "list"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "GROUP:PREFIXED:g- User:* DENY READ from 10.0.0.9",
+        "TOPIC:LITERAL:orders User:alice ALLOW READ from *",
+        "TOPIC:LITERAL:orders User:alice ALLOW WRITE from *",
+    ]
+    assert main(["--dir", d, "--json", "acls", "list", "--topic", "orders", "--operation", "WRITE"]) == 0
+    assert '"operation": "WRITE"' in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "--dir",
+                d,
+                "acls",
+                "remove",
+                "--principal",
+                "User:alice",
+                "--operation",
+                "READ",
+                "--topic",
+                "orders",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "--dir",
+                d,
+                "acls",
+                "remove",
+                "--principal",
+                "User:alice",
+                "--operation",
+                "READ",
+                "--topic",
+                "orders",
+            ]
+        )
+        == 1
+    )
+    assert {a.operation for a in AclStore(d).acls() if a.resource_type == "TOPIC"} == {"WRITE"}
+    assert main(["--dir", d, "acls", "add", "--principal", "alice", "--operation", "READ", "--cluster"]) == 1
+    assert (
+        main(
+            [
+                "--dir",
+                d,
+                "acls",
+                "add",
+                "--principal",
+                "User:a",
+                "--operation",
+                "READ",
+                "--cluster",
+                "--prefixed",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(["--dir", d, "acls", "add", "--principal", "User:a", "--operation", "READ"]) == 2
+    )  # no resource
+    assert "User:NAME" in capsys.readouterr().err

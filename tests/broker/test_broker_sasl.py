@@ -20,6 +20,7 @@ from kio_client import RawClient
 from tls_support import Pki, make_pki
 
 import pylog
+from pylog.broker.acls import Acl, AclStore
 from pylog.broker.credentials import CredentialStore
 from pylog.errors import ConfigError
 
@@ -274,3 +275,40 @@ def test_sasl_handshake_v0_then_bare_tokens(log_dir: Path, users: CredentialStor
             assert client.sock.recv(4) == b""  # a wrong password closes the connection
         finally:
             client.close()
+
+
+def test_certificate_subjects_are_principals_in_acls(
+    log_dir: Path, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "pylog.broker")
+    AclStore(str(log_dir)).add(
+        [Acl("User:CN=alice,O=pylog tests", "*", "WRITE", "ALLOW", "TOPIC", "LITERAL", "certified")]
+    )
+    with pylog.serve(
+        log_dir,
+        tls_cert=str(pki.cert),
+        tls_key=str(pki.key),
+        tls_client_ca=str(pki.ca),
+        auto_create_topics=False,
+    ) as broker:
+        broker.log.create_topic("certified")
+        base = confluent_conf(broker.bootstrap_servers, "SSL", **{"ssl.ca.location": str(pki.ca)})
+        results = {}
+        for name in ("alice", "bob"):
+            cert, key = pki.client(name)
+            conf = {**base, "ssl.certificate.location": str(cert), "ssl.key.location": str(key), "retries": 0}
+            producer = ck.Producer(conf)
+            errors: list[Any] = []
+            producer.produce(
+                "certified",
+                value=name.encode(),
+                on_delivery=lambda err, msg, errors=errors: errors.append(err),
+            )
+            producer.flush(WAIT_S)
+            results[name] = [e.code() if e else None for e in errors]
+            del producer
+        assert results == {"alice": [None], "bob": [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]}
+        assert logged_values(broker.log, "certified") == [b"alice"]
+    assert "opened (User:CN=alice,O=pylog tests)" in caplog.text
+    assert "closed (User:CN=bob,O=pylog tests)" in caplog.text
+    assert "User:CN=bob,O=pylog tests from 127.0.0.1 denied" in caplog.text

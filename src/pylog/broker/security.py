@@ -18,8 +18,9 @@ Principals are Kafka's: ``User:NAME`` after SASL; with TLS client certificates a
 certificate's subject as an RFC 2253 distinguished name (``User:CN=alice,O=Example``: Kafka's default
 ``ssl.principal.mapping.rules``); ``User:ANONYMOUS`` when the broker authenticates nobody.
 
-Logs (logger ``pylog.broker``): one line per authentication (the principal, the mechanism, the client's
-address) and per refusal; never a password, a SASL message or a record.
+Logs (logger ``pylog.broker``): one line (INFO) per connection opened and closed, with its principal, one per
+authentication (the principal, the mechanism, the client's address) and one (WARNING) per refusal; never a
+password, a SASL message or a record.
 
 Thread-safety: a :class:`Session` is used by its connection's task only; :class:`Security` is immutable.
 """
@@ -117,6 +118,12 @@ class Session:
         self._mechanism: Mechanism | None = None
         if security.client_auth and peercert:
             self.principal = "User:" + subject_name(peercert)
+
+    def opened(self) -> None:
+        _log.info("connection from %s opened (%s)", self.peer, self.principal)
+
+    def closed(self) -> None:
+        _log.info("connection from %s closed (%s)", self.peer, self.principal)
 
     async def handle(self, ctx: Context, request: Request, handler: Handler | None) -> dict[str, Any] | None:
         key = request.api_key

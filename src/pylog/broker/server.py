@@ -147,6 +147,7 @@ class Server:
             self._connections.pop(task, None)
             writer.close()
             return
+        session.opened()
         try:
             await self._serve(reader, writer, peer, session)
         except asyncio.CancelledError:
@@ -156,6 +157,7 @@ class Server:
         except Exception:
             _log.exception("connection from %s failed", peer)
         finally:
+            session.closed()
             limits.release(session.host)
             self._connections.pop(task, None)
             writer.close()
