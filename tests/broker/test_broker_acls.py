@@ -494,3 +494,46 @@ def test_acls_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         main(["--dir", d, "acls", "add", "--principal", "User:a", "--operation", "READ"]) == 2
     )  # no resource
     assert "User:NAME" in capsys.readouterr().err
+
+
+def test_scram_users_through_kafka_admin_clients(secured: Broker) -> None:
+    """AlterUserScramCredentials and DescribeUserScramCredentials (KIP-554) from confluent-kafka: a super user
+    creates carol (the client sends a salted password, never the password), carol authenticates and is
+    described, deleting her credential locks her out; bob may not alter users."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = ck.admin.AdminClient(sasl(secured, "admin"))
+    upsert = UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"carol-pw"
+    )
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(WAIT_S)
+    assert CredentialStore(secured.log.path).users()["carol"] == ["SCRAM-SHA-256"]
+    AclStore(secured.log.path).add([acl("User:carol", "WRITE", "TOPIC", "orders")])
+    assert deliver(sasl(secured, "carol"), "orders", [b"c"]) == [None]
+
+    described = admin.describe_user_scram_credentials(["carol"])["carol"].result(WAIT_S)
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 8192)
+    ]
+    everyone = admin.describe_user_scram_credentials().result(WAIT_S)
+    assert sorted(everyone) == ["admin", "alice", "bob", "carol"]
+
+    bob = ck.admin.AdminClient(sasl(secured, "bob"))
+    with pytest.raises(ck.KafkaException) as info:
+        for future in bob.alter_user_scram_credentials([upsert]).values():
+            future.result(WAIT_S)
+    assert info.value.args[0].code() == ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+    deletion = UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)
+    for future in admin.alter_user_scram_credentials([deletion]).values():
+        future.result(WAIT_S)
+    assert "carol" not in CredentialStore(secured.log.path).users()
+    with pytest.raises(ck.KafkaException) as info:
+        admin.alter_user_scram_credentials([deletion])["carol"].result(WAIT_S)
+    assert info.value.args[0].code() == ck.KafkaError.RESOURCE_NOT_FOUND

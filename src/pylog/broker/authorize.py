@@ -26,7 +26,8 @@ what Kafka's broker asks, and answers what Kafka answers:
 | EndTxn | WRITE on the transactional id | 53 |
 | DescribeCluster, ListPartitionReassignments | DESCRIBE on the cluster | 31 |
 | ElectLeaders, AlterPartitionReassignments, CreateAcls, DeleteAcls | ALTER on the cluster | 31 |
-| DescribeAcls | DESCRIBE on the cluster | 31 |
+| DescribeAcls, DescribeUserScramCredentials | DESCRIBE on the cluster | 31 |
+| AlterUserScramCredentials | ALTER on the cluster | 31 |
 | any other API | ALTER on the cluster | 31 |
 
 Every refusal is logged (principal, client address, API, resource), never a record's content.
@@ -508,6 +509,23 @@ def _cluster_rule(operation: str) -> Rule:
     return rule
 
 
+async def _describe_scram(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
+    if check.cluster("DESCRIBE"):
+        return await handler(ctx, request)
+    users = [str(u.name) for u in request.body.users or ()]
+    results = [_entry(request, "results", user=u, error_code=_CLUSTER_DENIED) for u in users]
+    return {"throttle_time": 0, "error_code": _CLUSTER_DENIED, "error_message": None, "results": results}
+
+
+async def _alter_scram(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
+    if check.cluster("ALTER"):
+        return await handler(ctx, request)
+    body = request.body
+    users = dict.fromkeys(str(item.name) for item in (*body.deletions, *body.upsertions))
+    results = [{"user": u, "error_code": _CLUSTER_DENIED, "error_message": None} for u in users]
+    return {"throttle_time": 0, "results": results}
+
+
 _RULES: Final[dict[int, Rule]] = {
     0: _produce,
     1: _fetch,
@@ -538,6 +556,8 @@ _RULES: Final[dict[int, Rule]] = {
     29: _cluster_rule("DESCRIBE"),  # DescribeAcls
     30: _cluster_rule("ALTER"),  # CreateAcls
     31: _cluster_rule("ALTER"),  # DeleteAcls
+    50: _describe_scram,
+    51: _alter_scram,
 }
 
 

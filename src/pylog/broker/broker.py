@@ -35,6 +35,7 @@ from pylog.broker.authorize import make_guard
 from pylog.broker.context import Context, Options
 from pylog.broker.credentials import CredentialStore
 from pylog.broker.limits import UNLIMITED, ConnectionLimits
+from pylog.broker.scram_api import scram_handlers
 from pylog.broker.security import Security, parse_mechanisms, tls_context
 from pylog.broker.server import Server
 from pylog.broker.waiting import FetchWaiters
@@ -221,7 +222,7 @@ def _security(
     acls.acls()  # checks the ACL file now, not at the first request
     return Security(
         guard=make_guard(Authorizer(acls, supers)) if authenticates else None,
-        handlers=acl_handlers(acls, authenticates),
+        handlers={**acl_handlers(acls, authenticates), **scram_handlers(credentials)},
         limits=limits,
         mechanisms=mechanisms,
         credentials=credentials,

@@ -51,6 +51,7 @@ __all__ = [
     "check_user_name",
     "plain_credential",
     "scram_credential",
+    "scram_from_salted",
     "verify_plain",
 ]
 
@@ -95,8 +96,16 @@ def scram_credential(
         )
     salt = secrets.token_bytes(32) if salt is None else salt
     salted = hashlib.pbkdf2_hmac(name, password.encode(), salt, iterations)
-    client_key = hmac.digest(salted, b"Client Key", name)
-    server_key = hmac.digest(salted, b"Server Key", name)
+    return scram_from_salted(mechanism, salted, salt, iterations)
+
+
+def scram_from_salted(
+    mechanism: str, salted_password: bytes, salt: bytes, iterations: int
+) -> ScramCredential:
+    """The stored form from SaltedPassword (what Kafka's AlterUserScramCredentials sends, KIP-554)."""
+    name = SCRAM_HASHES[mechanism]
+    client_key = hmac.digest(salted_password, b"Client Key", name)
+    server_key = hmac.digest(salted_password, b"Server Key", name)
     return ScramCredential(salt, iterations, hashlib.new(name, client_key).digest(), server_key)
 
 
@@ -165,6 +174,33 @@ class CredentialStore:
             users = _load(self.path)
             users[name] = made
             write_private(self.path, _dump(users))
+
+    def alter(
+        self, upsertions: dict[tuple[str, str], Credential], deletions: list[tuple[str, str]]
+    ) -> dict[str, str | None]:
+        """Set the credential of each (user, mechanism) of ``upsertions`` and remove those of ``deletions``,
+        in one write; per user, None or why its changes were refused (then none of them is made)."""
+        directory = security_dir(self.root, create=True)
+        with locked(directory):
+            users = _load(self.path)
+            errors: dict[str, str | None] = {}
+            for name, mechanism in deletions:
+                errors.setdefault(name, None)
+                if mechanism not in users.get(name, {}):
+                    errors[name] = f"user {name!r} has no {mechanism} credential"
+            for (name, _mechanism), _credential in upsertions.items():
+                errors.setdefault(name, None)
+            for name, mechanism in deletions:
+                if errors[name] is None:
+                    del users[name][mechanism]
+                    if not users[name]:
+                        del users[name]
+            for (name, mechanism), credential in upsertions.items():
+                if errors[name] is None:
+                    users.setdefault(name, {})[mechanism] = credential
+            if any(e is None for e in errors.values()):
+                write_private(self.path, _dump(users))
+        return errors
 
     def delete(self, name: str) -> bool:
         """Remove ``name`` and its credentials; False when there was no such user."""

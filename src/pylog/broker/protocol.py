@@ -77,6 +77,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     43: (0, 2),  # ElectLeaders (one node: ELECTION_NOT_NEEDED)
     45: (0, 0),  # AlterPartitionReassignments (one node: INVALID_REPLICA_ASSIGNMENT)
     46: (0, 0),  # ListPartitionReassignments (one node: none)
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
 }
 _SERVED_FROM: Final = {0: 3}  # versions below these are advertised but refused
