@@ -312,3 +312,30 @@ def test_certificate_subjects_are_principals_in_acls(
     assert "opened (User:CN=alice,O=pylog tests)" in caplog.text
     assert "closed (User:CN=bob,O=pylog tests)" in caplog.text
     assert "User:CN=bob,O=pylog tests from 127.0.0.1 denied" in caplog.text
+
+
+def test_broken_clients_do_not_stop_the_others(log_dir: Path, users: CredentialStore, pki: Pki) -> None:
+    """A half-finished SASL handshake, a client gone in the middle of a request and a TLS client on a
+    plaintext port: each affects its own connection only."""
+    import ssl
+
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    with pylog.serve(log_dir, sasl="SCRAM-SHA-256", super_users="User:alice") as broker:
+        stalled = RawClient(broker.host, broker.port)
+        assert stalled.call(17, 1, SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code.value == 0
+        gone = socket.create_connection((broker.host, broker.port))
+        gone.sendall(struct.pack(">i", 100) + b"\0\x12\0\0")  # a header of 100 bytes promised, 4 sent
+        gone.close()
+        tls = ssl.create_default_context(cafile=str(pki.ca))
+        with (
+            socket.create_connection((broker.host, broker.port)) as raw,
+            pytest.raises((ssl.SSLError, OSError)),
+        ):
+            tls.wrap_socket(raw, server_hostname="localhost")  # the broker speaks no TLS here
+        conf = confluent_conf(
+            broker.bootstrap_servers, "SASL_PLAINTEXT", **sasl_conf("SCRAM-SHA-256", "alice", "alice-secret")
+        )
+        produce_confluent(conf, "still", [b"served"])  # while the stalled handshake stays open
+        assert logged_values(broker.log, "still") == [b"served"]
+        stalled.close()
