@@ -194,6 +194,13 @@ def test_interactive_queries(tmp_path: Path) -> None:
         wait_for(lambda: sum(app.lag().values()) == 0, "the windowed counts")
         pages = _pages(N)
         assert {p: app.query("per-page", p) for p in pages} == dict(pages)
+        per_task = app.task_metrics()
+        assert (
+            sorted(per_task)
+            == sorted(app.tasks())
+            == [*(f"{s}_{p}" for s in (0, 1) for p in range(4)), "2_0", "2_1"]
+        )
+        assert sum(m.get("store:per-page", 0) for m in per_task.values()) == len(pages)
         assert app.query("per-page", "/nowhere", -1) == -1
         committed = read_store(log, "streams", "per-page")  # what any process reads from the log directory
         app.close()

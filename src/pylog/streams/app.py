@@ -281,6 +281,17 @@ class App:
                 total.update(task.metrics)
         return dict(total)
 
+    def task_metrics(self) -> dict[str, dict[str, int]]:
+        """Per task this process runs (``"0_3"``): its counters (``dropped-records``, ``late-records``,
+        ``skipped-records``, ``dead-lettered-records``) and its stores' sizes (``store:<name>``: keys held)."""
+        out = {}
+        for t in self._threads:
+            for task_id, task in t.snapshot_tasks().items():
+                counters = dict(task.metrics)
+                counters.update({f"store:{name}": len(store) for name, store in task.stores.items()})
+                out[str(task_id)] = counters
+        return out
+
     def lag(self) -> dict[TopicPartition, int]:
         """Per source partition (user and repartition topics): records between the application's committed
         offset (the log start when none) and the log end, as the group's committed offsets say (any process of
