@@ -14,6 +14,8 @@ from pylog.streams import (
     JoinWindows,
     SessionStore,
     SessionWindows,
+    SlidingStore,
+    SlidingWindows,
     TestDriver,
     TumblingWindows,
     Windowed,
@@ -236,3 +238,85 @@ def test_stream_stream_join_matches_the_model(
         restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
         assert restored.to_dict() == store.to_dict()
         assert isinstance(store, JoinBufferStore) and restored.stream_time == store.stream_time
+
+
+def _sliding_model(
+    records: list[tuple[str, int, int]], d: int, grace: int, emit: str
+) -> tuple[list[tuple[Any, Any, int]], list[tuple[str, int]], dict[tuple[str, int], list[int]]]:
+    """Sliding windows by brute force: every aggregate recomputed from all accepted records."""
+    stream_time = -1
+    accepted: list[tuple[str, int, int]] = []  # (key, value, ts) in arrival order
+    windows: dict[tuple[str, int], int] = {}  # (key, start) -> creation order
+    created = 0
+    out: list[tuple[Any, Any, int]] = []
+    late: list[tuple[str, int]] = []
+
+    def agg(key: str, start: int) -> tuple[list[int], int]:
+        inside = [(v, t) for k, v, t in accepted if k == key and start <= t <= start + d]
+        return [len(inside), sum(v for v, _ in inside)], max(t for _, t in inside)
+
+    for key, value, ts in records:
+        stream_time = max(stream_time, ts)
+        close_before = stream_time - grace
+        if ts + d < close_before:
+            late.append((key, value))
+        else:
+            changed = {s for (k, s) in windows if k == key and s <= ts <= s + d and s + d >= close_before}
+            accepted.append((key, value, ts))
+            candidates = {ts - d}
+            if any(k == key and ts < t <= ts + 1 + d for k, _, t in accepted):
+                candidates.add(ts + 1)
+            candidates |= {t + 1 for k, _, t in accepted if k == key and ts - 1 - d <= t <= ts - 1}
+            for s in sorted(candidates):
+                if s + d >= close_before and (key, s) not in windows:
+                    windows[(key, s)] = created
+                    created += 1
+                    changed.add(s)
+            if emit == "update":
+                out += [(Windowed(key, s, s + d), agg(key, s)[0], ts) for s in sorted(changed)]
+        closing = sorted(
+            (w for w in windows if w[1] + d < close_before), key=lambda w: (w[1] + d, windows[w])
+        )
+        for k, s in closing:
+            del windows[(k, s)]
+            if emit == "final":
+                value_, max_ts = agg(k, s)
+                out.append((Windowed(k, s, s + d), value_, max_ts))
+    return out, late, {w: agg(*w)[0] for w in windows}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(0, 9), st.integers(0, 3000)), min_size=1, max_size=50
+    ),
+    d=st.sampled_from([0, 1, 50, 300]),
+    grace=st.sampled_from([0, 1, 100, 500]),
+    emit=st.sampled_from(["update", "final"]),
+    coarse=st.sampled_from([1, 10, 150]),
+)
+@example(  # b@9's windows are all closed at stream time 60, but the window just after it, [10, 60], is not
+    records=[("b", 0, 9), ("a", 0, 60), ("b", 0, 10)], d=50, grace=0, emit="final", coarse=1
+)
+def test_sliding_windows_match_the_model(
+    records: list[tuple[str, int, int]], d: int, grace: int, emit: str, coarse: int
+) -> None:
+    records = [(k, v, ts // coarse) for k, v, ts in records]
+    app = App(None, "model")
+    sliding = (
+        app.stream("in").group_by_key().windowed_by(SlidingWindows(d, grace), emit=emit, late_topic="late")
+    )
+    sliding.aggregate(lambda: [0, 0], lambda k, v, a: [a[0] + 1, a[1] + v], name="s").to_stream().to("out")
+    driver = TestDriver(app)
+    for key, value, ts in records:
+        driver.pipe("in", value, key=key, timestamp_ms=ts)
+    out, late, open_windows = _sliding_model(records, d, grace, emit)
+    assert [tuple(r) for r in driver.read_output("out")] == out
+    assert driver.read_key_values("late") == late
+    store = driver.store("s")
+    assert store.to_dict() == open_windows
+    restored = SlidingStore("s", None, d)
+    changelog = driver._outputs.get("model-s-changelog", [])
+    restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+    assert restored.to_dict() == open_windows
+    assert isinstance(store, SlidingStore) and restored.stream_time == store.stream_time

@@ -18,13 +18,14 @@ from pylog.streams.app import App
 from pylog.streams.driver import TestDriver, TestRecord
 from pylog.streams.dsl import GroupedStream, SessionWindowedStream, Stream, Table, WindowedStream
 from pylog.streams.serde import BYTES, JSON, MSGPACK, STRING, Serde
-from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore
+from pylog.streams.stores import KeyValueStore, SessionStore, SlidingStore, WindowStore
 from pylog.streams.topology import TaskId, Topology
 from pylog.streams.windows import (
     WINDOWED,
     HoppingWindows,
     JoinWindows,
     SessionWindows,
+    SlidingWindows,
     TumblingWindows,
     Windowed,
 )
@@ -41,9 +42,11 @@ __all__ = [
     "JoinWindows",
     "KeyValueStore",
     "Serde",
+    "SlidingStore",
     "SessionStore",
     "SessionWindowedStream",
     "SessionWindows",
+    "SlidingWindows",
     "Stream",
     "Table",
     "TaskId",

@@ -25,6 +25,7 @@ from pylog.streams.nodes import (
     SelectKeyNode,
     SessionAggregateNode,
     SinkNode,
+    SlidingAggregateNode,
     StreamStreamJoinNode,
     StreamTableJoinNode,
     TableJoinNode,
@@ -34,7 +35,7 @@ from pylog.streams.nodes import (
 from pylog.streams.processor import ProcessNode, Processor
 from pylog.streams.serde import MSGPACK, Serde
 from pylog.streams.stores import MISSING
-from pylog.streams.windows import WINDOWED, JoinWindows, SessionWindows, Windows
+from pylog.streams.windows import WINDOWED, JoinWindows, SessionWindows, SlidingWindows, Windows
 
 if TYPE_CHECKING:
     from pylog.streams.app import App
@@ -254,8 +255,17 @@ class GroupedStream:
         self, windows: SessionWindows, *, emit: str = "update", late_topic: str | None = None
     ) -> SessionWindowedStream: ...
 
+    @overload
     def windowed_by(
-        self, windows: Windows | SessionWindows, *, emit: str = "update", late_topic: str | None = None
+        self, windows: SlidingWindows, *, emit: str = "update", late_topic: str | None = None
+    ) -> WindowedStream: ...
+
+    def windowed_by(
+        self,
+        windows: Windows | SessionWindows | SlidingWindows,
+        *,
+        emit: str = "update",
+        late_topic: str | None = None,
     ) -> WindowedStream | SessionWindowedStream:
         """Aggregate per window (:class:`~pylog.streams.windows.TumblingWindows`,
         :class:`~pylog.streams.windows.HoppingWindows`, :class:`~pylog.streams.windows.SessionWindows`).
@@ -265,9 +275,10 @@ class GroupedStream:
             raise ConfigError(f"emit must be 'update' or 'final', got {emit!r}")
         if isinstance(windows, SessionWindows):
             return SessionWindowedStream(self, windows, emit, late_topic)
-        if not isinstance(windows, Windows):
+        if not isinstance(windows, Windows | SlidingWindows):
             raise ConfigError(
-                f"windowed_by() takes TumblingWindows, HoppingWindows or SessionWindows, got {windows!r}"
+                "windowed_by() takes TumblingWindows, HoppingWindows, SlidingWindows or SessionWindows, got "
+                f"{windows!r}"
             )
         return WindowedStream(self, windows, emit, late_topic)
 
@@ -306,7 +317,9 @@ class GroupedStream:
 class WindowedStream:
     """A grouped stream cut into time windows (Kafka's ``TimeWindowedKStream``)."""
 
-    def __init__(self, grouped: GroupedStream, windows: Windows, emit: str, late_topic: str | None) -> None:
+    def __init__(
+        self, grouped: GroupedStream, windows: Windows | SlidingWindows, emit: str, late_topic: str | None
+    ) -> None:
         self.grouped = grouped
         self.windows = windows
         self.emit = emit
@@ -315,9 +328,15 @@ class WindowedStream:
     def _aggregate(self, aggregator: Callable[[Any, Any, Any], Any], name: str | None) -> Table:
         builder = self.grouped.stream.app.builder
         store = builder.store_name(name, "window-aggregate")
-        node = WindowAggregateNode(
-            builder.name("window-aggregate"), store, self.windows, aggregator, self.emit, self.late_topic
-        )
+        node: Node
+        if isinstance(self.windows, SlidingWindows):
+            node = SlidingAggregateNode(
+                builder.name("sliding-aggregate"), store, self.windows, aggregator, self.emit, self.late_topic
+            )
+        else:
+            node = WindowAggregateNode(
+                builder.name("window-aggregate"), store, self.windows, aggregator, self.emit, self.late_topic
+            )
         self.grouped._node_input(store).children.append(node)
         builder.add_store(store, node, windowed=self.windows)
         if self.late_topic is not None:

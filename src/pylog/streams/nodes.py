@@ -12,8 +12,15 @@ from typing import Any, Protocol
 
 from pylog.errors import DeserializationError
 from pylog.streams.serde import MSGPACK, Serde
-from pylog.streams.stores import MISSING, JoinBufferStore, KeyValueStore, SessionStore, WindowStore
-from pylog.streams.windows import JoinWindows, SessionWindows, Windowed, Windows
+from pylog.streams.stores import (
+    MISSING,
+    JoinBufferStore,
+    KeyValueStore,
+    SessionStore,
+    SlidingStore,
+    WindowStore,
+)
+from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows, Windowed, Windows
 
 __all__ = [
     "AggregateNode",
@@ -25,6 +32,7 @@ __all__ = [
     "PeekNode",
     "SessionAggregateNode",
     "SinkNode",
+    "SlidingAggregateNode",
     "SourceNode",
     "StreamStreamJoinNode",
     "StreamTableJoinNode",
@@ -478,3 +486,75 @@ class StreamStreamJoinNode(Node):
         horizon = stream_time - 2 * diff - grace  # a record older than this cannot meet a record not late
         mine.purge(horizon)
         theirs.purge(horizon)
+
+
+class SlidingAggregateNode(Node):
+    """Sliding windows (:class:`~pylog.streams.windows.SlidingWindows`): a record updates every open window of
+    its key that holds it, and creates the windows it defines that do not exist yet (the one ending at it, the
+    one starting just after it when a later record is in it, and those starting just after earlier records
+    now followed by it), each folded from the key's kept records in arrival order. ``emit="update"``
+    forwards every window the record created or changed, by start; ``"final"`` each window once, when it
+    closes. Keys are :class:`~pylog.streams.windows.Windowed` with an inclusive ``end``."""
+
+    def __init__(
+        self,
+        name: str,
+        store: str,
+        windows: SlidingWindows,
+        aggregator: Aggregator,
+        emit: str,
+        late_topic: str | None,
+    ) -> None:
+        super().__init__(name)
+        self.store = store
+        self.windows = windows
+        self.aggregator = aggregator
+        self.emit = emit
+        self.late_topic = late_topic
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or value is None:
+            ctx.count("dropped-records")
+            return
+        store: SlidingStore = ctx.stores[self.store]  # type: ignore[assignment]
+        d = self.windows.time_difference_ms
+        close_before = store.advance(timestamp) - self.windows.grace_ms  # a window ending before is closed
+        if timestamp + d < close_before:
+            ctx.count("late-records")
+            if self.late_topic is not None:
+                ctx.send(self.late_topic, MSGPACK.serialize(key), MSGPACK.serialize(value), timestamp)
+        else:
+            self._take(ctx, store, key, value, timestamp, d, close_before)
+        for k, start, agg, max_ts in store.closing(close_before):
+            if self.emit == "final":
+                self.forward(ctx, Windowed(k, start, start + d), agg, max_ts)
+        store.purge(
+            close_before - d - 1
+        )  # a record also defines the window just after it: [t + 1, t + 1 + d]
+
+    def _take(
+        self, ctx: Context, store: SlidingStore, key: Any, value: Any, ts: int, d: int, close_before: int
+    ) -> None:
+        changed: dict[int, Any] = {}
+        for start in store.window_starts(key):
+            if start <= ts <= start + d and start + d >= close_before:
+                agg, max_ts, created = store.window(key, start)  # type: ignore[misc]
+                agg = self.aggregator(key, value, agg)
+                store.set_window(key, start, agg, max(max_ts, ts), created)
+                changed[start] = agg
+        store.add_record(key, ts, value)
+        candidates = {ts - d}
+        if store.records(key, ts + 1, ts + 1 + d):
+            candidates.add(ts + 1)
+        candidates.update(t + 1 for t, _ in store.records(key, ts - 1 - d, ts - 1))
+        for start in sorted(candidates):
+            if start + d < close_before or store.window(key, start) is not None:
+                continue
+            agg, max_ts = MISSING, -1
+            for t, v in store.records(key, start, start + d):
+                agg, max_ts = self.aggregator(key, v, agg), max(max_ts, t)
+            store.set_window(key, start, agg, max_ts, store.next_created())
+            changed[start] = agg
+        if self.emit == "update":
+            for start in sorted(changed):
+                self.forward(ctx, Windowed(key, start, start + d), changed[start], ts)

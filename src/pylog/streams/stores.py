@@ -24,7 +24,15 @@ from typing import Any
 
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY
 
-__all__ = ["JoinBufferStore", "KeyValueStore", "SessionStore", "WindowStore", "decode_key", "encode_key"]
+__all__ = [
+    "JoinBufferStore",
+    "KeyValueStore",
+    "SessionStore",
+    "SlidingStore",
+    "WindowStore",
+    "decode_key",
+    "encode_key",
+]
 
 _MISSING: Any = object()
 MISSING: Any = object()  # what an aggregator is given for a key or window without an aggregate yet
@@ -447,4 +455,128 @@ class JoinBufferStore(KeyValueStore):
     def _restored(self) -> None:
         for key in self._by_key:
             self._by_key[key].sort()
+        self._time_dirty = False
+
+
+class SlidingStore(KeyValueStore):
+    """Sliding windows: ``("w", key, start) -> (aggregate, max_timestamp, created)`` for the open windows and
+    ``("r", key, timestamp, seq) -> value`` for the records a new window may still need, the stream time, and
+    per key the records in arrival order."""
+
+    def __init__(self, name: str, changelog: str | None, difference_ms: int) -> None:
+        super().__init__(name, changelog)
+        self.difference_ms = difference_ms
+        self.stream_time = -1
+        self._time_dirty = False
+        self._records: dict[Any, list[tuple[int, int]]] = {}  # key -> [(seq, timestamp)] in arrival order
+        self._windows: dict[Any, set[int]] = {}  # key -> starts of its open windows
+        self._seq = 0
+
+    def advance(self, timestamp: int) -> int:
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+            self._time_dirty = True
+        return self.stream_time
+
+    # records
+    def add_record(self, key: Any, timestamp: int, value: Any) -> None:
+        self.put(("r", key, timestamp, self._seq), value)
+
+    def records(self, key: Any, low: int, high: int) -> list[tuple[int, Any]]:
+        """``(timestamp, value)`` of ``key``'s kept records in ``[low, high]``, in arrival order."""
+        return [
+            (ts, self._data[("r", key, ts, seq)])
+            for seq, ts in self._records.get(key, ())
+            if low <= ts <= high
+        ]
+
+    # windows
+    def window_starts(self, key: Any) -> list[int]:
+        return sorted(self._windows.get(key, ()))
+
+    def window(self, key: Any, start: int) -> tuple[Any, int, int] | None:
+        entry = self._data.get(("w", key, start))
+        return None if entry is None else (entry[0], entry[1], entry[2])
+
+    def set_window(self, key: Any, start: int, agg: Any, max_ts: int, created: int) -> None:
+        self.put(("w", key, start), (agg, max_ts, created))
+
+    def next_created(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def closing(self, end_before: int) -> list[tuple[Any, int, Any, int]]:
+        """Remove and return ``(key, start, aggregate, max_timestamp)`` of the windows with ``end <
+        end_before``, by end then creation."""
+        d = self.difference_ms
+        found = []
+        for key, starts in list(self._windows.items()):
+            for start in list(starts):
+                if start + d < end_before:
+                    agg, max_ts, created = self._data[("w", key, start)]
+                    found.append((start + d, created, key, start, agg, max_ts))
+                    self.delete(("w", key, start))
+        found.sort(key=lambda f: (f[0], f[1]))
+        return [(key, start, agg, max_ts) for _, _, key, start, agg, max_ts in found]
+
+    def purge(self, before: int) -> None:
+        """Forget the records with timestamp before ``before`` (every window holding them is closed)."""
+        for key, entries in list(self._records.items()):
+            for seq, ts in list(entries):
+                if ts < before:
+                    self.delete(("r", key, ts, seq))
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is not None and key not in self._data:
+            if key[0] == "r":
+                self._records.setdefault(key[1], []).append((key[3], key[2]))
+                self._seq = max(self._seq, key[3] + 1)
+            else:
+                self._windows.setdefault(key[1], set()).add(key[2])
+                self._seq = max(self._seq, value[2] + 1)
+        super().put(key, value)
+
+    def delete(self, key: Any) -> None:
+        if key in self._data:
+            if key[0] == "r":
+                entries = self._records[key[1]]
+                entries.remove((key[3], key[2]))
+                if not entries:
+                    del self._records[key[1]]
+            else:
+                starts = self._windows[key[1]]
+                starts.discard(key[2])
+                if not starts:
+                    del self._windows[key[1]]
+        super().delete(key)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        """``((key, start), aggregate)`` of the open windows."""
+        return [((k[1], k[2]), v[0]) for k, v in list(self._data.items()) if k[0] == "w"]
+
+    def to_dict(self) -> dict[Any, Any]:
+        return dict(self.items())
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        out = super().take_changes()
+        if self._time_dirty:
+            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
+            self._time_dirty = False
+        return out
+
+    def _entry(self, value: Any) -> Any:
+        return list(value) if isinstance(value, tuple) else value
+
+    def _load(self, key: Any, value: Any) -> None:
+        if key == STREAM_TIME_KEY:
+            self.stream_time = max(self.stream_time, int(value))
+            return
+        self.put(key, tuple(value) if key[0] == "w" else value)
+
+    def _forget(self, key: Any) -> None:
+        self.delete(key)
+
+    def _restored(self) -> None:
+        for entries in self._records.values():
+            entries.sort()
         self._time_dirty = False

@@ -20,7 +20,7 @@ from typing import Any
 from pylog.errors import ConfigError
 from pylog.streams.nodes import Node, SinkNode, SourceNode
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
-from pylog.streams.windows import JoinWindows, SessionWindows, Windows
+from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows, Windows
 
 __all__ = ["Builder", "StoreSpec", "SubTopology", "TaskId", "Topology"]
 
@@ -42,7 +42,7 @@ class TaskId:
 class StoreSpec:
     name: str
     node: Node
-    windows: Windows | SessionWindows | JoinWindows | None
+    windows: Windows | SessionWindows | SlidingWindows | JoinWindows | None
     changelog: str
     subtopology: int = -1
 
@@ -97,7 +97,7 @@ class Builder:
         return name
 
     def add_store(
-        self, name: str, node: Node, windowed: Windows | SessionWindows | JoinWindows | None
+        self, name: str, node: Node, windowed: Windows | SessionWindows | SlidingWindows | JoinWindows | None
     ) -> None:
         self.stores[name] = StoreSpec(name, node, windowed, f"{self.application_id}-{name}-changelog")
 

@@ -30,6 +30,7 @@ __all__ = [
     "HoppingWindows",
     "JoinWindows",
     "SessionWindows",
+    "SlidingWindows",
     "TumblingWindows",
     "Windowed",
     "Windows",
@@ -142,3 +143,22 @@ class JoinWindows:
 
     def __repr__(self) -> str:
         return f"JoinWindows(time_difference={self.time_difference_ms}, grace={self.grace_ms})"
+
+
+@dataclass(frozen=True, init=False)
+class SlidingWindows:
+    """Windows that slide with the records (Kafka's ``SlidingWindows.ofTimeDifferenceAndGrace``): ``[start,
+    start + time_difference]``, both ends included, one ending at each record (``[t - d, t]``) and one starting
+    just after it (``[t + 1, t + 1 + d]``) when a later record falls in it; so every set of a key's records
+    at most ``d`` apart has its window. A window closes when the stream time reaches ``end + 1 + grace``; a
+    record none of whose windows can still be open is late."""
+
+    time_difference_ms: int
+    grace_ms: int
+
+    def __init__(self, time_difference: int | timedelta, grace: int | timedelta = 0) -> None:
+        object.__setattr__(self, "time_difference_ms", to_ms("time_difference", time_difference))
+        object.__setattr__(self, "grace_ms", to_ms("grace", grace))
+
+    def __repr__(self) -> str:
+        return f"SlidingWindows(time_difference={self.time_difference_ms}, grace={self.grace_ms})"
