@@ -37,6 +37,7 @@ from pylog.broker.credentials import MECHANISMS, CredentialStore
 from pylog.broker.limits import ConnectionLimits
 from pylog.broker.protocol import ApiError, ErrorCode, Request
 from pylog.broker.sasl import AuthenticationFailed, Mechanism, PlainServer, ScramServer
+from pylog.broker.validate import MalformedRequest, check_request
 from pylog.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -127,6 +128,11 @@ class Session:
 
     async def handle(self, ctx: Context, request: Request, handler: Handler | None) -> dict[str, Any] | None:
         key = request.api_key
+        try:
+            check_request(request.body)
+        except MalformedRequest as exc:
+            _log.warning("closing the connection from %s: malformed request (%s)", self.peer, exc)
+            raise ApiError(ErrorCode.invalid_request, str(exc)) from exc
         if key in _SASL_KEYS:
             if key == 17:
                 return self._handshake(request)
