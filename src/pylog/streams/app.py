@@ -276,9 +276,9 @@ class App:
         ``dropped-records``, ``late-records``, ``tasks-restored``, ``restored-records``, ``tasks-resumed``."""
         total: Counter[str] = Counter()
         for t in self._threads:
-            total.update(t.metrics)
+            total.update(dict(t.metrics))  # a copy first: the thread may add a counter meanwhile
             for task in t.snapshot_tasks().values():
-                total.update(task.metrics)
+                total.update(dict(task.metrics))
         return dict(total)
 
     def task_metrics(self) -> dict[str, dict[str, int]]:
