@@ -6,6 +6,7 @@ reaches the log."""
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -537,3 +538,22 @@ def test_scram_users_through_kafka_admin_clients(secured: Broker) -> None:
     with pytest.raises(ck.KafkaException) as info:
         admin.alter_user_scram_credentials([deletion])["carol"].result(WAIT_S)
     assert info.value.args[0].code() == ck.KafkaError.RESOURCE_NOT_FOUND
+
+
+def test_repeated_refusals_are_logged_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    from pylog.broker.authorize import LOG_EVERY_MS, _Refusals
+
+    refusals = _Refusals()
+    what = ("User:bob", "10.0.0.1", "READ", "TOPIC", "secret")
+    with caplog.at_level(logging.WARNING, "pylog.broker"):
+        for now in (0, 10, 20, LOG_EVERY_MS - 1):
+            refusals.log(now, what, "Fetch")
+        refusals.log(
+            5, ("User:eve", "10.0.0.2", "READ", "TOPIC", "secret"), "Fetch"
+        )  # another refusal: its own line
+        refusals.log(LOG_EVERY_MS, what, "Fetch")
+    assert [r.getMessage() for r in caplog.records] == [
+        "User:bob from 10.0.0.1 denied READ on TOPIC 'secret' (Fetch)",
+        "User:eve from 10.0.0.2 denied READ on TOPIC 'secret' (Fetch)",
+        "User:bob from 10.0.0.1 denied READ on TOPIC 'secret' (Fetch); refused 3 more times since the last line",
+    ]

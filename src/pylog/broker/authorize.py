@@ -30,7 +30,8 @@ what Kafka's broker asks, and answers what Kafka answers:
 | AlterUserScramCredentials | ALTER on the cluster | 31 |
 | any other API | ALTER on the cluster | 31 |
 
-Every refusal is logged (principal, client address, API, resource), never a record's content.
+Every refusal is logged (principal, client address, API, resource), never a record's content; the same
+refusal repeated (a client retrying in a loop) is logged once a minute with the count of those not logged.
 
 Thread-safety: runs in the event loop; the authorizer is thread-safe.
 """
@@ -62,6 +63,7 @@ _TOPIC_DENIED: Final = ErrorCode.topic_authorization_failed
 _GROUP_DENIED: Final = ErrorCode.group_authorization_failed
 _CLUSTER_DENIED: Final = ErrorCode.cluster_authorization_failed
 _TXN_DENIED: Final = ErrorCode.transactional_id_authorization_failed
+LOG_EVERY_MS: Final = 60_000  # the same refusal is logged at most once a minute
 Result = dict[str, Any] | None
 _API_NAMES: Final = {
     0: "Produce",
@@ -89,28 +91,57 @@ _API_NAMES: Final = {
 }
 
 
-class _Check:
-    """One request's questions to the authorizer, each refusal logged once."""
+class _Refusals:
+    """Which refusals were logged when: a client retrying a refused request in a loop (librdkafka does, a
+    few times a second) gets one line per :data:`LOG_EVERY_MS` for the same refusal, with the number of
+    refusals not logged since, instead of flooding the log."""
 
-    def __init__(self, authorizer: Authorizer, session: Session, request: Request) -> None:
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, ...], tuple[int, int]] = {}  # refusal -> (logged at, refused since)
+
+    def log(self, now_ms: int, what: tuple[str, ...], api: str) -> None:
+        entry = self._last.get(what)
+        if entry is not None and now_ms - entry[0] < LOG_EVERY_MS:
+            self._last[what] = (entry[0], entry[1] + 1)
+            return
+        since = entry[1] if entry is not None else 0
+        if len(self._last) > 10_000:  # bounded: forget the oldest half
+            for key in list(self._last)[:5_000]:
+                del self._last[key]
+        self._last[what] = (now_ms, 0)
+        again = f"; refused {since} more times since the last line" if since else ""
+        principal, host, operation, resource_type, name = what
+        _log.warning(
+            "%s from %s denied %s on %s %r (%s)%s",
+            principal,
+            host,
+            operation,
+            resource_type,
+            name,
+            api,
+            again,
+        )
+
+
+class _Check:
+    """One request's questions to the authorizer; refusals logged through :class:`_Refusals`."""
+
+    def __init__(
+        self, authorizer: Authorizer, session: Session, request: Request, refusals: _Refusals, now_ms: int
+    ) -> None:
         self._authorizer = authorizer
         self._session = session
         self._request = request
+        self._refusals = refusals
+        self._now_ms = now_ms
 
     def __call__(self, operation: str, resource_type: str, name: str) -> bool:
         s = self._session
         if self._authorizer.allowed(s.principal, s.host, operation, resource_type, name):
             return True
         key = self._request.api_key
-        _log.warning(
-            "%s from %s denied %s on %s %r (%s)",
-            s.principal,
-            s.host,
-            operation,
-            resource_type,
-            name,
-            _API_NAMES.get(key, f"api key {key}"),
-        )
+        what = (s.principal, s.host, operation, resource_type, name)
+        self._refusals.log(self._now_ms, what, _API_NAMES.get(key, f"api key {key}"))
         return False
 
     def quiet(self, operation: str, resource_type: str, name: str) -> bool:
@@ -133,8 +164,10 @@ def make_guard(
 ) -> Callable[[Session, Context, Request, Handler], Awaitable[Result]]:
     """The :attr:`~pylog.broker.security.Security.guard` deciding with ``authorizer``."""
 
+    refusals = _Refusals()
+
     async def guard(session: Session, ctx: Context, request: Request, handler: Handler) -> Result:
-        check = _Check(authorizer, session, request)
+        check = _Check(authorizer, session, request, refusals, int(ctx.log.clock.monotonic_ms()))
         rule = _RULES.get(request.api_key, _cluster_rule("ALTER"))
         return await rule(check, ctx, request, handler)
 
