@@ -35,10 +35,20 @@ def _app_process(
     threads: int = 2,
     state_dir: str | None = None,
     crash_at_commit: int = 0,
+    crash_in_restore: bool = False,
 ) -> None:
     """Runs in a forked child until SIGTERM, ``delay`` seconds per record; writes its metrics to ``out`` when it
     stops cleanly. With ``crash_at_commit=n``, the process dies (exit 17) at its n-th commit, after the
-    transaction's records and offsets were written and before it commits."""
+    transaction's records and offsets were written and before it commits; with ``crash_in_restore``, after
+    the first batch of a SQLite store's restore reached its file."""
+    if crash_in_restore:
+        real_restore = SqliteStore.restore_decoded
+
+        def restore(self: SqliteStore, keys: list[object], values: list[object]) -> None:
+            real_restore(self, keys, values)
+            os._exit(17)
+
+        SqliteStore.restore_decoded = restore  # type: ignore[method-assign]
     if crash_at_commit:
         commits = iter(range(1, 1 << 30))
         real_commit = IdempotentProducer.commit_transaction
@@ -78,12 +88,13 @@ def _fork(
     threads: int = 2,
     state_dir: str | None = None,
     crash_at_commit: int = 0,
+    crash_in_restore: bool = False,
 ) -> int:
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest
         code = 1
         try:
-            _app_process(path, out, delay, instance, threads, state_dir, crash_at_commit)
+            _app_process(path, out, delay, instance, threads, state_dir, crash_at_commit, crash_in_restore)
             code = 0
         finally:
             os._exit(code)
@@ -225,7 +236,9 @@ def test_a_crash_at_the_commit_point_loses_and_doubles_nothing(tmp_path: Path, s
     pid = 0
     try:
         for n in (3, 2, 5):  # each run commits n - 1 times, then dies in its n-th commit
-            pid = _fork(path, "unused", 0.0005, "worker", 1, state_dir, crash_at_commit=n)
+            pid = _fork(
+                path, str(tmp_path / "unused.json"), 0.0005, "worker", 1, state_dir, crash_at_commit=n
+            )
             _, status = os.waitpid(pid, 0)
             pid = 0
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
@@ -243,3 +256,54 @@ def test_a_crash_at_the_commit_point_loses_and_doubles_nothing(tmp_path: Path, s
     _check(
         path, f"{stores} stores, 3 crashes at a commit", json.loads((tmp_path / "metrics.json").read_text())
     )
+
+
+def test_a_crash_in_the_middle_of_a_restore_is_repaired(tmp_path: Path) -> None:
+    """A process with SQLite stores dies after the first batch of a restore reached its file (the file's offset
+    not yet recorded); the next run restores again from the file's offset and continues exactly once."""
+    path = str(tmp_path / "log")
+    state_dir = str(tmp_path / "state")
+    with pylog.open(path) as log:
+        log.create_topic("in", partitions=2)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("counts-out", partitions=2)
+    _produce(path, 0, INPUT // 2)
+    pid = 0
+    try:
+        pid = _fork(
+            path, str(tmp_path / "unused.json"), 0.0, "worker", 1
+        )  # in-memory stores: the changelog fills up
+        with pylog.open(path) as log:
+            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT // 2, "the first half")
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        pid = _fork(
+            path, str(tmp_path / "unused.json"), 0.0, "worker", 1, state_dir, crash_in_restore=True
+        )  # new files: restore
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
+        assert list(Path(state_dir).rglob("counts.sqlite")), "the restore had begun writing the files"
+        _produce(path, INPUT // 2, INPUT)
+        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir)
+        with pylog.open(path) as log:
+            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    _check(path, "a crash in a restore", metrics)
+    assert metrics["restored-records"] > 0
+    with pylog.open(path) as log:
+        topic_id = str(log.topic("eos-counts-changelog").topic_id)
+    held: dict[str, int] = {}
+    for file in sorted(Path(state_dir).rglob("counts.sqlite")):
+        store = SqliteStore("counts", "eos-counts-changelog", str(file), topic_id)
+        held.update(store.to_dict())
+        store.close()
+    assert held == dict(Counter(f"u{i % 37}" for i in range(INPUT)))
