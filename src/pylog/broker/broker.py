@@ -18,6 +18,7 @@ Thread-safety: :meth:`Broker.close` may be called from any thread, more than onc
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import ipaddress
 import logging
@@ -35,6 +36,7 @@ from pylog.broker.authorize import make_guard
 from pylog.broker.context import Context, Options
 from pylog.broker.credentials import CredentialStore
 from pylog.broker.limits import UNLIMITED, ConnectionLimits
+from pylog.broker.quotas import Quotas
 from pylog.broker.scram_api import scram_handlers
 from pylog.broker.security import Security, parse_mechanisms, tls_context
 from pylog.broker.server import Server
@@ -104,10 +106,14 @@ class Broker:
         max_connections: int = UNLIMITED,
         max_connections_per_ip: int = UNLIMITED,
         connections_max_idle_ms: int = 600_000,
+        producer_byte_rate: int | None = None,
+        consumer_byte_rate: int | None = None,
         owns_log: bool = False,
     ) -> None:
         limits = ConnectionLimits(max_connections, max_connections_per_ip, connections_max_idle_ms)
         security = _security(log.path, sasl, tls_cert, tls_key, tls_client_ca, super_users, limits)
+        if producer_byte_rate is not None or consumer_byte_rate is not None:
+            security = dataclasses.replace(security, quotas=Quotas.of(producer_byte_rate, consumer_byte_rate))
         host, port = check_listen(listen, allow_anonymous, security.authenticates)
         if type(num_partitions) is not int or num_partitions < 1:
             raise ConfigError(f"num_partitions must be a positive int, got {num_partitions!r}")
@@ -257,7 +263,8 @@ def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0"
     ``num_partitions`` (1, for auto-created topics), ``allow_anonymous`` (False: only loopback addresses
     unless clients authenticate), ``max_request_bytes`` (100 MiB), ``sasl`` (``"SCRAM-SHA-256,PLAIN"``),
     ``tls_cert``, ``tls_key``, ``tls_client_ca`` (PEM files), ``super_users`` (``"User:admin,User:ops"``),
-    ``max_connections``, ``max_connections_per_ip`` (unlimited), ``connections_max_idle_ms`` (600000)."""
+    ``max_connections``, ``max_connections_per_ip`` (unlimited), ``connections_max_idle_ms`` (600000),
+    ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second per principal; unlimited)."""
     if isinstance(path_or_log, Log):
         return Broker(path_or_log, listen=listen, **options)
     authenticates = bool(options.get("sasl")) or options.get("tls_client_ca") is not None

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pylog.broker.credentials import MECHANISMS, CredentialStore
 from pylog.broker.limits import ConnectionLimits
 from pylog.broker.protocol import ApiError, ErrorCode, Request
+from pylog.broker.quotas import Quotas
 from pylog.broker.sasl import AuthenticationFailed, Mechanism, PlainServer, ScramServer
 from pylog.broker.validate import MalformedRequest, check_request
 from pylog.errors import ConfigError
@@ -96,6 +97,7 @@ class Security:
     super_users: frozenset[str] = field(default_factory=frozenset)
     handlers: Mapping[int, Handler] = field(default_factory=dict)  # APIs served beside the server's
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    quotas: Quotas | None = None  # byte-rate quotas of produce and fetch (None: unlimited)
 
     @property
     def authenticates(self) -> bool:
@@ -116,6 +118,7 @@ class Session:
         self.authenticated = not security.mechanisms
         self.close_after = False  # the answer being written is the connection's last
         self.raw_tokens = False  # after SaslHandshake v0: bare SASL tokens follow
+        self.muted_ms = 0  # over a byte-rate quota: the server reads the next request after this long
         self._mechanism: Mechanism | None = None
         if security.client_auth and peercert:
             self.principal = "User:" + subject_name(peercert)
@@ -147,8 +150,25 @@ class Session:
             raise ApiError(ErrorCode.unsupported_version, f"api key {key} is not served")
         guard = self.security.guard
         if guard is None or key == 18:
-            return await handler(ctx, request)
-        return await guard(self, ctx, request, handler)
+            answer = await handler(ctx, request)
+        else:
+            answer = await guard(self, ctx, request, handler)
+        if key in (0, 1) and self.security.quotas is not None:
+            self._throttle(ctx, request, answer, self.security.quotas)
+        return answer
+
+    def _throttle(
+        self, ctx: Context, request: Request, answer: dict[str, Any] | None, quotas: Quotas
+    ) -> None:
+        """Count the request's record bytes against its principal's quota; over it, answer with
+        ``throttle_time_ms`` and read nothing more from the connection for that long (:attr:`muted_ms`)."""
+        who = self.principal if self.principal != ANONYMOUS else f"client-id:{request.client_id}"
+        now = ctx.log.clock.monotonic_ms()
+        ms = quotas.throttle(request.api_key, who, lambda: _record_bytes(request, answer), now)
+        if ms:
+            self.muted_ms = ms
+            if answer is not None:
+                answer["throttle_time"] = ms
 
     # -- SASL ------------------------------------------------------------------------------------------
 
@@ -222,6 +242,17 @@ class Session:
         except AuthenticationFailed:
             return None
         return len(answer).to_bytes(4, "big") + answer
+
+
+def _record_bytes(request: Request, answer: dict[str, Any] | None) -> int:
+    """The record bytes of a Produce request, or of a Fetch response."""
+    if request.api_key == 0:
+        return sum(len(p.records or b"") for t in request.body.topic_data for p in t.partition_data)
+    if answer is None:
+        return 0
+    return sum(
+        len(p.get("records") or b"") for t in answer.get("responses", ()) for p in t.get("partitions", ())
+    )
 
 
 def _auth_answer(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -194,6 +194,9 @@ class Server:
                 await writer.drain()
             if session.close_after:
                 return
+            if session.muted_ms:  # over a byte-rate quota: the next request waits (KIP-219)
+                await asyncio.sleep(session.muted_ms / 1000)
+                session.muted_ms = 0
             self._connections[task] = False
 
     async def _answer(self, frame: bytes, peer: Any, session: Session) -> bytes | bool | None:

@@ -110,6 +110,18 @@ def register(sub: Subparsers, parents: Parents) -> None:
         metavar="MS",
         help="close a connection idle that long between requests (connections.max.idle.ms, 600000)",
     )
+    p.add_argument(
+        "--producer-byte-rate",
+        type=int,
+        metavar="BYTES",
+        help="record bytes per second each principal may produce (producer_byte_rate; unlimited)",
+    )
+    p.add_argument(
+        "--consumer-byte-rate",
+        type=int,
+        metavar="BYTES",
+        help="record bytes per second each principal may fetch (consumer_byte_rate; unlimited)",
+    )
     p.set_defaults(func=serve)
 
 
@@ -136,6 +148,8 @@ def serve(args: argparse.Namespace) -> int:
             max_connections=args.max_connections,
             max_connections_per_ip=args.max_connections_per_ip,
             connections_max_idle_ms=args.connections_max_idle_ms,
+            producer_byte_rate=args.producer_byte_rate,
+            consumer_byte_rate=args.consumer_byte_rate,
         ) as broker:
             sys.stdout.write(broker.bootstrap_servers + "\n")
             sys.stdout.flush()
