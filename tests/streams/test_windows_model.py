@@ -200,23 +200,29 @@ def test_session_windows_match_the_model(
     diff=st.sampled_from([0, 1, 3, 30, 200]),
     grace=st.sampled_from([0, 1, 10, 100]),
     coarse=st.sampled_from([1, 30]),
+    how=st.sampled_from(["inner", "left", "outer"]),
 )
 @example(  # R@50 must outlive stream time 95: L@70, not late (>= 95 - 30), still joins it
     records=[("L", "a", 0, 80), ("R", "a", 1, 50), ("L", "a", 2, 95), ("L", "a", 3, 70)],
     diff=30,
     grace=0,
     coarse=1,
+    how="inner",
 )
 def test_stream_stream_join_matches_the_model(
-    records: list[tuple[str, str, int, int]], diff: int, grace: int, coarse: int
+    records: list[tuple[str, str, int, int]], diff: int, grace: int, coarse: int, how: str
 ) -> None:
     records = [(side, k, v, ts // coarse) for side, k, v, ts in records]  # coarse: equal and close times
     app = App(None, "model")
     left, right = app.stream("left"), app.stream("right")
-    left.join(right, lambda lv, rv: [lv, rv], JoinWindows(diff, grace), name="j").to("out")
+    joiner = lambda lv, rv: [lv, rv]  # noqa: E731
+    if how == "outer":
+        left.outer_join(right, joiner, JoinWindows(diff, grace), name="j").to("out")
+    else:
+        left.join(right, joiner, JoinWindows(diff, grace), left=how == "left", name="j").to("out")
     driver = TestDriver(app)
     stream_time = -1
-    seen: list[tuple[str, str, int, int]] = []
+    seen: list[list[Any]] = []  # [side, key, value, ts, joined, purged]
     out: list[tuple[Any, Any, int]] = []
     late = 0
     for side, key, value, ts in records:
@@ -224,11 +230,24 @@ def test_stream_stream_join_matches_the_model(
         stream_time = max(stream_time, ts)
         if ts < stream_time - diff - grace:
             late += 1
-            continue
-        for other_side, k2, v2, t2 in seen:
-            if other_side != side and k2 == key and abs(ts - t2) <= diff:
-                out.append((key, [value, v2] if side == "L" else [v2, value], max(ts, t2)))
-        seen.append((side, key, value, ts))
+        else:
+            met = False
+            for other in seen:
+                if other[0] != side and other[1] == key and abs(ts - other[3]) <= diff and not other[5]:
+                    out.append(
+                        (key, [value, other[2]] if side == "L" else [other[2], value], max(ts, other[3]))
+                    )
+                    other[4] = met = True
+            seen.append([side, key, value, ts, met, False])
+        horizon = stream_time - 2 * diff - grace
+        for purged_side in ("L", "R"):  # the left side's unjoined records first, by time then arrival
+            gone = sorted(
+                (r for r in seen if r[0] == purged_side and not r[5] and r[3] < horizon), key=lambda r: r[3]
+            )
+            for r in gone:
+                r[5] = True
+                if not r[4] and (how == "outer" or (how == "left" and purged_side == "L")):
+                    out.append((r[1], [r[2], None] if purged_side == "L" else [None, r[2]], r[3]))
     assert [tuple(r) for r in driver.read_output("out")] == out
     assert driver.metrics().get("late-records", 0) == late
     for name in ("j-left", "j-right"):  # the buffers come back from their changelogs

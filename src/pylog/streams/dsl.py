@@ -166,12 +166,14 @@ class Stream:
         stream whose key may have changed goes through a repartition topic first.
 
         With another :class:`Stream` and ``windows`` (:class:`~pylog.streams.windows.JoinWindows`): Kafka's
-        KStream-KStream inner join, ``joiner(value, other_value)`` for every pair of records with the same key
+        KStream-KStream join, ``joiner(value, other_value)`` for every pair of records with the same key
         and event times at most ``time_difference`` apart (see
         :class:`~pylog.streams.nodes.StreamStreamJoinNode`); each side's recent records are kept in the stores
-        ``<name>-left`` and ``<name>-right``, logged to changelogs."""
+        ``<name>-left`` and ``<name>-right``, logged to changelogs. With ``left``, each record of this stream
+        that joined nothing gives ``joiner(value, None)`` once no later record can join it (Kafka's
+        ``leftJoin``; :meth:`outer_join` for both sides)."""
         if isinstance(table, Stream):
-            return self._join_stream(table, joiner, windows, left, name)
+            return self._join_stream(table, joiner, windows, (left, False), name)
         if not isinstance(table, Table) or table.app is not self.app:
             raise ConfigError("join() takes a Table or a Stream of the same App")
         if table.windowed:
@@ -185,29 +187,53 @@ class Stream:
         table.node.lookups.append(node)
         return Stream(self.app, node)
 
+    def outer_join(
+        self,
+        other: Stream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows,
+        *,
+        name: str | None = None,
+    ) -> Stream:
+        """Kafka's KStream-KStream outer join: as :meth:`join` with ``left=True``, and a record of ``other``
+        that joined nothing gives ``joiner(None, other_value)`` too."""
+        if not isinstance(other, Stream):
+            raise ConfigError("outer_join() takes a Stream (and JoinWindows)")
+        return self._join_stream(other, joiner, windows, (True, True), name)
+
     def _join_stream(
         self,
         other: Stream,
         joiner: Callable[[Any, Any], Any],
         windows: JoinWindows | None,
-        left: bool,
+        unjoined: tuple[bool, bool],
         name: str | None,
     ) -> Stream:
         if other.app is not self.app:
             raise ConfigError("join() takes a Stream of the same App")
         if not isinstance(windows, JoinWindows):
             raise ConfigError("a stream-stream join needs windows=JoinWindows(time_difference, grace)")
-        if left:
-            raise ConfigError("left stream-stream joins are not supported yet (inner joins only)")
         builder = self.app.builder
         base = builder.store_name(name, "join")
         stores = (builder.store_name(f"{base}-left", "join"), builder.store_name(f"{base}-right", "join"))
         nodes = (
             StreamStreamJoinNode(
-                builder.name("join-left"), stores[0], stores[1], windows, joiner, is_left=True
+                builder.name("join-left"),
+                stores[0],
+                stores[1],
+                windows,
+                joiner,
+                is_left=True,
+                unjoined=unjoined,
             ),
             StreamStreamJoinNode(
-                builder.name("join-right"), stores[1], stores[0], windows, joiner, is_left=False
+                builder.name("join-right"),
+                stores[1],
+                stores[0],
+                windows,
+                joiner,
+                is_left=False,
+                unjoined=unjoined,
             ),
         )
         out = Node(builder.name("join-merge"))

@@ -444,12 +444,14 @@ class SessionAggregateNode(Node):
 
 
 class StreamStreamJoinNode(Node):
-    """One side of a stream-stream join (Kafka's KStream-KStream inner join): each record is kept in this side's
+    """One side of a stream-stream join (Kafka's KStream-KStream join): each record is kept in this side's
     buffer and joined with every record of the other side's buffer with the same key and an event time within
     ``time_difference``, in their arrival order; the result, ``joiner(left_value, right_value)``, is stamped
     with the later of the two times. Both sides share the join's stream time (the later of their buffers'); a
     record more than ``time_difference + grace`` behind it is late (counted, not joined); records that can no
-    longer join anything are dropped from the buffers."""
+    longer join anything are dropped from the buffers, and for a left (outer) join those of the left (either)
+    side that joined nothing are then forwarded as ``joiner(value, None)`` (``joiner(None, value)``), stamped
+    with their own time: the left side's first, by time and arrival."""
 
     def __init__(
         self,
@@ -460,6 +462,7 @@ class StreamStreamJoinNode(Node):
         joiner: Callable[[Any, Any], Any],
         *,
         is_left: bool,
+        unjoined: tuple[bool, bool] = (False, False),
     ) -> None:
         super().__init__(name)
         self.mine = mine
@@ -467,6 +470,7 @@ class StreamStreamJoinNode(Node):
         self.windows = windows
         self.joiner = joiner
         self.is_left = is_left
+        self.unjoined = unjoined  # (left, right): forward the records of that side that joined nothing
 
     def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
         if key is None or value is None:
@@ -479,13 +483,21 @@ class StreamStreamJoinNode(Node):
         if timestamp < stream_time - diff - grace:
             ctx.count("late-records")
             return
-        mine.add(key, timestamp, value)
-        for ts, other in theirs.matches(key, timestamp - diff, timestamp + diff):
+        met = False
+        for ts, seq, other in theirs.matches(key, timestamp - diff, timestamp + diff):
             joined = self.joiner(value, other) if self.is_left else self.joiner(other, value)
             self.forward(ctx, key, joined, max(timestamp, ts))
+            theirs.mark(key, ts, seq)
+            met = True
+        mine.add(key, timestamp, value, met)
         horizon = stream_time - 2 * diff - grace  # a record older than this cannot meet a record not late
-        mine.purge(horizon)
-        theirs.purge(horizon)
+        left, right = (mine, theirs) if self.is_left else (theirs, mine)
+        for k, ts, v in left.purge(horizon):
+            if self.unjoined[0]:
+                self.forward(ctx, k, self.joiner(v, None), ts)
+        for k, ts, v in right.purge(horizon):
+            if self.unjoined[1]:
+                self.forward(ctx, k, self.joiner(None, v), ts)
 
 
 class SlidingAggregateNode(Node):

@@ -386,8 +386,9 @@ class SessionStore(KeyValueStore):
 
 
 class JoinBufferStore(KeyValueStore):
-    """One side of a stream-stream join: its recent records ``(key, timestamp, seq) -> value`` (``seq`` orders
-    records of one key and time), the join's stream time, and per key the records in arrival order."""
+    """One side of a stream-stream join: its recent records ``(key, timestamp, seq) -> [value, joined]``
+    (``seq`` orders records of one key and time; ``joined``: it met a record of the other side), the join's
+    stream time, and per key the records in arrival order."""
 
     def __init__(self, name: str, changelog: str | None) -> None:
         super().__init__(name, changelog)
@@ -403,10 +404,16 @@ class JoinBufferStore(KeyValueStore):
             self._time_dirty = True
         return self.stream_time
 
-    def add(self, key: Any, timestamp: int, value: Any) -> None:
+    def add(self, key: Any, timestamp: int, value: Any, joined: bool = False) -> None:
         seq = self._next_seq
         self._next_seq += 1
-        self.put((key, timestamp, seq), value)
+        self.put((key, timestamp, seq), [value, joined])
+
+    def mark(self, key: Any, timestamp: int, seq: int) -> None:
+        """Note that this record met a record of the other side."""
+        entry = self._data[(key, timestamp, seq)]
+        if not entry[1]:
+            self.put((key, timestamp, seq), [entry[0], True])
 
     def put(self, key: Any, value: Any) -> None:
         if value is not None and key not in self._data:
@@ -415,26 +422,33 @@ class JoinBufferStore(KeyValueStore):
             self._next_seq = max(self._next_seq, key[2] + 1)
         super().put(key, value)
 
-    def matches(self, key: Any, low: int, high: int) -> list[tuple[int, Any]]:
-        """``(timestamp, value)`` of ``key``'s records with ``low <= timestamp <= high``, in arrival order."""
+    def matches(self, key: Any, low: int, high: int) -> list[tuple[int, int, Any]]:
+        """``(timestamp, seq, value)`` of ``key``'s records with ``low <= timestamp <= high``, in arrival
+        order."""
         return [
-            (ts, self._data[(key, ts, seq)])
+            (ts, seq, self._data[(key, ts, seq)][0])
             for seq, ts in self._by_key.get(key, ())
             if low <= ts <= high and (key, ts, seq) in self._data
         ]
 
-    def purge(self, before: int) -> None:
-        """Forget the records older than ``before`` (no later record can join them)."""
+    def purge(self, before: int) -> list[tuple[Any, int, Any]]:
+        """Forget the records older than ``before`` (no later record can join them); returns ``(key,
+        timestamp, value)`` of those that never joined, by timestamp then arrival."""
+        unjoined = []
         times = self._times
         while times and times[0][0] < before:
             ts, seq, key = heapq.heappop(times)
-            if (key, ts, seq) in self._data:
+            entry = self._data.get((key, ts, seq))
+            if entry is not None:
+                if not entry[1]:
+                    unjoined.append((key, ts, entry[0]))
                 self.delete((key, ts, seq))
             entries = self._by_key.get(key)
             if entries is not None:
                 entries.remove((seq, ts))
                 if not entries:
                     del self._by_key[key]
+        return unjoined
 
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
         out = super().take_changes()
