@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final
 from kio.index import load_response_schema
 
 from pylog.broker.acls import CLUSTER_NAME, Authorizer
+from pylog.broker.metrics import API_NAMES
 from pylog.broker.protocol import ErrorCode, Request
 
 if TYPE_CHECKING:
@@ -65,30 +66,6 @@ _CLUSTER_DENIED: Final = ErrorCode.cluster_authorization_failed
 _TXN_DENIED: Final = ErrorCode.transactional_id_authorization_failed
 LOG_EVERY_MS: Final = 60_000  # the same refusal is logged at most once a minute
 Result = dict[str, Any] | None
-_API_NAMES: Final = {
-    0: "Produce",
-    1: "Fetch",
-    2: "ListOffsets",
-    3: "Metadata",
-    8: "OffsetCommit",
-    9: "OffsetFetch",
-    10: "FindCoordinator",
-    11: "JoinGroup",
-    12: "Heartbeat",
-    13: "LeaveGroup",
-    14: "SyncGroup",
-    15: "DescribeGroups",
-    16: "ListGroups",
-    19: "CreateTopics",
-    20: "DeleteTopics",
-    22: "InitProducerId",
-    24: "AddPartitionsToTxn",
-    25: "AddOffsetsToTxn",
-    26: "EndTxn",
-    28: "TxnOffsetCommit",
-    32: "DescribeConfigs",
-    37: "CreatePartitions",
-}
 
 
 class _Refusals:
@@ -141,7 +118,7 @@ class _Check:
             return True
         key = self._request.api_key
         what = (s.principal, s.host, operation, resource_type, name)
-        self._refusals.log(self._now_ms, what, _API_NAMES.get(key, f"api key {key}"))
+        self._refusals.log(self._now_ms, what, API_NAMES.get(key, f"api key {key}"))
         return False
 
     def quiet(self, operation: str, resource_type: str, name: str) -> bool:

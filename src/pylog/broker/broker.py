@@ -36,6 +36,7 @@ from pylog.broker.authorize import make_guard
 from pylog.broker.context import Context, Options
 from pylog.broker.credentials import CredentialStore
 from pylog.broker.limits import UNLIMITED, ConnectionLimits
+from pylog.broker.metrics import BrokerMetrics, MetricsServer
 from pylog.broker.quotas import Quotas
 from pylog.broker.scram_api import scram_handlers
 from pylog.broker.security import Security, parse_mechanisms, tls_context
@@ -108,12 +109,17 @@ class Broker:
         connections_max_idle_ms: int = 600_000,
         producer_byte_rate: int | None = None,
         consumer_byte_rate: int | None = None,
+        metrics: str | None = None,
         owns_log: bool = False,
     ) -> None:
         limits = ConnectionLimits(max_connections, max_connections_per_ip, connections_max_idle_ms)
         security = _security(log.path, sasl, tls_cert, tls_key, tls_client_ca, super_users, limits)
         if producer_byte_rate is not None or consumer_byte_rate is not None:
             security = dataclasses.replace(security, quotas=Quotas.of(producer_byte_rate, consumer_byte_rate))
+        metrics_at = None if metrics is None else parse_address(metrics, "metrics")
+        if metrics_at is not None:
+            security = dataclasses.replace(security, metrics=BrokerMetrics())
+        self._metrics_server: MetricsServer | None = None
         host, port = check_listen(listen, allow_anonymous, security.authenticates)
         if type(num_partitions) is not int or num_partitions < 1:
             raise ConfigError(f"num_partitions must be a positive int, got {num_partitions!r}")
@@ -151,6 +157,12 @@ class Broker:
         self._server = Server(self._ctx, self._sock, security)
         try:
             self._server.start()
+            if metrics_at is not None and security.metrics is not None:
+                try:
+                    self._metrics_server = MetricsServer(security.metrics, *metrics_at)
+                except OSError as exc:
+                    self._server.close()
+                    raise ConfigError(f"cannot serve metrics on {metrics}: {exc.strerror or exc}") from exc
         except BaseException:
             self._shutdown()
             raise
@@ -174,7 +186,16 @@ class Broker:
         self._server.close()
         self._shutdown()
 
+    @property
+    def metrics_address(self) -> str | None:
+        """``HOST:PORT`` of the Prometheus endpoint (``GET /metrics``), None without ``metrics``."""
+        if self._metrics_server is None:
+            return None
+        return f"{self._metrics_server.host}:{self._metrics_server.port}"
+
     def _shutdown(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.close()
         try:
             self._executor.shutdown(wait=True)
             self._ctx.close()
@@ -264,7 +285,8 @@ def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0"
     unless clients authenticate), ``max_request_bytes`` (100 MiB), ``sasl`` (``"SCRAM-SHA-256,PLAIN"``),
     ``tls_cert``, ``tls_key``, ``tls_client_ca`` (PEM files), ``super_users`` (``"User:admin,User:ops"``),
     ``max_connections``, ``max_connections_per_ip`` (unlimited), ``connections_max_idle_ms`` (600000),
-    ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second per principal; unlimited)."""
+    ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second per principal; unlimited),
+    ``metrics`` (``HOST:PORT`` of a Prometheus endpoint, ``GET /metrics``; port 0 picks one)."""
     if isinstance(path_or_log, Log):
         return Broker(path_or_log, listen=listen, **options)
     authenticates = bool(options.get("sasl")) or options.get("tls_client_ca") is not None

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pylog.broker.credentials import MECHANISMS, CredentialStore
 from pylog.broker.limits import ConnectionLimits
+from pylog.broker.metrics import API_NAMES, BrokerMetrics
 from pylog.broker.protocol import ApiError, ErrorCode, Request
 from pylog.broker.quotas import Quotas
 from pylog.broker.sasl import AuthenticationFailed, Mechanism, PlainServer, ScramServer
@@ -98,6 +99,7 @@ class Security:
     handlers: Mapping[int, Handler] = field(default_factory=dict)  # APIs served beside the server's
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     quotas: Quotas | None = None  # byte-rate quotas of produce and fetch (None: unlimited)
+    metrics: BrokerMetrics | None = None
 
     @property
     def authenticates(self) -> bool:
@@ -125,9 +127,13 @@ class Session:
 
     def opened(self) -> None:
         _log.info("connection from %s opened (%s)", self.peer, self.principal)
+        if self.security.metrics is not None:
+            self.security.metrics.connection(1)
 
     def closed(self) -> None:
         _log.info("connection from %s closed (%s)", self.peer, self.principal)
+        if self.security.metrics is not None:
+            self.security.metrics.connection(-1)
 
     async def handle(self, ctx: Context, request: Request, handler: Handler | None) -> dict[str, Any] | None:
         key = request.api_key
@@ -149,12 +155,16 @@ class Session:
         if handler is None:
             raise ApiError(ErrorCode.unsupported_version, f"api key {key} is not served")
         guard = self.security.guard
+        started = ctx.log.clock.monotonic_ms()
         if guard is None or key == 18:
             answer = await handler(ctx, request)
         else:
             answer = await guard(self, ctx, request, handler)
         if key in (0, 1) and self.security.quotas is not None:
             self._throttle(ctx, request, answer, self.security.quotas)
+        if self.security.metrics is not None:
+            seconds = (ctx.log.clock.monotonic_ms() - started) / 1000
+            _measure(self.security.metrics, request, answer, seconds)
         return answer
 
     def _throttle(
@@ -167,6 +177,11 @@ class Session:
         ms = quotas.throttle(request.api_key, who, lambda: _record_bytes(request, answer), now)
         if ms:
             self.muted_ms = ms
+            if self.security.metrics is not None:
+                quota = "produce" if request.api_key == 0 else "fetch"
+                self.security.metrics.add(
+                    "kafka_server_quota_throttle_time_seconds_total", ms / 1000, quota=quota
+                )
             if answer is not None:
                 answer["throttle_time"] = ms
 
@@ -222,6 +237,8 @@ class Session:
                 self.peer,
                 exc,
             )
+            if self.security.metrics is not None:
+                self.security.metrics.add("kafka_server_socket_server_metrics_failed_authentication_total")
             raise
         except ConfigError as exc:  # the users file does not check: nobody is authenticated
             _log.error("SASL authentication from %s refused: %s", self.peer, exc)
@@ -233,6 +250,10 @@ class Session:
             _log.info(
                 "connection from %s authenticated as %s (%s)", self.peer, self.principal, mechanism.name
             )
+            if self.security.metrics is not None:
+                self.security.metrics.add(
+                    "kafka_server_socket_server_metrics_successful_authentication_total"
+                )
         return answer
 
     async def raw_token(self, ctx: Context, frame: bytes) -> bytes | None:
@@ -242,6 +263,28 @@ class Session:
         except AuthenticationFailed:
             return None
         return len(answer).to_bytes(4, "big") + answer
+
+
+def _measure(metrics: BrokerMetrics, request: Request, answer: dict[str, Any] | None, seconds: float) -> None:
+    """Requests, their time, record bytes per topic and partition errors of Produce and Fetch."""
+    name = API_NAMES.get(request.api_key, str(request.api_key))
+    metrics.request(name, seconds)
+    errors = "kafka_network_requestmetrics_errors_total"
+    if request.api_key == 0:
+        for t in request.body.topic_data:
+            size = sum(len(p.records or b"") for p in t.partition_data)
+            metrics.add("kafka_server_brokertopicmetrics_bytesin_total", size, topic=str(t.name))
+        for t in (answer or {}).get("responses", ()):
+            for p in t["partition_responses"]:
+                if p["error_code"]:
+                    metrics.add(errors, request=name, error=ErrorCode(p["error_code"]).name.upper())
+    elif request.api_key == 1 and answer is not None:
+        for t in answer.get("responses", ()):
+            size = sum(len(p.get("records") or b"") for p in t["partitions"])
+            metrics.add("kafka_server_brokertopicmetrics_bytesout_total", size, topic=str(t["topic"]))
+            for p in t["partitions"]:
+                if p["error_code"]:
+                    metrics.add(errors, request=name, error=ErrorCode(p["error_code"]).name.upper())
 
 
 def _record_bytes(request: Request, answer: dict[str, Any] | None) -> int:

@@ -122,6 +122,11 @@ def register(sub: Subparsers, parents: Parents) -> None:
         metavar="BYTES",
         help="record bytes per second each principal may fetch (consumer_byte_rate; unlimited)",
     )
+    p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (no authentication: keep it on a private address)",
+    )
     p.set_defaults(func=serve)
 
 
@@ -150,6 +155,7 @@ def serve(args: argparse.Namespace) -> int:
             connections_max_idle_ms=args.connections_max_idle_ms,
             producer_byte_rate=args.producer_byte_rate,
             consumer_byte_rate=args.consumer_byte_rate,
+            metrics=args.metrics,
         ) as broker:
             sys.stdout.write(broker.bootstrap_servers + "\n")
             sys.stdout.flush()

@@ -1,0 +1,162 @@
+"""The broker's metrics in Prometheus' text format (``--metrics HOST:PORT``, ``GET /metrics``).
+
+Names follow Kafka's JMX metrics as Prometheus' JMX exporter spells them:
+
+| metric | type | labels | Kafka's |
+|---|---|---|---|
+| ``kafka_network_requestmetrics_requests_total`` | counter | request | RequestMetrics RequestsPerSec |
+| ``kafka_network_requestmetrics_totaltime_seconds`` | histogram | request | RequestMetrics TotalTimeMs |
+| ``kafka_network_requestmetrics_errors_total`` | counter | request, error | RequestMetrics ErrorsPerSec (per partition for Produce and Fetch) |
+| ``kafka_server_brokertopicmetrics_bytesin_total`` | counter | topic | BrokerTopicMetrics BytesInPerSec (record bytes produced) |
+| ``kafka_server_brokertopicmetrics_bytesout_total`` | counter | topic | BrokerTopicMetrics BytesOutPerSec (record bytes fetched) |
+| ``kafka_server_socket_server_metrics_connection_count`` | gauge | | socket-server-metrics connection-count |
+| ``kafka_server_socket_server_metrics_successful_authentication_total`` | counter | | successful-authentication-total |
+| ``kafka_server_socket_server_metrics_failed_authentication_total`` | counter | | failed-authentication-total |
+| ``kafka_server_quota_throttle_time_seconds_total`` | counter | quota (produce, fetch) | Produce/Fetch throttle-time |
+
+Nothing in them names a record's content or a credential; topic names are label values (escaped).
+
+Thread-safety: updates come from the event loop and reads from the HTTP thread, under one lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+
+__all__ = ["API_NAMES", "BrokerMetrics", "MetricsServer"]
+
+_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+API_NAMES: Final = {
+    0: "Produce",
+    1: "Fetch",
+    2: "ListOffsets",
+    3: "Metadata",
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    10: "FindCoordinator",
+    11: "JoinGroup",
+    12: "Heartbeat",
+    13: "LeaveGroup",
+    14: "SyncGroup",
+    15: "DescribeGroups",
+    16: "ListGroups",
+    19: "CreateTopics",
+    20: "DeleteTopics",
+    22: "InitProducerId",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    28: "TxnOffsetCommit",
+    32: "DescribeConfigs",
+    37: "CreatePartitions",
+    29: "DescribeAcls",
+    30: "CreateAcls",
+    31: "DeleteAcls",
+    17: "SaslHandshake",
+    18: "ApiVersions",
+    36: "SaslAuthenticate",
+    43: "ElectLeaders",
+    45: "AlterPartitionReassignments",
+    46: "ListPartitionReassignments",
+    50: "DescribeUserScramCredentials",
+    51: "AlterUserScramCredentials",
+    60: "DescribeCluster",
+}
+_REQ: Final = "kafka_network_requestmetrics"
+_SOCK: Final = "kafka_server_socket_server_metrics"
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+        self._histograms: dict[str, list[float]] = {}  # request -> bucket counts, then sum, then count
+        self.connections = 0
+
+    def add(self, name: str, value: float = 1.0, **labels: str) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            series = self._counters[name]
+            series[key] = series.get(key, 0.0) + value
+
+    def connection(self, delta: int) -> None:
+        with self._lock:
+            self.connections += delta
+
+    def request(self, request: str, seconds: float) -> None:
+        self.add(f"{_REQ}_requests_total", request=request)
+        with self._lock:
+            h = self._histograms.setdefault(request, [0.0] * (len(_BUCKETS) + 2))
+            for i, bound in enumerate(_BUCKETS):
+                if seconds <= bound:
+                    h[i] += 1
+            h[-2] += seconds
+            h[-1] += 1
+
+    def render(self) -> str:
+        out: list[str] = []
+        with self._lock:
+            out.append(f"# TYPE {_SOCK}_connection_count gauge")
+            out.append(f"{_SOCK}_connection_count {self.connections}")
+            for name in sorted(self._counters):
+                out.append(f"# TYPE {name} counter")
+                for key, value in sorted(self._counters[name].items()):
+                    out.append(f"{name}{_labels(key)} {_num(value)}")
+            name = f"{_REQ}_totaltime_seconds"
+            out.append(f"# TYPE {name} histogram")
+            for request, h in sorted(self._histograms.items()):
+                for bound, count in zip(_BUCKETS, h, strict=False):
+                    out.append(f'{name}_bucket{{le="{bound}",request="{_escape(request)}"}} {_num(count)}')
+                out.append(f'{name}_bucket{{le="+Inf",request="{_escape(request)}"}} {_num(h[-1])}')
+                out.append(f'{name}_sum{{request="{_escape(request)}"}} {h[-2]}')
+                out.append(f'{name}_count{{request="{_escape(request)}"}} {_num(h[-1])}')
+        return "\n".join(out) + "\n"
+
+
+def _labels(key: tuple[tuple[str, str], ...]) -> str:
+    if not key:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in key) + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+class MetricsServer:
+    """``GET /metrics`` on (host, port) from a thread of its own; :meth:`close` stops it."""
+
+    def __init__(self, metrics: BrokerMetrics, host: str, port: int) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = metrics.render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self.host = host if ":" not in host else f"[{host}]"
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, name="pylog-metrics", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
