@@ -331,3 +331,29 @@ def test_table_operations_and_table_table_joins_match_a_model() -> None:
                 expect["orders-joined"].append((k, [i, a, p[k]]))
     for topic, records in expect.items():
         assert driver.read_key_values(topic) == records, topic
+
+
+def test_global_table_join() -> None:
+    app = App(None, "enrich-global")
+    products = app.global_table("products", name="products")
+    orders = app.stream("orders")  # keyed by customer; the product id is in the value
+    orders.join_global(products, lambda customer, o: o["product"], lambda o, p: [o["qty"], p["name"]]).to(
+        "named"
+    )
+    orders.join_global(products, lambda c, o: o["product"], lambda o, p: p and p["name"], left=True).to(
+        "names"
+    )
+    driver = TestDriver(app)
+    driver.pipe("products", {"name": "tea"}, key="p1")
+    driver.pipe("orders", {"product": "p1", "qty": 2}, key="ann")
+    driver.pipe("orders", {"product": "p2", "qty": 1}, key="bob")
+    driver.pipe("products", {"name": "cake"}, key="p2")
+    driver.pipe("products", None, key="p1")
+    driver.pipe("orders", {"product": "p2", "qty": 5}, key="ann")
+    driver.pipe("orders", {"product": "p1", "qty": 5}, key="cid")
+    assert driver.read_key_values("named") == [("ann", [2, "tea"]), ("ann", [5, "cake"])]
+    assert driver.read_key_values("names") == [("ann", "tea"), ("bob", None), ("ann", "cake"), ("cid", None)]
+    assert driver.store("products").to_dict() == {"p2": {"name": "cake"}}
+    assert [sub.sources for sub in driver.topology.subtopologies] == [
+        {"orders": driver.topology.subtopologies[0].sources["orders"]}
+    ]

@@ -261,3 +261,29 @@ def test_stream_stream_join_in_the_runtime(tmp_path: Path) -> None:
             "ctr-join-0003-left-changelog",
             "ctr-join-0003-right-changelog",
         ]
+
+
+def test_global_table_in_the_runtime(tmp_path: Path) -> None:
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("products", partitions=3)  # not co-partitioned with the orders: no need
+        log.create_topic("orders", partitions=2)
+        log.create_topic("named", partitions=2)
+        producer = log.producer()
+        for p in range(30):
+            producer.send("products", {"name": f"product-{p}"}, key=f"p{p}")
+        producer.flush()
+        app = App(log, "global", commit_interval_ms=20)
+        products = app.global_table("products")
+        app.stream("orders").join_global(
+            products, lambda c, o: o["product"], lambda o, p: [o["i"], p["name"]]
+        ).to("named")
+        app.start(threads=2)  # the global table is read to its end before the threads start
+        for i in range(50):
+            producer.send("orders", {"i": i, "product": f"p{i % 30}"}, key=f"c{i % 7}")
+        producer.close()
+        wait_for(lambda: len(committed_records(log, "named")) == 50, "the joined orders")
+        assert app.query("products-global", "p3") == {"name": "product-3"}
+        app.close()
+        assert sorted(r.value for r in committed_records(log, "named")) == [
+            [i, f"product-{i % 30}"] for i in range(50)
+        ]

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pylog.errors import ConfigError, IllegalStateError, TopicExistsError
-from pylog.streams.dsl import Stream, Table
+from pylog.streams.dsl import GlobalTable, Stream, Table
 from pylog.streams.nodes import SourceNode, TableSourceNode
-from pylog.streams.runtime import StreamThread
+from pylog.streams.runtime import GlobalThread, StreamThread
 from pylog.streams.serde import MSGPACK, STRING, Serde
 from pylog.streams.stores import KeyValueStore
-from pylog.streams.topology import Builder, Topology
+from pylog.streams.topology import Builder, GlobalSpec, Topology
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ class App:
         self.error: BaseException | None = None
         self._topology: Topology | None = None
         self._threads: list[StreamThread] = []
+        self._global: GlobalThread | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
 
@@ -164,6 +165,26 @@ class App:
         source.node.children.append(node)
         self.builder.add_store(store, node, windowed=None)
         return Table(self, node, store)
+
+    def global_table(
+        self,
+        topic: str,
+        *,
+        name: str | None = None,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> GlobalTable:
+        """``topic`` read whole by every process, as a :class:`~pylog.streams.dsl.GlobalTable` (store ``name``,
+        default ``<topic>-global``), for :meth:`~pylog.streams.dsl.Stream.join_global`."""
+        self.builder.check_open()
+        if topic in self.builder.sources or topic in self.builder.globals:
+            raise ConfigError(f"topic {topic!r} is already a source of this App")
+        store_name = self.builder.store_name(name if name is not None else f"{topic}-global", "global")
+        store = KeyValueStore(store_name, None)
+        self.builder.globals[topic] = GlobalSpec(
+            store_name, topic, store, key_serde or self.key_serde, value_serde or self.value_serde
+        )
+        return GlobalTable(self, store_name, store)
 
     def topology(self) -> Topology:
         """The built topology (its sub-topologies, stores and internal topics); the App's definition cannot
@@ -213,6 +234,10 @@ class App:
             log = self._need_log()
             self.create_topics()
             topology = self.topology()
+            if topology.globals:
+                self._global = GlobalThread(self, log, list(topology.globals.values()))
+                self._global.bootstrap()  # the whole tables before any stream record is processed
+                self._global.start()
             self._threads = [StreamThread(self, log, topology, i) for i in range(threads)]
             self.state = "RUNNING"
         for t in self._threads:
@@ -251,6 +276,9 @@ class App:
         for t in threads:
             if t is not threading.current_thread():
                 t.join(timeout)
+        if self._global is not None:
+            self._global.stop()
+            self._global.join(timeout)
         with self._lock:
             self.state = "ERROR" if self.error is not None else "NOT_RUNNING"
 
@@ -260,7 +288,7 @@ class App:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _thread_failed(self, thread: StreamThread, exc: BaseException) -> None:
+    def _thread_failed(self, thread: threading.Thread, exc: BaseException) -> None:
         with self._lock:
             if self.error is None:
                 self.error = exc
@@ -268,6 +296,8 @@ class App:
         self._stopped.set()
         for t in self._threads:
             t.stop()
+        if self._global is not None:
+            self._global.stop()
 
     # -- queries --------------------------------------------------------------------------------------
 
@@ -326,6 +356,9 @@ class App:
     def store(self, name: str) -> list[KeyValueStore]:
         """The instances of store ``name`` held by this process's tasks (one per task it runs now)."""
         topology = self.topology()
+        for spec in topology.globals.values():
+            if spec.name == name:
+                return [spec.store]
         if name not in topology.stores:
             raise ConfigError(f"no store {name!r} (stores: {sorted(topology.stores)})")
         return [

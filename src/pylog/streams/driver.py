@@ -65,6 +65,13 @@ class TestDriver:
 
     def pipe(self, topic: str, value: Any, key: Any = None, timestamp_ms: int | None = None) -> None:
         """Feed one record to source ``topic`` (encoded with its serdes) and run it through the topology."""
+        spec = self.topology.globals.get(topic)
+        if spec is not None:  # a global table's topic: its store takes the record at once
+            k = spec.key_serde.deserialize(spec.key_serde.serialize(key))
+            if k is not None:
+                spec.store.put(k, spec.value_serde.deserialize(spec.value_serde.serialize(value)))
+                spec.store.take_changes()
+            return
         source = self.topology.subtopology_of(topic).sources[topic]
         if source.internal:
             raise ConfigError(f"{topic} is an internal topic: pipe records into the application's inputs")
@@ -156,6 +163,9 @@ class TestDriver:
 
     def store(self, name: str) -> KeyValueStore:
         """The store ``name`` (its single task's instance)."""
+        for global_spec in self.topology.globals.values():
+            if global_spec.name == name:
+                return global_spec.store
         spec = self.topology.stores.get(name)
         if spec is None:
             raise ConfigError(f"no store {name!r} (stores: {sorted(self.topology.stores)})")

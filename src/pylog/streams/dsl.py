@@ -18,6 +18,7 @@ from pylog.streams.nodes import (
     FilterNode,
     FlatMapNode,
     Getter,
+    GlobalJoinNode,
     MapNode,
     MapValuesNode,
     Node,
@@ -34,13 +35,13 @@ from pylog.streams.nodes import (
 )
 from pylog.streams.processor import ProcessNode, Processor
 from pylog.streams.serde import MSGPACK, Serde
-from pylog.streams.stores import MISSING
+from pylog.streams.stores import MISSING, KeyValueStore
 from pylog.streams.windows import WINDOWED, JoinWindows, SessionWindows, SlidingWindows, Windows
 
 if TYPE_CHECKING:
     from pylog.streams.app import App
 
-__all__ = ["GroupedStream", "SessionWindowedStream", "Stream", "Table", "WindowedStream"]
+__all__ = ["GlobalTable", "GroupedStream", "SessionWindowedStream", "Stream", "Table", "WindowedStream"]
 
 
 class Stream:
@@ -174,6 +175,8 @@ class Stream:
         ``leftJoin``; :meth:`outer_join` for both sides)."""
         if isinstance(table, Stream):
             return self._join_stream(table, joiner, windows, (left, False), name)
+        if isinstance(table, GlobalTable):
+            raise ConfigError("a global table is joined with join_global(table, key, joiner)")
         if not isinstance(table, Table) or table.app is not self.app:
             raise ConfigError("join() takes a Table or a Stream of the same App")
         if table.windowed:
@@ -247,6 +250,23 @@ class Stream:
             builder.add_store(store, node, windowed=windows)
         nodes[0].lookups.append(nodes[1])  # one task holds both buffers
         return Stream(self.app, out)
+
+    def join_global(
+        self,
+        table: GlobalTable,
+        key: Callable[[Any, Any], Any],
+        joiner: Callable[[Any, Any], Any],
+        *,
+        left: bool = False,
+    ) -> Stream:
+        """Join each record with a :class:`GlobalTable` (Kafka's KStream-GlobalKTable join): look up
+        ``key(record_key, value)`` and forward ``joiner(value, table_value)``; with ``left``, also when nothing
+        is found (``table_value`` None). No co-partitioning and no repartition: every process holds the whole
+        table. The record's key is kept."""
+        if not isinstance(table, GlobalTable) or table.app is not self.app:
+            raise ConfigError("join_global() takes a GlobalTable of the same App")
+        node = GlobalJoinNode(self.app.builder.name("global-join"), table.store, key, joiner, left)
+        return self._then(node)
 
     def left_join(self, table: Table, joiner: Callable[[Any, Any], Any]) -> Stream:
         """:meth:`join` with ``left=True``: records whose key is not in the table are joined with None."""
@@ -436,6 +456,18 @@ class SessionWindowedStream:
         """As :meth:`GroupedStream.aggregate`; ``merger(key, aggregate1, aggregate2)`` combines the aggregates
         of sessions a record merges (in order of their start)."""
         return self._aggregate(_aggregator(initializer, aggregator), merger, name)
+
+
+class GlobalTable:
+    """A table read from every partition of a topic by every process of the application (Kafka's
+    ``GlobalKTable``): a bootstrap reads the topic to its end before the stream threads start, then a global
+    thread keeps applying new records. Its store is not logged (the topic is its own changelog) and is not
+    part of transactions: a join sees the table as last read. Read it with ``app.query(name, key)``."""
+
+    def __init__(self, app: App, name: str, store: KeyValueStore) -> None:
+        self.app = app
+        self.name = name
+        self.store = store
 
 
 class Table:

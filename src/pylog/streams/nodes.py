@@ -35,6 +35,7 @@ __all__ = [
     "SlidingAggregateNode",
     "SourceNode",
     "StreamStreamJoinNode",
+    "GlobalJoinNode",
     "StreamTableJoinNode",
     "TableJoinNode",
     "TableSourceNode",
@@ -570,3 +571,33 @@ class SlidingAggregateNode(Node):
         if self.emit == "update":
             for start in sorted(changed):
                 self.forward(ctx, Windowed(key, start, start + d), changed[start], ts)
+
+
+class GlobalJoinNode(Node):
+    """Joins each stream record with a global table (every partition of its topic, in every process): the
+    lookup key is ``key_fn(key, value)``, the result ``joiner(value, table_value)``; ``left``: also when the
+    lookup finds nothing (``table_value`` None)."""
+
+    def __init__(
+        self,
+        name: str,
+        store: KeyValueStore,
+        key_fn: Callable[[Any, Any], Any],
+        joiner: Callable[[Any, Any], Any],
+        left: bool,
+    ) -> None:
+        super().__init__(name)
+        self.store = store
+        self.key_fn = key_fn
+        self.joiner = joiner
+        self.left = left
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if value is None:
+            ctx.count("dropped-records")
+            return
+        lookup = self.key_fn(key, value)
+        other = None if lookup is None else self.store.get(lookup)
+        if other is None and not self.left:
+            return
+        self.forward(ctx, key, self.joiner(value, other), timestamp)

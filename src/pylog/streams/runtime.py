@@ -46,7 +46,7 @@ from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
 from pylog.streams.sqlite import SqliteStore
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.task import Task
-from pylog.streams.topology import StoreSpec, TaskId, Topology
+from pylog.streams.topology import GlobalSpec, StoreSpec, TaskId, Topology
 from pylog.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from pylog.producer import Producer
     from pylog.streams.app import App
 
-__all__ = ["StreamThread", "restore_tasks"]
+__all__ = ["GlobalThread", "StreamThread", "restore_tasks"]
 
 _log = logging.getLogger("pylog.streams")
 _RESTORE_POLL_MS = 100
@@ -405,3 +405,50 @@ def _decode_column(column: Any, serde: Serde) -> list[Any]:
         except (ValueError, msgpack.UnpackException):
             pass
     return [None if raw is None else serde.decode(raw) for raw in column.to_pylist()]
+
+
+class GlobalThread(threading.Thread):
+    """Keeps the application's global tables: reads every partition of their topics (``read_committed``, no
+    group) into their stores; :meth:`bootstrap` reads them to their end first, on the caller's thread."""
+
+    def __init__(self, app: App, log: Log, specs: list[GlobalSpec]) -> None:
+        super().__init__(name=f"{app.application_id}-GlobalThread", daemon=True)
+        self.app = app
+        self.specs = {spec.topic: spec for spec in specs}
+        self._stopping = threading.Event()
+        self.consumer: Consumer = log.consumer(
+            isolation_level="read_committed", enable_auto_commit=False, value_deserializer=None
+        )
+        tps = [TopicPartition(t, p) for t in self.specs for p in range(log.topic(t).num_partitions)]
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        self._tps = tps
+
+    def bootstrap(self) -> None:
+        ends = self.consumer.end_offsets(self._tps)
+        pending = {tp for tp in self._tps if self.consumer.position(tp) < ends[tp]}
+        while pending:
+            self._apply(self.consumer.poll(timeout_ms=100, max_records=10_000))
+            pending = {tp for tp in pending if self.consumer.position(tp) < ends[tp]}
+
+    def _apply(self, records: dict[TopicPartition, list[Any]]) -> None:
+        for tp, recs in records.items():
+            spec = self.specs[tp.topic]
+            for r in recs:
+                key = spec.key_serde.deserialize(r.key)
+                if key is not None:
+                    spec.store.put(key, spec.value_serde.deserialize(r.value))
+            spec.store.take_changes()  # not logged: the topic is the changelog
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self._apply(self.consumer.poll(timeout_ms=self.app.poll_ms))
+        except BaseException as exc:
+            _log.exception("global thread %s failed", self.name)
+            self.app._thread_failed(self, exc)
+        finally:
+            self.consumer.close(autocommit=False)

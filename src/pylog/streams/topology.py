@@ -20,9 +20,10 @@ from typing import Any
 from pylog.errors import ConfigError
 from pylog.streams.nodes import Node, SinkNode, SourceNode
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
+from pylog.streams.stores import KeyValueStore
 from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows, Windows
 
-__all__ = ["Builder", "StoreSpec", "SubTopology", "TaskId", "Topology"]
+__all__ = ["Builder", "GlobalSpec", "StoreSpec", "SubTopology", "TaskId", "Topology"]
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -48,6 +49,17 @@ class StoreSpec:
 
 
 @dataclass
+class GlobalSpec:
+    """A global table: every partition of ``topic`` read into ``store`` by every process."""
+
+    name: str
+    topic: str
+    store: KeyValueStore
+    key_serde: Serde
+    value_serde: Serde
+
+
+@dataclass
 class SubTopology:
     id: int
     sources: dict[str, SourceNode]
@@ -65,6 +77,7 @@ class Builder:
         self.stores: dict[str, StoreSpec] = {}
         self.sinks: list[SinkNode] = []
         self.outputs: dict[str, tuple[Serde, Serde]] = {}
+        self.globals: dict[str, GlobalSpec] = {}  # by topic
         self.on_deserialization_error = "raise"
         self.dead_letter_topic: str | None = None
         self.frozen = False
@@ -186,6 +199,7 @@ class Builder:
             dict(self.outputs),
             self.on_deserialization_error,
             self.dead_letter_topic,
+            dict(self.globals),
         )
 
 
@@ -212,6 +226,7 @@ class Topology:
     outputs: dict[str, tuple[Serde, Serde]]
     on_deserialization_error: str = "raise"
     dead_letter_topic: str | None = None
+    globals: dict[str, GlobalSpec] = field(default_factory=dict)
 
     def subtopology_of(self, topic: str) -> SubTopology:
         for sub in self.subtopologies:
