@@ -87,11 +87,16 @@ def test_sqlite_store_keeps_committed_state_only(tmp_path: Path) -> None:
 
     again = SqliteStore("s", "app-s-changelog", path, "topic-id-1")
     assert again.offset == 2 and again.to_dict() == {"a": 1, "b": [2, 3]}
+    assert again.get("a") == 1 and again.get("d") is None  # now in the read cache
     again.restore([encode_key("a"), encode_key("d")], [None, MSGPACK.encode(5)])  # changelog after offset 2
     again.restored(4)
+    assert again.get("a") is None and again.get("d") == 5  # the restore went around the cache
+    again.put("d", 6)
+    again.checkpoint(5)
+    assert again.get("d") == 6
     again.close()
     third = SqliteStore("s", "app-s-changelog", path, "topic-id-1")
-    assert third.offset == 4 and third.to_dict() == {"b": [2, 3], "d": 5}
+    assert third.offset == 5 and third.to_dict() == {"b": [2, 3], "d": 6}
     third.close()
 
     other = SqliteStore(

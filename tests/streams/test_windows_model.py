@@ -63,7 +63,7 @@ def _model(
     return out, late, {k: [w[0], w[1]] for k, w in windows.items()}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(
         st.tuples(st.sampled_from("abc"), st.integers(0, 9), st.integers(0, 3000)), min_size=1, max_size=60
@@ -146,7 +146,7 @@ def _session_model(
     return out, late, {(s[0], s[1], s[2]): [s[3], s[4]] for s in sessions}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(
         st.tuples(st.sampled_from("abc"), st.integers(0, 9), st.integers(0, 3000)), min_size=1, max_size=60
@@ -190,7 +190,7 @@ def test_session_windows_match_the_model(
     assert isinstance(store, SessionStore) and restored.stream_time == store.stream_time
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(
         st.tuples(st.sampled_from("LR"), st.sampled_from("ab"), st.integers(0, 9), st.integers(0, 600)),
@@ -304,7 +304,7 @@ def _sliding_model(
     return out, late, {w: agg(*w)[0] for w in windows}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(
         st.tuples(st.sampled_from("abc"), st.integers(0, 9), st.integers(0, 3000)), min_size=1, max_size=50

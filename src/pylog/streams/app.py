@@ -207,15 +207,17 @@ class App:
         log = self._need_log()
         topology = self.topology()
         for name, (partitions, config) in topology.internal_topics().items():
-            if log.has_topic(name):
-                have = log.topic(name).num_partitions
-                if have != partitions:
-                    raise ConfigError(
-                        f"internal topic {name} has {have} partitions, the topology needs {partitions} (reset "
-                        "the application, or change its source topics back)"
-                    )
-            else:
-                log.create_topic(name, partitions=partitions, **config)
+            if not log.has_topic(name):
+                try:
+                    log.create_topic(name, partitions=partitions, **config)
+                except TopicExistsError:
+                    pass  # another instance starting at the same moment created it
+            have = log.topic(name).num_partitions
+            if have != partitions:
+                raise ConfigError(
+                    f"internal topic {name} has {have} partitions, the topology needs {partitions} (reset "
+                    "the application, or change its source topics back)"
+                )
         for name in topology.outputs:
             log.topic(name)  # UnknownTopicError now, not from a thread later
         if topology.dead_letter_topic is not None and not log.has_topic(topology.dead_letter_topic):

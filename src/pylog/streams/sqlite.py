@@ -2,7 +2,8 @@
 reads only the changelog records written since the last commit instead of the whole changelog.
 
 Each task's store is the file ``<state_dir>/<application_id>/<task>/<store>.sqlite`` (stdlib ``sqlite3``; no
-native dependency beyond Python's). It holds **committed** state only: what a task changes goes to an overlay
+native dependency beyond Python's). It holds **committed** state only (and the store keeps up to :data:`CACHE_ENTRIES` committed values it read
+lately in memory): what a task changes goes to an overlay
 in memory (read first), which the runtime writes to the file, in one SQLite transaction together with the
 changelog offset it reaches, after the pylog transaction holding those changelog records has committed
 (:meth:`SqliteStore.checkpoint`). So the file is always the state as of some committed offset of the
@@ -23,15 +24,18 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pylog.streams.serde import MSGPACK
 from pylog.streams.stores import KeyValueStore, decode_key, encode_key
 
-__all__ = ["SqliteStore"]
+__all__ = ["CACHE_ENTRIES", "SqliteStore"]
 
 _DELETED: Any = object()
+_ABSENT: Any = object()
+CACHE_ENTRIES = 100_000  # committed values kept in memory per store, most recently used first
 
 
 class SqliteStore(KeyValueStore):
@@ -49,6 +53,7 @@ class SqliteStore(KeyValueStore):
         self._db.execute("CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._overlay: dict[Any, Any] = {}  # changes not yet checkpointed: key -> value or _DELETED
+        self._cache: OrderedDict[Any, Any] = OrderedDict()  # committed values read lately (or _DELETED)
         meta = dict(self._db.execute("SELECT name, value FROM meta").fetchall())
         self.offset = int(meta.get("offset", 0))
         if meta.get("changelog_id", changelog_id) != changelog_id:
@@ -58,12 +63,24 @@ class SqliteStore(KeyValueStore):
     # -- reads ----------------------------------------------------------------------------------------
 
     def _stored(self, key: Any) -> Any:
-        with self._lock:
+        """The committed value of ``key`` (or _DELETED): from the read cache, else from the file."""
+        with self._lock:  # queries from other threads use the cache too
+            cache = self._cache
+            value = cache.get(key, _ABSENT)
+            if value is not _ABSENT:
+                cache.move_to_end(key)
+                return value
             row = self._db.execute("SELECT v FROM kv WHERE k = ?", (encode_key(key),)).fetchone()
-        return _DELETED if row is None else MSGPACK.decode(row[0])
+            value = _DELETED if row is None else MSGPACK.decode(row[0])
+            cache[key] = value
+            if len(cache) > CACHE_ENTRIES:
+                cache.popitem(last=False)
+            return value
 
     def get(self, key: Any, default: Any = None) -> Any:
-        value = self._overlay.get(key, _DELETED) if key in self._overlay else self._stored(key)
+        value = self._overlay.get(key, _ABSENT)  # one lookup: a checkpoint may empty the overlay meanwhile
+        if value is _ABSENT:
+            value = self._stored(key)
         return default if value is _DELETED else value
 
     def __getitem__(self, key: Any) -> Any:
@@ -148,6 +165,9 @@ class SqliteStore(KeyValueStore):
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+            for key, value in self._overlay.items():  # the file now holds them: cache what is cached
+                if key in self._cache:
+                    self._cache[key] = value
             self._overlay.clear()
             self.offset = offset
 
@@ -166,6 +186,8 @@ class SqliteStore(KeyValueStore):
             self._db.execute("DELETE FROM kv")
             self._db.execute("DELETE FROM meta")
             self._db.execute("COMMIT")
+        with self._lock:
+            self._cache.clear()
         self._overlay.clear()
         self._dirty.clear()
         self.offset = 0
@@ -191,6 +213,8 @@ class SqliteStore(KeyValueStore):
                 "DELETE FROM kv WHERE k = ?", [(encode_key(k),) for k, v in latest.items() if v is None]
             )
             db.execute("COMMIT")
+            for key in latest:
+                self._cache.pop(key, None)
 
     def restored(self, offset: int) -> None:
         """The restore read the changelog up to ``offset``: record it."""
