@@ -9,7 +9,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
-from kafka_support import WAIT_S
+from kafka_support import WAIT_S, wait_until
 
 import pylog
 from pylog.errors import ConfigError
@@ -89,3 +89,31 @@ def test_limits_are_checked(log_dir: Path) -> None:
     for bad in ({"max_connections": 0}, {"max_connections_per_ip": -1}, {"connections_max_idle_ms": 0}):
         with pytest.raises(ConfigError):
             pylog.serve(log_dir, **bad)
+
+
+def test_request_bytes_are_bounded(log_dir: Path) -> None:
+    """30 clients each sending a 200 KiB request at once, with a 1 MiB budget: every one is answered, and the
+    broker never held more than 1 MiB of requests (one request alone may exceed it: it is read when nothing
+    else is)."""
+    padding = b"\0" * (200 << 10)  # after an ApiVersions v0 header: ignored, but read and held
+    with pylog.serve(log_dir, queued_max_request_bytes=1 << 20, max_request_bytes=4 << 20) as broker:
+        socks = [socket.create_connection((broker.host, broker.port)) for _ in range(30)]
+        for i, s in enumerate(socks):
+            payload = struct.pack(">hhih", 18, 0, i, 1) + b"t" + padding
+            s.sendall(struct.pack(">i", len(payload)) + payload)
+        answered = 0
+        for i, s in enumerate(socks):
+            head = _read(s, 8)
+            _read(s, struct.unpack(">i", head[:4])[0] - 4)
+            answered += struct.unpack(">i", head[4:])[0] == i
+            s.close()
+        assert answered == 30
+        budget = broker.limits.budget
+        assert 0 < budget.peak <= 1 << 20
+        wait_until(lambda: budget.in_use == 0, "every request's bytes given back")
+        with socket.create_connection((broker.host, broker.port)) as big:  # larger than the budget
+            payload = struct.pack(">hhih", 18, 0, 99, 1) + b"t" + b"\0" * (2 << 20)
+            big.sendall(struct.pack(">i", len(payload)) + payload)
+            head = _read(big, 8)
+            assert struct.unpack(">i", head[4:])[0] == 99
+        assert budget.peak > 1 << 20

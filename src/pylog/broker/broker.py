@@ -110,10 +110,14 @@ class Broker:
         producer_byte_rate: int | None = None,
         consumer_byte_rate: int | None = None,
         metrics: str | None = None,
+        queued_max_request_bytes: int = 512 << 20,
         owns_log: bool = False,
     ) -> None:
-        limits = ConnectionLimits(max_connections, max_connections_per_ip, connections_max_idle_ms)
+        limits = ConnectionLimits(
+            max_connections, max_connections_per_ip, connections_max_idle_ms, queued_max_request_bytes
+        )
         security = _security(log.path, sasl, tls_cert, tls_key, tls_client_ca, super_users, limits)
+        self._limits = limits
         if producer_byte_rate is not None or consumer_byte_rate is not None:
             security = dataclasses.replace(security, quotas=Quotas.of(producer_byte_rate, consumer_byte_rate))
         metrics_at = None if metrics is None else parse_address(metrics, "metrics")
@@ -185,6 +189,12 @@ class Broker:
         self._closed = True
         self._server.close()
         self._shutdown()
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        """The connection limits and the request byte budget in force (``limits.budget.peak``: the most
+        request bytes ever held at once)."""
+        return self._limits
 
     @property
     def metrics_address(self) -> str | None:
@@ -286,7 +296,8 @@ def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0"
     ``tls_cert``, ``tls_key``, ``tls_client_ca`` (PEM files), ``super_users`` (``"User:admin,User:ops"``),
     ``max_connections``, ``max_connections_per_ip`` (unlimited), ``connections_max_idle_ms`` (600000),
     ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second per principal; unlimited),
-    ``metrics`` (``HOST:PORT`` of a Prometheus endpoint, ``GET /metrics``; port 0 picks one)."""
+    ``metrics`` (``HOST:PORT`` of a Prometheus endpoint, ``GET /metrics``; port 0 picks one),
+    ``queued_max_request_bytes`` (512 MiB: requests read and not answered yet, all connections together)."""
     if isinstance(path_or_log, Log):
         return Broker(path_or_log, listen=listen, **options)
     authenticates = bool(options.get("sasl")) or options.get("tls_client_ca") is not None

@@ -7,22 +7,78 @@
   for a while, which a closed connection tells a client as clearly).
 - A connection that sends no request for ``connections_max_idle_ms`` (10 minutes by default) between two
   requests is closed. The time spent handling a request (a long-polling fetch) does not count.
+- At most ``queued_max_request_bytes`` (512 MiB by default; Kafka's ``queued.max.request.bytes``) of requests
+  are read and not yet answered at once, all connections together (:class:`RequestBudget`): a connection
+  whose next request does not fit waits, its bytes left in the socket (asyncio stops reading a connection
+  whose buffer holds 128 KiB), so many clients sending large requests at once make the broker read them in
+  turn (first come, first served) instead of holding them all in memory. A request larger than the whole
+  budget is read when nothing else is.
 
 Thread-safety: used from the broker's event loop only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
 from pylog.errors import ConfigError
 
-__all__ = ["UNLIMITED", "ConnectionLimits"]
+__all__ = ["UNLIMITED", "ConnectionLimits", "RequestBudget"]
 
 _log = logging.getLogger("pylog.broker")
 UNLIMITED: Final = 2**31 - 1  # Kafka's default for both limits
+
+
+class RequestBudget:
+    """Bytes of requests in the broker at once (see the module docstring); waiters served in order."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.in_use = 0
+        self.peak = 0  # the most ever in use (tests and post-mortems)
+        self._waiters: deque[tuple[asyncio.Future[None], int]] = deque()
+
+    def _fits(self, n: int) -> bool:
+        return self.in_use == 0 or self.in_use + n <= self.max_bytes
+
+    def _take(self, n: int) -> None:
+        self.in_use += n
+        self.peak = max(self.peak, self.in_use)
+
+    async def acquire(self, n: int) -> None:
+        if not self._waiters and self._fits(n):
+            self._take(n)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((future, n))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # granted, then cancelled: give it back
+                self.release(n)
+            else:
+                self._wake()
+            raise
+
+    def release(self, n: int) -> None:
+        self.in_use -= n
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            future, n = self._waiters[0]
+            if future.done():
+                self._waiters.popleft()
+            elif self._fits(n):
+                self._waiters.popleft()
+                self._take(n)
+                future.set_result(None)
+            else:
+                return
 
 
 @dataclass
@@ -30,11 +86,19 @@ class ConnectionLimits:
     max_connections: int = UNLIMITED
     max_connections_per_ip: int = UNLIMITED
     connections_max_idle_ms: int = 600_000
+    queued_max_request_bytes: int = 512 << 20
     _open: dict[str, int] = field(default_factory=dict)
     _total: int = 0
+    budget: RequestBudget = field(init=False)
 
     def __post_init__(self) -> None:
-        for name in ("max_connections", "max_connections_per_ip", "connections_max_idle_ms"):
+        self.budget = RequestBudget(self.queued_max_request_bytes)
+        for name in (
+            "max_connections",
+            "max_connections_per_ip",
+            "connections_max_idle_ms",
+            "queued_max_request_bytes",
+        ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")

@@ -184,14 +184,19 @@ class Server:
                     limit,
                 )
                 return
-            frame = await reader.readexactly(size)
-            self._connections[task] = True
-            answer = await self._answer(frame, peer, session)
-            if answer is False or answer is True:
-                return
-            if answer is not None:
-                writer.write(answer)
-                await writer.drain()
+            budget = self._security.limits.budget  # bytes of requests read and not yet answered
+            await budget.acquire(size)
+            try:
+                frame = await reader.readexactly(size)
+                self._connections[task] = True
+                answer = await self._answer(frame, peer, session)
+                if answer is False or answer is True:
+                    return
+                if answer is not None:
+                    writer.write(answer)
+                    await writer.drain()
+            finally:
+                budget.release(size)
             if session.close_after:
                 return
             if session.muted_ms:  # over a byte-rate quota: the next request waits (KIP-219)

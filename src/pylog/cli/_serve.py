@@ -123,6 +123,13 @@ def register(sub: Subparsers, parents: Parents) -> None:
         help="record bytes per second each principal may fetch (consumer_byte_rate; unlimited)",
     )
     p.add_argument(
+        "--queued-max-request-bytes",
+        type=int,
+        default=512 << 20,
+        metavar="BYTES",
+        help="bytes of requests read and not yet answered, all connections together (queued.max.request.bytes)",
+    )
+    p.add_argument(
         "--metrics",
         metavar="HOST:PORT",
         help="serve Prometheus metrics on http://HOST:PORT/metrics (no authentication: keep it on a private address)",
@@ -156,6 +163,7 @@ def serve(args: argparse.Namespace) -> int:
             producer_byte_rate=args.producer_byte_rate,
             consumer_byte_rate=args.consumer_byte_rate,
             metrics=args.metrics,
+            queued_max_request_bytes=args.queued_max_request_bytes,
         ) as broker:
             sys.stdout.write(broker.bootstrap_servers + "\n")
             sys.stdout.flush()
