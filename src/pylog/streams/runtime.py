@@ -16,8 +16,9 @@ all of it or none of it visible to ``read_committed`` readers, and the group's o
 A failed commit aborts the transaction, drops the tasks' state and resumes from the committed offsets.
 
 **Restore**: a task assigned to a thread rebuilds each store from its changelog partition, read
-``read_committed`` from the beginning up to the end offset seen when the task was assigned, in Arrow batches
-(or lists of records without pyarrow) deduplicated by key before any value is decoded. A task handed back to
+``read_committed`` from the store's offset (the beginning for an in-memory store; a SQLite store's checkpoint,
+:mod:`pylog.streams.sqlite`) up to the end offset seen when the task was assigned, in Arrow batches (or lists of
+records without pyarrow) decoded by column. A task handed back to
 the thread that committed it last (an eager rebalance takes everything away and gives most of it back) keeps
 its stores when their changelog partitions have not grown since that commit. Nothing is wiped after an unclean
 stop: the changelog's committed transactions are the state.
@@ -25,6 +26,8 @@ stop: the changelog's committed transactions are the state.
 A dead process's open transaction stays open until ``transaction_timeout_ms`` (10 s, as Kafka Streams sets it),
 and holds back ``read_committed`` readers of the partitions it wrote (the restore of its tasks, its outputs)
 until then. A process restarted with the same ``instance_id`` aborts it at once (``init_transactions``).
+
+Global tables are kept by a :class:`GlobalThread` of their own, outside the group and the transactions.
 
 ``processing_guarantee="at_least_once"``: no transactions; records are flushed and then offsets committed.
 After a crash, records since the last commit are processed again, and their state updates may count twice.
