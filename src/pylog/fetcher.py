@@ -285,8 +285,10 @@ class Fetcher:
         except _UNREADABLE as exc:
             first = exc
         out: list[tuple[Any, int]] = []
+        damage: PylogError | None = first
         offset = self.subscription.positions[tp] or 0
         total = 0
+        resets = 0
         while total < limit:
             try:
                 got = plog.read_raw(offset, 1)
@@ -295,12 +297,21 @@ class Fetcher:
                 buf, at = got[0]
                 header = decode_header(buf, at)
                 check_crc(buf, at, header)  # its next offset leads the next read: it must be intact
+            except OffsetOutOfRangeError as exc:
+                # Retention moved the log start past the position since the first read: what failed that
+                # read is deleted, so the position is reset (auto_offset_reset) and read again from there.
+                if out or resets >= _RESET_ATTEMPTS:
+                    break
+                resets += 1
+                offset = self.subscription.positions[tp] = self._reset_out_of_range(tp, offset, exc)
+                damage = None
+                continue
             except _UNREADABLE as exc:
                 return out, exc
             out.append((buf, at))
             total += header.batch_length
             offset = header.next_offset
-        return out, None if out else first
+        return out, None if out else damage
 
     def _damaged_error(self, tp: TopicPartition, pos: int, exc: PylogError) -> PylogError:
         """The error a consumer raises for a damaged batch at offset ``pos`` of ``tp`` (where its position

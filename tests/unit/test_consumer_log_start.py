@@ -167,3 +167,36 @@ def test_a_read_whose_log_start_moves_again_after_the_reset_is_reset_again(tmp_p
         assert len(starts) == 2 and starts[0] < starts[1]
         assert got == list(range(starts[1], plog.log_end_offset))
         consumer.close()
+
+
+def test_a_read_retried_batch_by_batch_after_retention_moved_the_log_start_is_reset(tmp_path: Any) -> None:
+    """A read of several batches fails (as one of a segment being deleted by retention may), and before the
+    batch-by-batch re-read the log start moves past the position: the position is reset by
+    auto_offset_reset='earliest' and the records from the new log start are returned (the re-read raised
+    OffsetOutOfRangeError)."""
+    clock = ManualClock(T0)
+    with _open(str(tmp_path), clock, "size") as log:
+        _send(log, 0, 200)
+        consumer = log.consumer(auto_offset_reset="earliest", consumer_timeout_ms=0)
+        consumer.assign([TP])
+        consumer.seek(TP, 0)
+        plog = log.topic("ev").partition(0)
+        read_raw = plog.read_raw
+        starts: list[int] = []
+
+        def failing_once(offset: int, max_bytes: int) -> Any:
+            if not starts:
+                _send(log, 300, 100)
+                log.apply_retention()
+                starts.append(int(plog.log_start_offset))
+                raise pylog.errors.CorruptRecordError("a batch header failed its checks")
+            return read_raw(offset, max_bytes)
+
+        plog.read_raw = failing_once
+        try:
+            got = [r.offset for r in _records(consumer, "poll")]
+        finally:
+            del plog.read_raw
+        assert starts and starts[0] > 0
+        assert got == list(range(starts[0], plog.log_end_offset))
+        consumer.close()
