@@ -16,7 +16,15 @@ from __future__ import annotations
 
 from pylog.streams.app import App
 from pylog.streams.driver import TestDriver, TestRecord
-from pylog.streams.dsl import GlobalTable, GroupedStream, SessionWindowedStream, Stream, Table, WindowedStream
+from pylog.streams.dsl import (
+    GlobalTable,
+    GroupedStream,
+    GroupedTable,
+    SessionWindowedStream,
+    Stream,
+    Table,
+    WindowedStream,
+)
 from pylog.streams.serde import BYTES, JSON, MSGPACK, STRING, Serde
 from pylog.streams.stores import KeyValueStore, SessionStore, SlidingStore, WindowStore
 from pylog.streams.topology import TaskId, Topology
@@ -39,6 +47,7 @@ __all__ = [
     "App",
     "GlobalTable",
     "GroupedStream",
+    "GroupedTable",
     "HoppingWindows",
     "JoinWindows",
     "KeyValueStore",

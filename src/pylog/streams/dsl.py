@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, overload
 from pylog.errors import ConfigError
 from pylog.streams.nodes import (
     AggregateNode,
+    Aggregator,
     BranchNode,
     FilterNode,
     FlatMapNode,
@@ -29,6 +30,8 @@ from pylog.streams.nodes import (
     SlidingAggregateNode,
     StreamStreamJoinNode,
     StreamTableJoinNode,
+    TableAggregateNode,
+    TableGroupByNode,
     TableJoinNode,
     TableViewNode,
     WindowAggregateNode,
@@ -41,7 +44,15 @@ from pylog.streams.windows import WINDOWED, JoinWindows, SessionWindows, Sliding
 if TYPE_CHECKING:
     from pylog.streams.app import App
 
-__all__ = ["GlobalTable", "GroupedStream", "SessionWindowedStream", "Stream", "Table", "WindowedStream"]
+__all__ = [
+    "GlobalTable",
+    "GroupedStream",
+    "GroupedTable",
+    "SessionWindowedStream",
+    "Stream",
+    "Table",
+    "WindowedStream",
+]
 
 
 class Stream:
@@ -550,12 +561,75 @@ class Table:
         """:meth:`join` with ``left=True``."""
         return self.join(other, joiner, left=True)
 
+    def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> GroupedTable:
+        """Regroup the table's rows (Kafka's ``KTable.groupBy``): ``selector(key, value) -> (group,
+        group_value)`` for each row; aggregate the groups with :class:`GroupedTable`'s ``count``, ``reduce``
+        or ``aggregate``, which take an update of a row out of its old group (a *subtractor*) and put it in
+        its new one (an *adder*). Always through a repartition topic, keyed by group, whose records carry
+        ``[old, new]`` pairs of group values."""
+        if self.windowed:
+            raise ConfigError("group_by() of a windowed table is not supported")
+        return GroupedTable(self, selector)
+
     def to_stream(self) -> Stream:
         """The table's changelog stream: ``(key, new_value)`` for every update (None for a deletion); keys of
         a windowed table are :class:`~pylog.streams.windows.Windowed`."""
         node = Node(self.app.builder.name("to-stream"))
         self.node.children.append(node)
         return Stream(self.app, node, windowed=self.windowed)
+
+
+class GroupedTable:
+    """A table regrouped by :meth:`Table.group_by` (Kafka's ``KGroupedTable``), before its aggregation.
+
+    The aggregation ``name`` owns two stores: ``name`` (the aggregates, by group) and ``name-group-by``
+    (each row's current ``[group, group_value]``, on the side of the grouped table, so that an update or a
+    deletion of a row is taken out of the group it was in); both are logged to changelogs, and the records
+    between them go through the repartition topic ``<application_id>-<name>-repartition``."""
+
+    def __init__(self, table: Table, selector: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        self.table = table
+        self.selector = selector
+
+    def _aggregate(self, adder: Aggregator, subtractor: Aggregator, name: str | None) -> Table:
+        app = self.table.app
+        builder = app.builder
+        store = builder.store_name(name, "table-aggregate")
+        mapped = builder.store_name(f"{store}-group-by", "table-aggregate")
+        select = TableGroupByNode(builder.name("table-group-by"), mapped, self.selector)
+        self.table.node.children.append(select)
+        builder.add_store(mapped, select, windowed=None)
+        node = TableAggregateNode(builder.name("table-aggregate"), store, adder, subtractor)
+        builder.repartition(select, store).children.append(node)
+        builder.add_store(store, node, windowed=None)
+        return Table(app, node, store)
+
+    def count(self, name: str | None = None) -> Table:
+        """The number of rows per group (a group whose rows all left keeps its row, with 0, as in Kafka)."""
+        return self._aggregate(_count, lambda key, value, agg: agg - 1, name)
+
+    def reduce(
+        self,
+        adder: Callable[[Any, Any], Any],
+        subtractor: Callable[[Any, Any], Any],
+        name: str | None = None,
+    ) -> Table:
+        """``adder(aggregate, value)`` for a value entering the group (its first value is its first
+        aggregate), ``subtractor(aggregate, value)`` for one leaving it; None from either deletes the group's
+        row."""
+        return self._aggregate(_reducer(adder), lambda key, value, agg: subtractor(agg, value), name)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+        name: str | None = None,
+    ) -> Table:
+        """``adder(group, value, aggregate)`` for a value entering the group (starting from
+        ``initializer()``), ``subtractor(group, value, aggregate)`` for one leaving it; None from either
+        deletes the group's row."""
+        return self._aggregate(_aggregator(initializer, adder), subtractor, name)
 
 
 def _count(key: Any, value: Any, agg: Any) -> Any:

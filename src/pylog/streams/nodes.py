@@ -35,6 +35,8 @@ __all__ = [
     "SlidingAggregateNode",
     "SourceNode",
     "StreamStreamJoinNode",
+    "TableAggregateNode",
+    "TableGroupByNode",
     "GlobalJoinNode",
     "StreamTableJoinNode",
     "TableJoinNode",
@@ -275,6 +277,72 @@ class AggregateNode(Node):
         agg = self.aggregator(key, value, store.get(key, MISSING))
         store.put(key, agg)
         self.forward(ctx, key, agg, timestamp)
+
+
+class TableGroupByNode(Node):
+    """The first half of a table's ``group_by`` (Kafka's ``KTableRepartitionMap``): each change of a row maps
+    to ``selector(key, value) -> (group, group_value)``. A table forwards new values only, so the row's
+    previous mapping is kept in the store ``store`` (``key -> [group, group_value]``, logged) to be taken out
+    of its group. Forwards ``(group, [old, new])`` pairs, for the repartition topic: one record when the row
+    stays in its group, else ``[old, None]`` to the old group and then ``[None, new]`` to the new one. A row
+    deleted (None), or mapped to a None group or value, leaves its group."""
+
+    def __init__(self, name: str, store: str, selector: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        super().__init__(name)
+        self.store = store
+        self.selector = selector
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            ctx.count("dropped-records")
+            return
+        store = ctx.store(self.store)
+        old = store.get(key)
+        new = None
+        if value is not None:
+            group, group_value = self.selector(key, value)
+            if group is not None and group_value is not None:
+                new = [group, group_value]
+        store.put(key, new)
+        if old is not None and new is not None and old[0] == new[0]:
+            self.forward(ctx, new[0], [old[1], new[1]], timestamp)
+            return
+        if old is not None:
+            self.forward(ctx, old[0], [old[1], None], timestamp)
+        if new is not None:
+            self.forward(ctx, new[0], [None, new[1]], timestamp)
+
+
+class TableAggregateNode(Node):
+    """The second half of a table's ``group_by`` (Kafka's ``KTableAggregate``): for each ``(group, [old,
+    new])``, ``subtractor(group, old, aggregate)`` takes the old value out, then ``adder(group, new, aggregate
+    or MISSING)`` puts the new one in; the result is stored and forwarded. An aggregate that becomes None
+    deletes the group's row (a later value starts again from MISSING)."""
+
+    def __init__(self, name: str, store: str, adder: Aggregator, subtractor: Aggregator) -> None:
+        super().__init__(name)
+        self.store = store
+        self.adder = adder
+        self.subtractor = subtractor
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or not isinstance(value, list | tuple) or len(value) != 2:
+            ctx.count("dropped-records")
+            return
+        old, new = value
+        store = ctx.store(self.store)
+        before = agg = store.get(key, MISSING)
+        if old is not None and agg is not MISSING:
+            agg = self.subtractor(key, old, agg)
+            if agg is None:
+                agg = MISSING
+        if new is not None:
+            agg = self.adder(key, new, agg)
+        result = None if agg is MISSING else agg
+        if result is None and before is MISSING:
+            return  # nothing was there, nothing is
+        store.put(key, result)
+        self.forward(ctx, key, result, timestamp)
 
 
 class WindowAggregateNode(Node):
