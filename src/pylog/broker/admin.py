@@ -1,10 +1,21 @@
-"""Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, ListGroups, DescribeGroups,
-DescribeCluster, and the APIs that mean nothing on one node, answered with Kafka's error codes.
+"""Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, IncrementalAlterConfigs,
+AlterConfigs, ListGroups, DescribeGroups, DescribeCluster, and the APIs that mean nothing on one node,
+answered with Kafka's error codes.
 
 Topic configs use Kafka's names (``retention.ms``, ``cleanup.policy``, ...): each maps to the
-:class:`~pylog.config.TopicConfig` field of the same name with dots as underscores; a name pylog does not
-have is refused with INVALID_CONFIG (nothing is created), as Kafka refuses an unknown config. The
-replication factor must be 1 (or -1, the default): there is one node (INVALID_REPLICATION_FACTOR).
+:class:`~pylog.config.TopicConfig` field of the same name with dots as underscores (:func:`config_key`,
+:func:`config_value`); a name pylog does not have is refused with INVALID_CONFIG (nothing is created or
+changed), as Kafka refuses an unknown config. The replication factor must be 1 (or -1, the default): there is
+one node (INVALID_REPLICATION_FACTOR).
+
+IncrementalAlterConfigs SETs a topic config, DELETEs it (back to the log's default), APPENDs to or SUBTRACTs
+from a list config (``cleanup.policy``); AlterConfigs replaces a topic's whole config (what it does not name
+goes back to the default). The changes of one resource are checked together and written together, in the
+log's manifest (they outlive the broker, and every process opening the topic sees them); they take effect
+at once in the broker. INVALID_CONFIG: an unknown config, a value of the wrong type or out of range, APPEND
+or SUBTRACT on a config that is not a list, ``remote.storage.enable`` (changed with ``pylog topics
+alter``). A BROKER resource with configs is answered INVALID_REQUEST: the broker's settings are options of
+``pylog serve``.
 
 One node never elects leaders, reassigns partitions or moves replicas between log directories:
 ElectLeaders answers ELECTION_NOT_NEEDED, AlterPartitionReassignments INVALID_REPLICA_ASSIGNMENT (there is no
@@ -20,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pylog.broker.context import NODE_ID, Context
-from pylog.broker.protocol import ErrorCode, Request
+from pylog.broker.protocol import ApiError, ErrorCode, Request
 from pylog.config import TopicConfig
 from pylog.errors import (
     ConfigError,
@@ -39,30 +50,50 @@ __all__ = ["Admin", "kafka_configs", "topic_config"]
 _TOPIC = 2  # DescribeConfigs resource types
 _BROKER = 4
 _DEFAULTS = TopicConfig()
+_KNOWN = frozenset(f.name for f in dataclasses.fields(TopicConfig))
+_LISTS = frozenset({"cleanup_policy"})  # Kafka's LIST-type topic configs pylog has (APPEND, SUBTRACT)
+# changed only with `pylog topics alter`: turning tiered storage off lets local retention delete segments
+# that were never uploaded (Kafka refuses it too), and on needs the log's object store
+_READ_ONLY = frozenset({"remote_storage_enable"})
+_SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 
 
 def topic_config(configs: list[tuple[str, str | None]]) -> dict[str, Any]:
     """Kafka-named topic configs as :class:`~pylog.config.TopicConfig` keyword arguments. Raises
     :class:`~pylog.errors.ConfigError` for a name pylog does not have or a value of the wrong type."""
     out: dict[str, Any] = {}
-    known = {f.name for f in dataclasses.fields(TopicConfig)}
     for name, value in configs:
-        key = name.replace(".", "_")
-        if key not in known:
-            raise ConfigError(f"unknown topic config {name!r}")
-        if value is None:
-            continue
-        default = getattr(_DEFAULTS, key)
-        try:
-            if isinstance(default, bool):
-                if value.lower() not in ("true", "false"):
-                    raise ValueError(value)
-                out[key] = value.lower() == "true"
-            else:
-                out[key] = type(default)(value)
-        except ValueError as exc:
-            raise ConfigError(f"topic config {name}={value!r} is not a {type(default).__name__}") from exc
+        key = config_key(name)
+        if value is not None:
+            out[key] = config_value(name, value)
     return out
+
+
+def config_key(name: str) -> str:
+    """The :class:`~pylog.config.TopicConfig` field of the Kafka config ``name`` (``retention.ms`` ->
+    ``retention_ms``). Raises :class:`~pylog.errors.ConfigError` for a name pylog does not have."""
+    key = name.replace(".", "_")
+    if key not in _KNOWN:
+        raise ConfigError(f"unknown topic config {name!r}")
+    return key
+
+
+def config_value(name: str, value: str) -> Any:
+    """The Kafka config ``name``'s ``value`` (a string, as Kafka sends it) in the type of its
+    :class:`~pylog.config.TopicConfig` field; a list (``cleanup.policy``) in pylog's order ("delete,compact"
+    is "compact,delete"). Raises :class:`~pylog.errors.ConfigError` for a value of the wrong type."""
+    key = config_key(name)
+    default = getattr(_DEFAULTS, key)
+    try:
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false"):
+                raise ValueError(value)
+            return value.lower() == "true"
+        if key in _LISTS:
+            return ",".join(sorted({v.strip() for v in value.split(",") if v.strip()}))
+        return type(default)(value)
+    except ValueError as exc:
+        raise ConfigError(f"topic config {name}={value!r} is not a {type(default).__name__}") from exc
 
 
 def kafka_configs(config: TopicConfig) -> list[tuple[str, str, bool]]:
@@ -86,6 +117,8 @@ class Admin:
             19: self.create_topics,
             20: self.delete_topics,
             32: self.describe_configs,
+            33: self.alter_configs,
+            44: self.incremental_alter_configs,
             37: self.create_partitions,
             15: self.describe_groups,
             16: self.list_groups,
@@ -124,6 +157,18 @@ class Admin:
             "throttle_time": 0,
             "results": await ctx.run(lambda: [_describe(ctx, r) for r in body.resources]),
         }
+
+    async def incremental_alter_configs(self, ctx: Context, request: Request) -> dict[str, Any]:
+        return await self._alter_configs(ctx, request, incremental=True)
+
+    async def alter_configs(self, ctx: Context, request: Request) -> dict[str, Any]:
+        return await self._alter_configs(ctx, request, incremental=False)
+
+    async def _alter_configs(self, ctx: Context, request: Request, *, incremental: bool) -> dict[str, Any]:
+        body = request.body
+        validate_only = bool(body.validate_only)
+        results = await ctx.run(lambda: [_alter(ctx, r, validate_only, incremental) for r in body.resources])
+        return {"throttle_time": 0, "responses": results}
 
     # -- groups ------------------------------------------------------------------------------------------
 
@@ -335,6 +380,80 @@ def _describe(ctx: Context, resource: Any) -> dict[str, Any]:
         if keys is None or n in keys
     ]
     return answer
+
+
+def _alter(ctx: Context, resource: Any, validate_only: bool, incremental: bool) -> dict[str, Any]:
+    """One resource of IncrementalAlterConfigs (``incremental``) or AlterConfigs: every change of the
+    resource is checked before any is made, and all are written at once (the topic's config in the log's
+    manifest, in effect at once in this process)."""
+    kind, name = int(resource.resource_type), str(resource.resource_name)
+    answer: dict[str, Any] = {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "resource_type": kind,
+        "resource_name": name,
+    }
+    names = [str(c.name) for c in resource.configs]
+    try:
+        if len(set(names)) != len(names):
+            raise ApiError(ErrorCode.invalid_request, f"a config is named twice in {names}")
+        if kind == _BROKER:
+            if names:
+                raise ApiError(
+                    ErrorCode.invalid_request,
+                    "pylog's broker configs cannot be changed while it runs (they are options of `pylog "
+                    f"serve`): {', '.join(names)}",
+                )
+            return answer
+        if kind != _TOPIC:
+            raise ApiError(ErrorCode.invalid_request, f"resource type {kind} has no configs on this broker")
+        current = ctx.log.topic(name).config
+        changes = _changes(ctx.log.defaults, current, resource.configs, incremental)
+        current.replace(**changes)  # checks the new config as a whole
+        if changes and not validate_only:
+            ctx.log.alter_topic(name, **changes)
+    except (UnknownTopicError, InvalidTopicError) as exc:
+        return answer | {"error_code": ErrorCode.unknown_topic_or_partition, "error_message": str(exc)}
+    except ConfigError as exc:
+        return answer | {"error_code": ErrorCode.invalid_config, "error_message": str(exc)}
+    except ApiError as exc:
+        return answer | {"error_code": exc.code, "error_message": str(exc)}
+    return answer
+
+
+def _changes(defaults: TopicConfig, current: TopicConfig, configs: Any, incremental: bool) -> dict[str, Any]:
+    """The :class:`~pylog.config.TopicConfig` fields the request changes, with their new values.
+
+    IncrementalAlterConfigs: SET a value, DELETE (back to the log's default), APPEND to or SUBTRACT from a
+    list config (``cleanup.policy``). AlterConfigs replaces the topic's whole config: a config the request
+    does not name goes back to its default, as in Kafka."""
+    out: dict[str, Any] = {}
+    if not incremental:
+        out = {k: getattr(defaults, k) for k in _KNOWN - _READ_ONLY}
+    for c in configs:
+        name = str(c.name)
+        key = config_key(name)
+        op = int(c.config_operation) if incremental else _SET
+        if op == _SET:
+            if c.value is None and incremental:
+                raise ApiError(ErrorCode.invalid_request, f"SET of {name} without a value")
+            out[key] = getattr(defaults, key) if c.value is None else config_value(name, c.value)
+        elif op == _DELETE:
+            out[key] = getattr(defaults, key)
+        elif op in (_APPEND, _SUBTRACT):
+            if key not in _LISTS:
+                raise ConfigError(f"{name} is not a list config: APPEND and SUBTRACT apply to cleanup.policy")
+            have = set(filter(None, str(out.get(key, getattr(current, key))).split(",")))
+            given = set(filter(None, str(config_value(name, c.value or "")).split(",")))
+            out[key] = ",".join(sorted(have | given if op == _APPEND else have - given))
+        else:
+            raise ApiError(ErrorCode.invalid_request, f"unknown config operation {op} for {name}")
+    for key in _READ_ONLY & out.keys():
+        if out[key] != getattr(current, key):
+            raise ConfigError(
+                f"{key.replace('_', '.')} cannot be changed through the Kafka API (use `pylog topics alter`)"
+            )
+    return {k: v for k, v in out.items() if v != getattr(current, k)}
 
 
 def _embedded_group(ctx: Context, group_id: str) -> dict[str, Any]:

@@ -72,11 +72,15 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
+    33: (0, 2),  # AlterConfigs
     36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
     43: (0, 2),  # ElectLeaders (one node: ELECTION_NOT_NEEDED)
+    44: (0, 1),  # IncrementalAlterConfigs
     45: (0, 0),  # AlterPartitionReassignments (one node: INVALID_REPLICA_ASSIGNMENT)
     46: (0, 0),  # ListPartitionReassignments (one node: none)
+    48: (0, 1),  # DescribeClientQuotas
+    49: (0, 1),  # AlterClientQuotas
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
