@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+import kafka.errors
+import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.admin import ConfigResource as KafkaConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kafka.structs import TopicPartition as KafkaTopicPartition
 from kafka_support import WAIT_S
 
 import pylog
@@ -138,3 +141,109 @@ def test_kafka_python_alter_configs(broker: Broker) -> None:
         assert log.topic("t").config.segment_bytes == log.defaults.segment_bytes
     finally:
         admin.close()
+
+
+# -- DeleteGroups, OffsetDelete ------------------------------------------------------------------------
+
+
+def _commit(broker: Broker, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """A simple commit (a consumer with assign(), no membership) of ``offsets`` for ``group``."""
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
+    try:
+        consumer.commit(
+            offsets=[ck.TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+        )
+    finally:
+        consumer.close()
+
+
+def _committed(broker: Broker, group: str) -> dict[tuple[str, int], int]:
+    return {(tp.topic, tp.partition): om.offset for tp, om in broker.log.group_offsets(group).items()}
+
+
+def test_delete_groups_and_offsets_of_kafka_groups(broker: Broker) -> None:
+    log = broker.log
+    log.create_topic("work", partitions=2)
+    log.create_topic("other")
+    with log.producer(value_serializer=None) as producer:
+        for i in range(10):
+            producer.send("work", b"%d" % i, partition=i % 2)
+            producer.send("other", b"%d" % i)
+    _commit(broker, "kg", {("work", 0): 3, ("work", 1): 4, ("other", 0): 5})
+    _commit(broker, "idle", {("other", 0): 1})
+    member = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "kg"})
+    member.subscribe(["work"])
+    deadline = time.monotonic() + WAIT_S
+    while not member.assignment() and time.monotonic() < deadline:
+        member.poll(0.1)
+    assert member.assignment()
+    admin = _admin(broker)
+    kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        # a group with a member is not deleted; offsets of a topic it subscribes to are not either
+        [future] = admin.delete_consumer_groups(["kg"]).values()
+        assert _outcome(future) == ck.KafkaError.NON_EMPTY_GROUP
+        result = kafka_admin.delete_group_offsets(
+            "kg",
+            [KafkaTopicPartition("work", 0), KafkaTopicPartition("other", 0), KafkaTopicPartition("gone", 0)],
+        )
+        assert {tp.topic: e.__name__ for tp, e in result.items()} == {
+            "work": "GroupSubscribedToTopicError",
+            "other": "NoError",
+            "gone": "UnknownTopicOrPartitionError",
+        }
+        assert _committed(broker, "kg") == {("work", 0): 3, ("work", 1): 4}
+        member.close()
+        # empty now: deleted, and so is a group that only committed; an unknown one is not found
+        futures = admin.delete_consumer_groups(["kg", "idle", "nosuch"])
+        assert {g: _outcome(f) for g, f in futures.items()} == {
+            "kg": None,
+            "idle": None,
+            "nosuch": ck.KafkaError.GROUP_ID_NOT_FOUND,
+        }
+        assert "kg" not in log.list_groups() and "idle" not in log.list_groups()
+        assert kafka_admin.delete_groups(["kg"]) == {"kg": "GroupIdNotFoundError"}
+        with pytest.raises(kafka.errors.GroupIdNotFoundError):
+            kafka_admin.delete_group_offsets("kg", [KafkaTopicPartition("work", 0)])
+        # a new consumer of the group starts from auto.offset.reset, not from the deleted offsets
+        fresh = ck.Consumer(
+            {"bootstrap.servers": broker.bootstrap_servers, "group.id": "kg", "auto.offset.reset": "earliest"}
+        )
+        fresh.assign([ck.TopicPartition("work", 0)])
+        message = None
+        while message is None and time.monotonic() < deadline:
+            message = fresh.poll(0.1)
+        assert message is not None and message.offset() == 0
+        fresh.close()
+    finally:
+        kafka_admin.close()
+
+
+def test_delete_groups_of_pylog_consumers(broker: Broker) -> None:
+    """The one store: a group of embedded consumers is deleted through the Kafka API only when it has no
+    live consumer, and its offsets of topics it does not subscribe to may go at any time."""
+    log = broker.log
+    log.create_topic("work")
+    log.create_topic("other")
+    with log.producer() as producer:
+        producer.send("work", 1)
+    consumer = log.consumer("work", group_id="eg", auto_offset_reset="earliest")
+    assert [r.offset for rs in consumer.poll(timeout_ms=int(WAIT_S * 1000)).values() for r in rs] == [0]
+    consumer.commit()
+    admin = _admin(broker)
+    kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        [future] = admin.delete_consumer_groups(["eg"]).values()
+        assert _outcome(future) == ck.KafkaError.NON_EMPTY_GROUP
+        result = kafka_admin.delete_group_offsets("eg", [KafkaTopicPartition("work", 0)])
+        assert [e.__name__ for e in result.values()] == ["GroupSubscribedToTopicError"]
+        assert _committed(broker, "eg") == {("work", 0): 1}
+        consumer.close()
+        result = kafka_admin.delete_group_offsets("eg", [KafkaTopicPartition("work", 0)])
+        assert [e.__name__ for e in result.values()] == ["NoError"]
+        assert _committed(broker, "eg") == {}
+        [future] = admin.delete_consumer_groups(["eg"]).values()
+        assert _outcome(future) is None
+        assert "eg" not in log.list_groups()
+    finally:
+        kafka_admin.close()

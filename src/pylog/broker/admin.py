@@ -122,6 +122,8 @@ class Admin:
             37: self.create_partitions,
             15: self.describe_groups,
             16: self.list_groups,
+            42: self.coordinator.delete_groups,
+            47: self.coordinator.offset_delete,
             43: self.elect_leaders,
             45: self.alter_partition_reassignments,
             46: self.list_partition_reassignments,

@@ -1,5 +1,5 @@
 """Kafka's classic consumer group protocol, for Kafka clients: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch.
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch; and the group admin APIs DeleteGroups and OffsetDelete.
 
 The broker is every group's coordinator. Membership lives in the broker's memory, as in Kafka (a broker
 restart makes members rejoin); committed offsets are pylog's: they are written to the group's
@@ -21,6 +21,12 @@ The protocol, as Kafka's ``GroupCoordinator`` runs it (simplified to one node):
   removed, which starts a rebalance.
 - OffsetCommit checks the member and generation (a commit with generation -1 and no member id is a
   "simple" commit of a consumer that uses ``assign()``); OffsetFetch reads the committed offsets.
+
+DeleteGroups deletes a group with no member (neither Kafka clients nor live pylog consumers: NON_EMPTY_GROUP)
+and its committed offsets, the files ``pylog groups delete`` removes (GROUP_ID_NOT_FOUND for a group that
+does not exist). OffsetDelete removes committed offsets of some partitions of a group, but not of a topic a
+member of the group subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for those partitions: the member would read it
+from its reset position), as Kafka does.
 
 Static membership (KIP-345, ``group.instance.id``): a static member that comes back (a restarted process)
 while the group is stable, within its session timeout, takes its earlier entry and assignment under a new
@@ -45,14 +51,15 @@ import asyncio
 import itertools
 import logging
 import os
+import struct
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from pylog.broker.context import NODE_ID, Context
 from pylog.broker.protocol import ErrorCode, Request
-from pylog.errors import ConfigError, PylogError, UnknownGroupError
-from pylog.groups.store import GroupStore, groups_root, validate_group_id
+from pylog.errors import ConfigError, GroupNotEmptyError, PylogError, UnknownGroupError
+from pylog.groups.store import GroupStore, group_ids, groups_root, validate_group_id
 
 __all__ = ["Coordinator"]
 
@@ -99,6 +106,7 @@ class Coordinator:
         self._expiry: asyncio.Task[None] | None = None
         # group id -> descriptor holding the group's kafka.lock while Kafka clients are its members
         self._claims: dict[str, int] = {}
+        self._deleting: set[str] = set()  # groups being deleted: a JoinGroup waits for the deletion
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -145,6 +153,8 @@ class Coordinator:
         session_ms = _ms(body.session_timeout)
         if not 1000 <= session_ms <= 30 * 60_000:
             return _join_error(ErrorCode.invalid_session_timeout)
+        if group_id in self._deleting:  # the client retries (a retriable error, as for a group unloading)
+            return _join_error(ErrorCode.coordinator_load_in_progress)
         if group_id not in self._claims:
             fd, embedded = await ctx.run(_claim, ctx, group_id)
             if fd is None:
@@ -510,6 +520,139 @@ class Coordinator:
                 )
             topics.append({"name": topic, "partitions": parts})
         return {"throttle_time": 0, "topics": topics, "error_code": ErrorCode.none}
+
+    # -- DeleteGroups, OffsetDelete ------------------------------------------------------------------------
+
+    async def delete_groups(self, ctx: Context, request: Request) -> dict[str, Any]:
+        results = []
+        for group_id in dict.fromkeys(str(g) for g in request.body.groups_names):
+            results.append({"group_id": group_id, "error_code": await self._delete_group(ctx, group_id)})
+        return {"throttle_time": 0, "results": results}
+
+    async def _delete_group(self, ctx: Context, group_id: str) -> ErrorCode:
+        try:
+            validate_group_id(group_id)
+        except ConfigError:
+            return ErrorCode.invalid_group_id
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return ErrorCode.non_empty_group
+        self._deleting.add(group_id)
+        try:
+            code = await ctx.run(_delete_group, ctx, group_id)
+        finally:
+            self._deleting.discard(group_id)
+        if group is not None and not group.members:
+            self.groups.pop(group_id, None)  # an empty Kafka group: it is gone
+            if code == ErrorCode.group_id_not_found:  # never committed: it existed in memory only
+                code = ErrorCode.none
+        return code
+
+    async def offset_delete(self, ctx: Context, request: Request) -> dict[str, Any]:
+        body = request.body
+        group_id = str(body.group_id)
+        wanted = [(str(t.name), int(p.partition_index)) for t in body.topics for p in t.partitions]
+        try:
+            validate_group_id(group_id)
+        except ConfigError:
+            return _offset_delete_answer(ErrorCode.invalid_group_id, [])
+        group = self.groups.get(group_id)
+        members = list(group.members.values()) if group is not None else []
+        if any(m.protocol_type != "consumer" for m in members):
+            return _offset_delete_answer(ErrorCode.non_empty_group, [])  # another protocol: topics unknown
+        subscribed = {t for m in members for _, metadata in m.protocols for t in _subscription(metadata)}
+        try:
+            codes = await ctx.run(_delete_offsets, ctx, group_id, wanted, subscribed, bool(members))
+        except _GroupError as exc:
+            return _offset_delete_answer(exc.code, [])
+        except (UnknownGroupError, ConfigError):  # deleted meanwhile
+            return _offset_delete_answer(ErrorCode.group_id_not_found, [])
+        return _offset_delete_answer(ErrorCode.none, [(t, p, codes[t, p]) for t, p in wanted])
+
+
+class _GroupError(Exception):
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code
+
+
+def _delete_group(ctx: Context, group_id: str) -> ErrorCode:
+    """Delete the group's files (committed offsets, state) as ``pylog groups delete`` does."""
+    try:
+        ctx.log.delete_group(group_id)
+    except UnknownGroupError:
+        return ErrorCode.group_id_not_found
+    except GroupNotEmptyError:
+        return ErrorCode.non_empty_group
+    except PylogError as exc:
+        _log.warning("deleting group %r failed: %s", group_id, exc)
+        return ErrorCode.kafka_storage_error
+    return ErrorCode.none
+
+
+def _delete_offsets(
+    ctx: Context, group_id: str, wanted: list[tuple[str, int]], subscribed: set[str], kafka_members: bool
+) -> dict[tuple[str, int], ErrorCode]:
+    """Remove the committed offsets ``wanted`` of ``group_id``, but not of the topics its members (Kafka
+    clients: ``subscribed``; live pylog consumers: read under the group's lock) subscribe to."""
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    for topic, partition in wanted:
+        if not ctx.log.has_topic(topic) or not 0 <= partition < ctx.log.topic(topic).num_partitions:
+            codes[topic, partition] = ErrorCode.unknown_topic_or_partition
+    root = groups_root(ctx.log)
+    if group_id not in group_ids(root):
+        if not kafka_members:
+            raise _GroupError(ErrorCode.group_id_not_found)
+        return {tp: codes.get(tp, _subscribed_code(tp[0], subscribed)) for tp in wanted}  # nothing committed
+    ctx.log.describe_group(group_id)  # expels pylog consumers that died or whose session expired
+    store = GroupStore(root, group_id, create=False)
+    try:
+        with store.lock():
+            members = store.state_view()["members"]
+            subscribed = subscribed | {t for m in members.values() for t in m["topics"]}
+            for tp in wanted:
+                codes.setdefault(tp, _subscribed_code(tp[0], subscribed))
+            entries = [(t, p, -1, "") for (t, p), code in codes.items() if code == ErrorCode.none]
+            if entries:
+                store.append_offsets(entries, generation=-1, member_id="", now_ms=ctx.log.clock.time_ms())
+    finally:
+        store.close()
+    return codes
+
+
+def _subscribed_code(topic: str, subscribed: set[str]) -> ErrorCode:
+    return ErrorCode.group_subscribed_to_topic if topic in subscribed else ErrorCode.none
+
+
+_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+
+
+def _subscription(metadata: bytes | None) -> list[str]:
+    """The topics of a consumer's ConsumerProtocolSubscription (its JoinGroup metadata: version i16, then
+    the topics as an array of i16-length strings, in every version). A malformed one names no topic."""
+    if not metadata:
+        return []
+    try:
+        (count,) = _I32.unpack_from(metadata, 2)
+        topics, at = [], 6
+        for _ in range(count):
+            (size,) = _I16.unpack_from(metadata, at)
+            topics.append(metadata[at + 2 : at + 2 + size].decode())
+            at += 2 + size
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def _offset_delete_answer(code: ErrorCode, results: list[tuple[str, int, ErrorCode]]) -> dict[str, Any]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition, error in results:
+        topics.setdefault(topic, []).append({"partition_index": partition, "error_code": error})
+    return {
+        "error_code": code,
+        "throttle_time": 0,
+        "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()],
+    }
 
 
 def _commit(

@@ -75,10 +75,12 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     33: (0, 2),  # AlterConfigs
     36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (one node: ELECTION_NOT_NEEDED)
     44: (0, 1),  # IncrementalAlterConfigs
     45: (0, 0),  # AlterPartitionReassignments (one node: INVALID_REPLICA_ASSIGNMENT)
     46: (0, 0),  # ListPartitionReassignments (one node: none)
+    47: (0, 0),  # OffsetDelete
     48: (0, 1),  # DescribeClientQuotas
     49: (0, 1),  # AlterClientQuotas
     50: (0, 0),  # DescribeUserScramCredentials
