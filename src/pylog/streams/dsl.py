@@ -9,6 +9,7 @@ application is started (or driven by :class:`~pylog.streams.driver.TestDriver`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from pylog.errors import ConfigError
@@ -30,16 +31,19 @@ from pylog.streams.nodes import (
     SlidingAggregateNode,
     StreamStreamJoinNode,
     StreamTableJoinNode,
+    SuppressNode,
     TableAggregateNode,
     TableGroupByNode,
     TableJoinNode,
     TableViewNode,
     WindowAggregateNode,
+    WindowCloseNode,
+    WindowedNode,
 )
 from pylog.streams.processor import ProcessNode, Processor
 from pylog.streams.serde import MSGPACK, Serde
 from pylog.streams.stores import MISSING, KeyValueStore
-from pylog.streams.windows import WINDOWED, JoinWindows, SessionWindows, SlidingWindows, Windows
+from pylog.streams.windows import WINDOWED, JoinWindows, SessionWindows, SlidingWindows, Windows, to_ms
 
 if TYPE_CHECKING:
     from pylog.streams.app import App
@@ -194,7 +198,7 @@ class Stream:
             raise ConfigError("join() with a windowed table is not supported")
         builder = self.app.builder
         name = builder.name("join")
-        node = StreamTableJoinNode(name, table.getter, joiner, left)
+        node = StreamTableJoinNode(name, _lookup(table), joiner, left)
         parent = builder.repartition(self.node, name) if self.key_changed else self.node
         builder.check_open()
         parent.children.append(node)
@@ -388,17 +392,17 @@ class WindowedStream:
         node: Node
         if isinstance(self.windows, SlidingWindows):
             node = SlidingAggregateNode(
-                builder.name("sliding-aggregate"), store, self.windows, aggregator, self.emit, self.late_topic
+                builder.name("sliding-aggregate"), store, self.windows, aggregator, self.late_topic
             )
         else:
             node = WindowAggregateNode(
-                builder.name("window-aggregate"), store, self.windows, aggregator, self.emit, self.late_topic
+                builder.name("window-aggregate"), store, self.windows, aggregator, self.late_topic
             )
         self.grouped._node_input(store).children.append(node)
         builder.add_store(store, node, windowed=self.windows)
         if self.late_topic is not None:
             builder.add_output_topic(self.late_topic, MSGPACK, MSGPACK)
-        return Table(self.grouped.stream.app, node, store, windowed=True)
+        return _emitted(Table(self.grouped.stream.app, node, store, windowed=True), self.emit)
 
     def count(self, name: str | None = None) -> Table:
         """Records per key and window."""
@@ -440,14 +444,13 @@ class SessionWindowedStream:
             self.windows,
             aggregator,
             merger,
-            self.emit,
             self.late_topic,
         )
         self.grouped._node_input(store).children.append(node)
         builder.add_store(store, node, windowed=self.windows)
         if self.late_topic is not None:
             builder.add_output_topic(self.late_topic, MSGPACK, MSGPACK)
-        return Table(self.grouped.stream.app, node, store, windowed=True)
+        return _emitted(Table(self.grouped.stream.app, node, store, windowed=True), self.emit)
 
     def count(self, name: str | None = None) -> Table:
         """Records per key and session."""
@@ -510,6 +513,8 @@ class Table:
         self.app.builder.check_open()
         self.node.children.append(node)
         parent = self.getter
+        if parent is _no_lookup:
+            return Table(self.app, node, None, getter=_no_lookup)
 
         def getter(ctx: Any, key: Any) -> Any:
             value = parent(ctx, key)
@@ -537,10 +542,10 @@ class Table:
         builder.check_open()
         out = Node(builder.name("table-join"))
         left_node = TableJoinNode(
-            builder.name("table-join-left"), other.getter, joiner, is_left=True, outer=left
+            builder.name("table-join-left"), _lookup(other), joiner, is_left=True, outer=left
         )
         right_node = TableJoinNode(
-            builder.name("table-join-right"), self.getter, joiner, is_left=False, outer=left
+            builder.name("table-join-right"), _lookup(self), joiner, is_left=False, outer=left
         )
         for side, node, looked_up in ((self, left_node, other), (other, right_node, self)):
             side.node.children.append(node)
@@ -570,6 +575,73 @@ class Table:
         if self.windowed:
             raise ConfigError("group_by() of a windowed table is not supported")
         return GroupedTable(self, selector)
+
+    def suppress(
+        self,
+        *,
+        until_window_closes: bool = False,
+        until_time_limit: int | timedelta | None = None,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        when_full: str = "emit_early",
+        name: str | None = None,
+    ) -> Table:
+        """Hold the table's changes back (Kafka's ``suppress``), and return the table of what comes out.
+
+        ``until_window_closes=True`` (a windowed table): each window once, when it closes (``end + grace``
+        reached by the stream time), stamped with its latest record's time: Kafka's
+        ``Suppressed.untilWindowCloses``, what ``windowed_by(emit="final")`` gives. The window store holds the
+        windows until then anyway (logged), so nothing more is kept.
+
+        ``until_time_limit=ms`` (a table that is not windowed; int ms or ``timedelta``): Kafka's
+        ``Suppressed.untilTimeLimit``: a key's changes are held in the buffer store ``name`` (default
+        generated), each replacing the last, and the latest is forwarded once the stream time (the largest
+        event time this operation has seen) reaches the key's first held time plus the limit. The buffer is
+        logged to ``<application_id>-<name>-changelog``, so under exactly-once a crash neither loses nor
+        repeats what it held. ``max_records`` / ``max_bytes`` (msgpack keys and values) bound it: when over,
+        the oldest keys are forwarded early (``when_full="emit_early"``, Kafka's ``emitEarlyWhenFull``) or the
+        application stops with :class:`~pylog.errors.IllegalStateError` (``"shutdown"``).
+
+        A suppressed table's rows lag behind on purpose: it cannot be joined."""
+        if until_window_closes == (until_time_limit is not None):
+            raise ConfigError(
+                "suppress() takes until_window_closes=True or until_time_limit=..., one of them"
+            )
+        if until_window_closes:
+            if not self.windowed:
+                raise ConfigError("suppress(until_window_closes=True) needs a windowed table")
+            if max_records is not None or max_bytes is not None or name is not None:
+                raise ConfigError(
+                    "suppress(until_window_closes=True) keeps the windows in the window store: no buffer "
+                    "bounds or name"
+                )
+            if isinstance(self.node, WindowCloseNode):
+                return self
+            if not isinstance(self.node, WindowedNode):
+                raise ConfigError("suppress(until_window_closes=True) follows a windowed aggregation")
+            self.app.builder.check_open()
+            close = WindowCloseNode(self.app.builder.name("suppress-until-window-closes"))
+            self.node.children.append(close)
+            return Table(self.app, close, self.name, windowed=True, getter=self.getter)
+        if self.windowed:
+            raise ConfigError(
+                "suppress(until_time_limit=...) of a windowed table is not supported: use "
+                "until_window_closes=True"
+            )
+        limit = to_ms("until_time_limit", until_time_limit)  # type: ignore[arg-type]
+        for what, bound in (("max_records", max_records), ("max_bytes", max_bytes)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+                raise ConfigError(f"{what} must be an int >= 1 or None, got {bound!r}")
+        if when_full not in ("emit_early", "shutdown"):
+            raise ConfigError(f"when_full must be 'emit_early' or 'shutdown', got {when_full!r}")
+        builder = self.app.builder
+        store = builder.store_name(name, "suppress")
+        node = SuppressNode(
+            builder.name("suppress"), store, limit, max_records, max_bytes, when_full == "shutdown"
+        )
+        self.node.children.append(node)
+        builder.add_store(store, node, windowed=None, kind="suppress")
+        return Table(self.app, node, None, getter=_no_lookup)
 
     def to_stream(self) -> Stream:
         """The table's changelog stream: ``(key, new_value)`` for every update (None for a deletion); keys of
@@ -630,6 +702,24 @@ class GroupedTable:
         ``initializer()``), ``subtractor(group, value, aggregate)`` for one leaving it; None from either
         deletes the group's row."""
         return self._aggregate(_aggregator(initializer, adder), subtractor, name)
+
+
+def _emitted(table: Table, emit: str) -> Table:
+    """A windowed aggregation's table as ``windowed_by(emit=...)`` asked: every update, or final results."""
+    return table.suppress(until_window_closes=True) if emit == "final" else table
+
+
+def _no_lookup(ctx: Any, key: Any) -> Any:
+    raise ConfigError("a suppressed table cannot be looked up (joined): join the table it suppresses")
+
+
+def _lookup(table: Table) -> Getter:
+    """``table``'s getter, for a join; a ConfigError for a table whose rows cannot be looked up."""
+    if table.getter is _no_lookup:
+        raise ConfigError(
+            "a suppressed table cannot be joined (its rows lag behind on purpose): join the table it suppresses"
+        )
+    return table.getter
 
 
 def _count(key: Any, value: Any, agg: Any) -> Any:

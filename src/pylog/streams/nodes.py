@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from pylog.errors import DeserializationError
+from pylog.errors import DeserializationError, IllegalStateError
 from pylog.streams.serde import MSGPACK, Serde
 from pylog.streams.stores import (
     MISSING,
@@ -18,6 +18,7 @@ from pylog.streams.stores import (
     KeyValueStore,
     SessionStore,
     SlidingStore,
+    SuppressBuffer,
     WindowStore,
 )
 from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows, Windowed, Windows
@@ -35,6 +36,7 @@ __all__ = [
     "SlidingAggregateNode",
     "SourceNode",
     "StreamStreamJoinNode",
+    "SuppressNode",
     "TableAggregateNode",
     "TableGroupByNode",
     "GlobalJoinNode",
@@ -43,6 +45,8 @@ __all__ = [
     "TableSourceNode",
     "TableViewNode",
     "WindowAggregateNode",
+    "WindowCloseNode",
+    "WindowedNode",
 ]
 
 Aggregator = Callable[[Any, Any, Any], Any]  # (key, value, aggregate or MISSING) -> new aggregate
@@ -345,7 +349,83 @@ class TableAggregateNode(Node):
         self.forward(ctx, key, result, timestamp)
 
 
-class WindowAggregateNode(Node):
+class WindowCloseNode(Node):
+    """Takes a windowed aggregation's windows once each, when they close (``emit="final"``, Kafka's
+    ``suppress(untilWindowCloses)``): the aggregation sends its updates to its other children and each closed
+    window, stamped with its latest record's time, to these. The window store is the buffer: a window is held
+    there until it closes anyway, logged, so nothing more is kept (nor logged) for the suppression."""
+
+
+class WindowedNode(Node):
+    """A windowed aggregation: :meth:`forward` sends updates to the children that are not
+    :class:`WindowCloseNode`, :meth:`forward_final` closed windows to those that are."""
+
+    _split: tuple[list[Node], list[Node]] | None = None
+
+    def _children(self) -> tuple[list[Node], list[Node]]:
+        # the topology is frozen before the first record: split once
+        split = self._split
+        if split is None:
+            final: list[Node] = [c for c in self.children if isinstance(c, WindowCloseNode)]
+            split = self._split = ([c for c in self.children if c not in final], final)
+        return split
+
+    def forward(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        for child in self._children()[0]:
+            child.process(ctx, key, value, timestamp)
+
+    def forward_final(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        for child in self._children()[1]:
+            child.process(ctx, key, value, timestamp)
+
+
+class SuppressNode(Node):
+    """Kafka's ``suppress(untilTimeLimit(...))`` of a table: each change is held in the buffer ``store``
+    (:class:`~pylog.streams.stores.SuppressBuffer`, logged: under exactly-once what is held survives a crash
+    exactly as committed), a later change of the same key replacing it in place, and forwarded (the key's
+    latest value, with its timestamp) once the stream time of the operation has reached the key's first held
+    time plus ``time_limit_ms``, oldest first. When the buffer holds more than ``max_records`` keys or
+    ``max_bytes`` bytes, the oldest are forwarded early (``when_full="emit_early"``) or the application
+    stops (``"shutdown"``: :class:`~pylog.errors.IllegalStateError`). By event time, as Kafka: nothing is
+    forwarded while no record comes."""
+
+    def __init__(
+        self,
+        name: str,
+        store: str,
+        time_limit_ms: int,
+        max_records: int | None,
+        max_bytes: int | None,
+        shutdown_when_full: bool,
+    ) -> None:
+        super().__init__(name)
+        self.store = store
+        self.time_limit_ms = time_limit_ms
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.shutdown_when_full = shutdown_when_full
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            ctx.count("dropped-records")
+            return
+        buffer: SuppressBuffer = ctx.stores[self.store]  # type: ignore[assignment]
+        expiry = buffer.advance(timestamp) - self.time_limit_ms
+        buffer.buffer(key, value, timestamp)
+        while (oldest := buffer.oldest()) is not None and oldest <= expiry:
+            self.forward(ctx, *buffer.evict())
+        while (self.max_records is not None and len(buffer) > self.max_records) or (
+            self.max_bytes is not None and buffer.bytes > self.max_bytes
+        ):
+            if self.shutdown_when_full:
+                raise IllegalStateError(
+                    f"the suppression buffer {self.store} is full ({len(buffer)} keys, {buffer.bytes} bytes; "
+                    f"max_records {self.max_records}, max_bytes {self.max_bytes}) and when_full='shutdown'"
+                )
+            self.forward(ctx, *buffer.evict())
+
+
+class WindowAggregateNode(WindowedNode):
     """Folds each record into every open window holding its event time (see :mod:`pylog.streams.windows`),
     keyed :class:`~pylog.streams.windows.Windowed`. A record none of whose windows is open is late: counted
     (``late-records``) and, with ``late_topic``, written there (key and value as msgpack, its timestamp)."""
@@ -356,14 +436,12 @@ class WindowAggregateNode(Node):
         store: str,
         windows: Windows,
         aggregator: Aggregator,
-        emit: str,
         late_topic: str | None,
     ) -> None:
         super().__init__(name)
         self.store = store
         self.windows = windows
         self.aggregator = aggregator
-        self.emit = emit
         self.late_topic = late_topic
 
     def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
@@ -373,7 +451,7 @@ class WindowAggregateNode(Node):
         store: WindowStore = ctx.stores[self.store]  # type: ignore[assignment]
         size, grace = self.windows.size_ms, self.windows.grace_ms
         stream_time = store.advance(timestamp)
-        update = self.emit == "update" and self.children
+        update = bool(self._children()[0])
         taken = False
         for start in self.windows.starts(timestamp):
             if start + size + grace <= stream_time:
@@ -387,9 +465,10 @@ class WindowAggregateNode(Node):
             if self.late_topic is not None:
                 ctx.send(self.late_topic, MSGPACK.serialize(key), MSGPACK.serialize(value), timestamp)
         if store.closes_by(stream_time - grace):
+            final = self._children()[1]
             for k, start, (agg, max_ts) in store.closing(stream_time - grace):
-                if self.emit == "final":
-                    self.forward(ctx, Windowed(k, start, start + size), agg, max_ts)
+                if final:
+                    self.forward_final(ctx, Windowed(k, start, start + size), agg, max_ts)
 
 
 class StreamTableJoinNode(Node):
@@ -450,11 +529,11 @@ class TableJoinNode(Node):
         self.forward(ctx, key, joined, timestamp)
 
 
-class SessionAggregateNode(Node):
+class SessionAggregateNode(WindowedNode):
     """Session windows (see :mod:`pylog.streams.windows`): each record opens a session ``[t, t]`` or merges
-    with its key's open sessions within ``gap`` (their aggregates combined by ``merger``). With
-    ``emit="update"`` each merged-away session is forwarded with a None value (a tombstone), then the new
-    one; with ``"final"``, each session once, when it closes. Late records as in
+    with its key's open sessions within ``gap`` (their aggregates combined by ``merger``). Updates: each
+    merged-away session is forwarded with a None value (a tombstone), then the new one; to a
+    :class:`WindowCloseNode`, each session once, when it closes. Late records as in
     :class:`WindowAggregateNode`."""
 
     def __init__(
@@ -464,7 +543,6 @@ class SessionAggregateNode(Node):
         windows: SessionWindows,
         aggregator: Aggregator,
         merger: Callable[[Any, Any, Any], Any],
-        emit: str,
         late_topic: str | None,
     ) -> None:
         super().__init__(name)
@@ -472,7 +550,6 @@ class SessionAggregateNode(Node):
         self.windows = windows
         self.aggregator = aggregator
         self.merger = merger
-        self.emit = emit
         self.late_topic = late_topic
 
     def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
@@ -500,16 +577,13 @@ class SessionAggregateNode(Node):
             agg = MISSING
             for s, e, a in found:
                 store.delete((key, s))
-                if self.emit == "update":
-                    self.forward(ctx, Windowed(key, s, e), None, timestamp)
+                self.forward(ctx, Windowed(key, s, e), None, timestamp)
                 agg = a if agg is MISSING else self.merger(key, agg, a)
             agg = self.aggregator(key, value, agg)
             store.put((key, start), (agg, end))
-            if self.emit == "update":
-                self.forward(ctx, Windowed(key, start, end), agg, timestamp)
+            self.forward(ctx, Windowed(key, start, end), agg, timestamp)
         for k, s, (agg, e) in store.closing(close_before):
-            if self.emit == "final":
-                self.forward(ctx, Windowed(k, s, e), agg, e)
+            self.forward_final(ctx, Windowed(k, s, e), agg, e)
 
 
 class StreamStreamJoinNode(Node):
@@ -569,12 +643,12 @@ class StreamStreamJoinNode(Node):
                 self.forward(ctx, k, self.joiner(None, v), ts)
 
 
-class SlidingAggregateNode(Node):
+class SlidingAggregateNode(WindowedNode):
     """Sliding windows (:class:`~pylog.streams.windows.SlidingWindows`): a record updates every open window of
     its key that holds it, and creates the windows it defines that do not exist yet (the one ending at it, the
     one starting just after it when a later record is in it, and those starting just after earlier records
-    now followed by it), each folded from the key's kept records in arrival order. ``emit="update"``
-    forwards every window the record created or changed, by start; ``"final"`` each window once, when it
+    now followed by it), each folded from the key's kept records in arrival order. Updates: every window
+    the record created or changed, by start; to a :class:`WindowCloseNode`, each window once, when it
     closes. Keys are :class:`~pylog.streams.windows.Windowed` with an inclusive ``end``."""
 
     def __init__(
@@ -583,14 +657,12 @@ class SlidingAggregateNode(Node):
         store: str,
         windows: SlidingWindows,
         aggregator: Aggregator,
-        emit: str,
         late_topic: str | None,
     ) -> None:
         super().__init__(name)
         self.store = store
         self.windows = windows
         self.aggregator = aggregator
-        self.emit = emit
         self.late_topic = late_topic
 
     def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
@@ -607,8 +679,7 @@ class SlidingAggregateNode(Node):
         else:
             self._take(ctx, store, key, value, timestamp, d, close_before)
         for k, start, agg, max_ts in store.closing(close_before):
-            if self.emit == "final":
-                self.forward(ctx, Windowed(k, start, start + d), agg, max_ts)
+            self.forward_final(ctx, Windowed(k, start, start + d), agg, max_ts)
         store.purge(
             close_before - d - 1
         )  # a record also defines the window just after it: [t + 1, t + 1 + d]
@@ -636,7 +707,7 @@ class SlidingAggregateNode(Node):
                 agg, max_ts = self.aggregator(key, v, agg), max(max_ts, t)
             store.set_window(key, start, agg, max_ts, store.next_created())
             changed[start] = agg
-        if self.emit == "update":
+        if self._children()[0]:
             for start in sorted(changed):
                 self.forward(ctx, Windowed(key, start, start + d), changed[start], ts)
 

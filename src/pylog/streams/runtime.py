@@ -237,7 +237,7 @@ class StreamThread(threading.Thread):
 
     def _make_store(self, spec: StoreSpec, task_id: TaskId) -> KeyValueStore | None:
         """A SQLite store for a key-value store when the application has a ``state_dir``."""
-        if self.app.state_dir is None or spec.windows is not None:
+        if self.app.state_dir is None or spec.windows is not None or spec.kind != "kv":
             return None
         path = os.path.join(self.app.state_dir, self.app.application_id, str(task_id), f"{spec.name}.sqlite")
         return SqliteStore(spec.name, spec.changelog, path, str(self.log.topic(spec.changelog).topic_id))

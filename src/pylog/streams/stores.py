@@ -29,6 +29,8 @@ __all__ = [
     "KeyValueStore",
     "SessionStore",
     "SlidingStore",
+    "SuppressBuffer",
+    "TimedStore",
     "WindowStore",
     "decode_key",
     "encode_key",
@@ -183,18 +185,15 @@ class KeyValueStore:
         return f"{type(self).__name__}({self.name!r}, {len(self._data)} keys)"
 
 
-class WindowStore(KeyValueStore):
-    """Windowed aggregates: ``(key, window_start) -> (aggregate, max_timestamp)``, plus the stream time of the
-    operation (logged too, so late records are judged the same way after a restore), and an index of the
-    windows by end time for closing them."""
+class TimedStore(KeyValueStore):
+    """A store of a time-driven operation: it also holds the operation's stream time (the largest event time
+    it has seen), logged as the entry ``STREAM_TIME_KEY`` when it moved, so that after a restore late records
+    and closings are judged as before."""
 
-    def __init__(self, name: str, changelog: str | None, size_ms: int) -> None:
+    def __init__(self, name: str, changelog: str | None) -> None:
         super().__init__(name, changelog)
-        self.size_ms = size_ms
         self.stream_time = -1
         self._time_dirty = False
-        self._ends: list[tuple[int, int, Any, int]] = []  # heap of (end, seq, key, start); stale ones skipped
-        self._seq = itertools.count()  # ties of end time never compare keys (of any type)
 
     def advance(self, timestamp: int) -> int:
         """Move the stream time to ``timestamp`` if later; returns the stream time."""
@@ -202,6 +201,37 @@ class WindowStore(KeyValueStore):
             self.stream_time = timestamp
             self._time_dirty = True
         return self.stream_time
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        out = super().take_changes()
+        if self._time_dirty:
+            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
+            self._time_dirty = False
+        return out
+
+    def _load(self, key: Any, value: Any) -> None:
+        if key == STREAM_TIME_KEY:
+            self.stream_time = max(self.stream_time, int(value))
+        else:
+            self._load_entry(key, value)
+
+    def _load_entry(self, key: Any, value: Any) -> None:
+        self._data[key] = value
+
+    def _restored(self) -> None:
+        self._time_dirty = False
+
+
+class WindowStore(TimedStore):
+    """Windowed aggregates: ``(key, window_start) -> (aggregate, max_timestamp)``, plus the stream time of the
+    operation (logged too, so late records are judged the same way after a restore), and an index of the
+    windows by end time for closing them."""
+
+    def __init__(self, name: str, changelog: str | None, size_ms: int) -> None:
+        super().__init__(name, changelog)
+        self.size_ms = size_ms
+        self._ends: list[tuple[int, int, Any, int]] = []  # heap of (end, seq, key, start); stale ones skipped
+        self._seq = itertools.count()  # ties of end time never compare keys (of any type)
 
     def put(self, key: Any, value: Any) -> None:
         if value is not None and key not in self._data:
@@ -266,47 +296,110 @@ class WindowStore(KeyValueStore):
     def to_dict(self) -> dict[Any, Any]:
         return dict(self.items())
 
-    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
-        out = super().take_changes()
-        if self._time_dirty:
-            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
-            self._time_dirty = False
-        return out
-
     def _entry(self, value: Any) -> Any:
         return list(value)
 
-    def _load(self, key: Any, value: Any) -> None:
-        if key == STREAM_TIME_KEY:
-            self.stream_time = max(self.stream_time, int(value))
-            return
+    def _load_entry(self, key: Any, value: Any) -> None:
         if key not in self._data:
             heapq.heappush(self._ends, (key[1] + self.size_ms, next(self._seq), *key))
         self._data[key] = (value[0], value[1])
 
+
+class SuppressBuffer(TimedStore):
+    """The records a ``suppress(until_time_limit=...)`` holds back: ``key -> (value, buffer_time, timestamp,
+    seq, size)``, the key's latest value (None: a deletion to forward) with the event time of the first record
+    buffered for it (Kafka's buffer keeps a key's first time), plus the operation's stream time, both logged (the
+    changelog value is ``[value, buffer_time, timestamp, seq]``), and a heap by buffer time for the
+    evictions. ``bytes`` is the buffer's size as msgpack keys and values."""
+
+    def __init__(self, name: str, changelog: str | None) -> None:
+        super().__init__(name, changelog)
+        self.bytes = 0
+        self._heap: list[tuple[int, int, Any]] = []  # (buffer_time, seq, key); stale entries skipped
+        self._seq = itertools.count()
+
+    def buffer(self, key: Any, value: Any, timestamp: int) -> None:
+        """Hold ``value`` (None: a deletion) as ``key``'s latest, keeping the key's place in the buffer."""
+        old = self._data.get(key)
+        size = len(encode_key(key)) + (0 if value is None else len(MSGPACK.encode(value)))
+        if old is None:
+            seq = next(self._seq)
+            heapq.heappush(self._heap, (timestamp, seq, key))
+            self._data[key] = (value, timestamp, timestamp, seq, size)
+        else:
+            self.bytes -= old[4]
+            self._data[key] = (value, old[1], timestamp, old[3], size)
+        self.bytes += size
+        self._dirty.add(key)
+
+    def oldest(self) -> int | None:
+        """The buffer time of the oldest key held, or None when empty."""
+        heap, data = self._heap, self._data
+        while heap and (heap[0][2] not in data or data[heap[0][2]][3] != heap[0][1]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def evict(self) -> tuple[Any, Any, int]:
+        """Remove the oldest key and return ``(key, value, timestamp)`` (the buffer must not be empty)."""
+        self.oldest()
+        _, _, key = heapq.heappop(self._heap)
+        value, _, timestamp, _, size = self._data.pop(key)
+        self.bytes -= size
+        self._dirty.add(key)
+        return key, value, timestamp
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value held for ``key`` (None for a held deletion), or ``default``."""
+        entry = self._data.get(key, _MISSING)
+        return default if entry is _MISSING else entry[0]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(k, entry[0]) for k, entry in list(self._data.items())]
+
+    def to_dict(self) -> dict[Any, Any]:
+        return dict(self.items())
+
+    def put(self, key: Any, value: Any) -> None:
+        raise TypeError("a suppression buffer changes through buffer() and evict()")
+
+    def clear(self) -> None:
+        super().clear()
+        self._heap.clear()
+        self.bytes = 0
+        self.stream_time = -1
+
+    def _entry(self, value: Any) -> Any:
+        return list(value[:4])
+
+    def _load_entry(self, key: Any, value: Any) -> None:
+        self._forget(key)
+        held, buffer_time, timestamp, seq = value
+        size = len(encode_key(key)) + (0 if held is None else len(MSGPACK.encode(held)))
+        self._data[key] = (held, buffer_time, timestamp, seq, size)
+        self.bytes += size
+        heapq.heappush(self._heap, (buffer_time, seq, key))
+
+    def _forget(self, key: Any) -> None:
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.bytes -= old[4]
+
     def _restored(self) -> None:
-        self._time_dirty = False
+        super()._restored()
+        self._seq = itertools.count(max((e[3] for e in self._data.values()), default=-1) + 1)
 
 
-class SessionStore(KeyValueStore):
+class SessionStore(TimedStore):
     """Session aggregates: ``(key, session_start) -> (aggregate, session_end)``, the stream time (logged, as in
     :class:`WindowStore`), the sessions of each key, and an index of the sessions by close time."""
 
     def __init__(self, name: str, changelog: str | None, gap_ms: int) -> None:
         super().__init__(name, changelog)
         self.gap_ms = gap_ms
-        self.stream_time = -1
-        self._time_dirty = False
         self._by_key: dict[Any, set[int]] = {}
         self._ends: list[tuple[int, int, Any, int]] = []  # heap of (end, seq, key, start); stale ones skipped
         self._seq = itertools.count()
         self._latest: dict[Any, int] = {}  # (key, start) -> seq of its latest put: its heap entry
-
-    def advance(self, timestamp: int) -> int:
-        if timestamp > self.stream_time:
-            self.stream_time = timestamp
-            self._time_dirty = True
-        return self.stream_time
 
     def sessions(self, key: Any) -> list[tuple[int, int, Any]]:
         """``(start, end, aggregate)`` of ``key``'s open sessions, by start."""
@@ -361,48 +454,27 @@ class SessionStore(KeyValueStore):
         """``{(key, start, end): aggregate}``."""
         return dict(self.items())
 
-    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
-        out = super().take_changes()
-        if self._time_dirty:
-            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
-            self._time_dirty = False
-        return out
-
     def _entry(self, value: Any) -> Any:
         return list(value)
 
-    def _load(self, key: Any, value: Any) -> None:
-        if key == STREAM_TIME_KEY:
-            self.stream_time = max(self.stream_time, int(value))
-            return
+    def _load_entry(self, key: Any, value: Any) -> None:
         self.put(key, (value[0], value[1]))
 
     def _forget(self, key: Any) -> None:
         if key in self._data:
             self.delete(key)
 
-    def _restored(self) -> None:
-        self._time_dirty = False
 
-
-class JoinBufferStore(KeyValueStore):
+class JoinBufferStore(TimedStore):
     """One side of a stream-stream join: its recent records ``(key, timestamp, seq) -> [value, joined]``
     (``seq`` orders records of one key and time; ``joined``: it met a record of the other side), the join's
     stream time, and per key the records in arrival order."""
 
     def __init__(self, name: str, changelog: str | None) -> None:
         super().__init__(name, changelog)
-        self.stream_time = -1
-        self._time_dirty = False
         self._by_key: dict[Any, list[tuple[int, int]]] = {}  # key -> [(seq, timestamp)] in arrival order
         self._times: list[tuple[int, int, Any]] = []  # heap of (timestamp, seq, key): what to purge first
         self._next_seq = 0
-
-    def advance(self, timestamp: int) -> int:
-        if timestamp > self.stream_time:
-            self.stream_time = timestamp
-            self._time_dirty = True
-        return self.stream_time
 
     def add(self, key: Any, timestamp: int, value: Any, joined: bool = False) -> None:
         seq = self._next_seq
@@ -450,17 +522,7 @@ class JoinBufferStore(KeyValueStore):
                     del self._by_key[key]
         return unjoined
 
-    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
-        out = super().take_changes()
-        if self._time_dirty:
-            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
-            self._time_dirty = False
-        return out
-
-    def _load(self, key: Any, value: Any) -> None:
-        if key == STREAM_TIME_KEY:
-            self.stream_time = max(self.stream_time, int(value))
-            return
+    def _load_entry(self, key: Any, value: Any) -> None:
         self.put(key, value)
 
     def _forget(self, key: Any) -> None:
@@ -469,10 +531,10 @@ class JoinBufferStore(KeyValueStore):
     def _restored(self) -> None:
         for key in self._by_key:
             self._by_key[key].sort()
-        self._time_dirty = False
+        super()._restored()
 
 
-class SlidingStore(KeyValueStore):
+class SlidingStore(TimedStore):
     """Sliding windows: ``("w", key, start) -> (aggregate, max_timestamp, created)`` for the open windows and
     ``("r", key, timestamp, seq) -> value`` for the records a new window may still need, the stream time, and
     per key the records in arrival order."""
@@ -480,17 +542,9 @@ class SlidingStore(KeyValueStore):
     def __init__(self, name: str, changelog: str | None, difference_ms: int) -> None:
         super().__init__(name, changelog)
         self.difference_ms = difference_ms
-        self.stream_time = -1
-        self._time_dirty = False
         self._records: dict[Any, list[tuple[int, int]]] = {}  # key -> [(seq, timestamp)] in arrival order
         self._windows: dict[Any, set[int]] = {}  # key -> starts of its open windows
         self._seq = 0
-
-    def advance(self, timestamp: int) -> int:
-        if timestamp > self.stream_time:
-            self.stream_time = timestamp
-            self._time_dirty = True
-        return self.stream_time
 
     # records
     def add_record(self, key: Any, timestamp: int, value: Any) -> None:
@@ -571,20 +625,10 @@ class SlidingStore(KeyValueStore):
     def to_dict(self) -> dict[Any, Any]:
         return dict(self.items())
 
-    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
-        out = super().take_changes()
-        if self._time_dirty:
-            out.append((encode_key(STREAM_TIME_KEY), MSGPACK.serialize(self.stream_time)))
-            self._time_dirty = False
-        return out
-
     def _entry(self, value: Any) -> Any:
         return list(value) if isinstance(value, tuple) else value
 
-    def _load(self, key: Any, value: Any) -> None:
-        if key == STREAM_TIME_KEY:
-            self.stream_time = max(self.stream_time, int(value))
-            return
+    def _load_entry(self, key: Any, value: Any) -> None:
         self.put(key, tuple(value) if key[0] == "w" else value)
 
     def _forget(self, key: Any) -> None:
@@ -593,4 +637,4 @@ class SlidingStore(KeyValueStore):
     def _restored(self) -> None:
         for entries in self._records.values():
             entries.sort()
-        self._time_dirty = False
+        super()._restored()

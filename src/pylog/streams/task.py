@@ -17,7 +17,14 @@ from pylog.clock import Clock
 from pylog.errors import DeserializationError
 from pylog.streams.nodes import Node
 from pylog.streams.processor import ProcessNode, Processor, ProcessorContext
-from pylog.streams.stores import JoinBufferStore, KeyValueStore, SessionStore, SlidingStore, WindowStore
+from pylog.streams.stores import (
+    JoinBufferStore,
+    KeyValueStore,
+    SessionStore,
+    SlidingStore,
+    SuppressBuffer,
+    WindowStore,
+)
 from pylog.streams.topology import StoreSpec, TaskId, Topology
 from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows
 
@@ -66,6 +73,8 @@ class Task:
             made = make_store(spec, task_id) if make_store is not None else None
             if made is not None:
                 self.stores[name] = made
+            elif spec.kind == "suppress":
+                self.stores[name] = SuppressBuffer(name, spec.changelog)
             elif isinstance(spec.windows, SlidingWindows):
                 self.stores[name] = SlidingStore(name, spec.changelog, spec.windows.time_difference_ms)
             elif isinstance(spec.windows, JoinWindows):

@@ -46,6 +46,7 @@ class StoreSpec:
     windows: Windows | SessionWindows | SlidingWindows | JoinWindows | None
     changelog: str
     subtopology: int = -1
+    kind: str = "kv"  # "kv" (a key-value store), "suppress" (a suppression buffer), "subscriptions"
 
 
 @dataclass
@@ -110,9 +111,16 @@ class Builder:
         return name
 
     def add_store(
-        self, name: str, node: Node, windowed: Windows | SessionWindows | SlidingWindows | JoinWindows | None
+        self,
+        name: str,
+        node: Node,
+        windowed: Windows | SessionWindows | SlidingWindows | JoinWindows | None,
+        *,
+        kind: str = "kv",
     ) -> None:
-        self.stores[name] = StoreSpec(name, node, windowed, f"{self.application_id}-{name}-changelog")
+        self.stores[name] = StoreSpec(
+            name, node, windowed, f"{self.application_id}-{name}-changelog", kind=kind
+        )
 
     def add_sink(self, sink: SinkNode) -> None:
         self.sinks.append(sink)
