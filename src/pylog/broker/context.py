@@ -13,11 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pylog.broker.idempotence import Sequences
+from pylog.broker.idempotence import KafkaWriter, Sequences
 from pylog.broker.transactions import Transactions
 from pylog.broker.waiting import FetchWaiters
 from pylog.log import Log
-from pylog.producer import Producer
 
 __all__ = ["NODE_ID", "Context", "Options"]
 
@@ -43,7 +42,7 @@ class Context:
     options: Options
     executor: ThreadPoolExecutor
     waiters: FetchWaiters
-    _writers: dict[bool, Producer] = field(default_factory=dict)
+    _writers: dict[bool, KafkaWriter] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # one write at a time per partition from this broker, so that a Kafka batch gets consecutive offsets
     write_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,14 +67,15 @@ class Context:
         """``fn(*args)`` in the broker's thread pool."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    def writer(self, durable: bool) -> Producer:
+    def writer(self, durable: bool) -> KafkaWriter:
         """The producer writing Kafka clients' records as they sent them (bytes in, bytes stored);
         ``durable``: acks=all, each write fsynced before it returns."""
         with self._lock:
             producer = self._writers.get(durable)
             if producer is None:
-                producer = self._writers[durable] = self.log.producer(
-                    acks="all" if durable else 1, value_serializer=None, linger_ms=0
+                self.log.check_writable("create a producer")
+                producer = self._writers[durable] = self.log.register_producer(
+                    KafkaWriter(self.log, acks="all" if durable else 1, value_serializer=None, linger_ms=0)
                 )
             return producer
 

@@ -2,8 +2,10 @@
 
 InitProducerId gives a producer an id from pylog's producer-id allocator (the log directory's ``producers``
 file, :meth:`pylog.transactions.TxnLog.allocate_pid`: ids are never reused, by the broker or by pylog's own
-idempotent producers) and epoch 0; called again with its id and epoch (KIP-360, after a fatal sequence
-error) it bumps the epoch.
+idempotent producers) and epoch 0. Called again with its id and epoch (KIP-360, after a fatal sequence
+error) it bumps the epoch; with an epoch older than the one the broker knows, it is refused
+(INVALID_PRODUCER_EPOCH); with an id the broker does not know (its state expired, see below), the producer
+gets a new id, as Kafka gives producers without a transactional id.
 
 Each batch of an idempotent producer carries ``(producerId, producerEpoch, baseSequence)``; per producer
 and partition the broker remembers the epoch and the last five batches written (Kafka's
@@ -15,32 +17,56 @@ and partition the broker remembers the epoch and the last five batches written (
 - otherwise its first sequence must follow the last one written (0 after an epoch bump), else
   OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-The state is kept in the broker's memory: after a restart of the broker a producer's next batch is accepted
-at whatever sequence it carries, so a retry of a batch written just before the restart can be written
-twice (Kafka keeps it in producer snapshots; pylog's broker does not yet).
+The state survives a restart of the broker (a graceful stop or a killed process): the broker stores the
+records of an idempotent batch in pylog batches stamped with the Kafka producer's id, epoch and the sequence
+of their first record (:class:`KafkaWriter`; a Kafka batch is one pylog batch, or a few consecutive ones
+when it is larger than a pylog batch may be), and the first time after a start that an idempotent batch
+comes for a partition it reads the batch headers of the partition's tail, the last :data:`STATE_WINDOW`
+offsets, and rebuilds every producer's epoch and last batches from them (Kafka rebuilds its producer state
+from the log the same way, from a snapshot on). So a retry of a batch written just before the restart is
+answered as a duplicate with its offset, a sequence gap is refused, and a batch with an epoch older than
+the newest one in the partition is refused. The bound: a producer whose last batch in the partition is
+older than the window is unknown after a restart, and its next batch is accepted at whatever sequence it
+carries, as Kafka accepts the next batch of a producer whose state expired (``producer.id.expiration.ms``).
+Transactional batches are not rebuilt: after a restart a transaction that was open is aborted by its
+timeout, and its producer's next request is refused (INVALID_PRODUCER_ID_MAPPING) until it initializes
+again.
 
-Thread-safety: :class:`Sequences` is used under the context's write lock.
+Thread-safety: :class:`Sequences` is used under the context's write lock; a :class:`KafkaWriter` is
+stamped under it too (one Kafka batch written at a time).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import KafkaBatch
-from pylog.errors import ConfigError
+from pylog.errors import ConfigError, OffsetOutOfRangeError
+from pylog.producer import Producer
+from pylog.record import ATTR_CONTROL, ATTR_TRANSACTIONAL, decode_header
 
 if TYPE_CHECKING:
     from pylog.broker.context import Context
+    from pylog.partition.log import AppendInfo, PartitionLog
+    from pylog.structs import TopicPartition
 
-__all__ = ["DUPLICATE", "WRITE", "Sequences", "init_producer_id"]
+__all__ = ["DUPLICATE", "STATE_WINDOW", "WRITE", "KafkaWriter", "Sequences", "init_producer_id"]
 
 WRITE = "write"
 DUPLICATE = "duplicate"
+#: Offsets at the end of a partition read to rebuild its producers' state after a start.
+STATE_WINDOW = 1_000_000
 _KEPT = 5
+# batches remembered per producer and partition when rebuilt from the log: pylog batches, several of which
+# may hold one Kafka batch, so more than five, to cover the last five Kafka batches
+_KEPT_REBUILT = 64
 _MAX_SEQ = 0x7FFFFFFF
+_SCAN_BYTES = 4 << 20
 
 
 @dataclass
@@ -49,14 +75,29 @@ class _Partition:
     batches: deque[tuple[int, int, int]] = field(
         default_factory=lambda: deque(maxlen=_KEPT)
     )  # first, last, offset
+    # batches read from the log: a Kafka batch may be several consecutive entries
+    pieces: bool = False
 
 
 class Sequences:
     """What the broker remembers of idempotent producers, per (producer id, topic, partition)."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int = STATE_WINDOW) -> None:
         self._state: dict[tuple[int, str, int], _Partition] = {}
+        self._loaded: set[tuple[str, int]] = set()
+        self.window = window
         self.epochs: dict[int, int] = {}  # producer id -> current epoch (InitProducerId)
+
+    def load(self, topic: str, partition: int, plog: PartitionLog) -> None:
+        """Rebuild the state of the producers that wrote to the partition from its tail, once after a start
+        (before its first idempotent batch is checked)."""
+        if (topic, partition) in self._loaded:
+            return
+        for pid, state in _rebuild(plog, self.window).items():
+            self._state[(pid, topic, partition)] = state
+            if state.epoch > self.epochs.get(pid, -1):
+                self.epochs[pid] = state.epoch
+        self._loaded.add((topic, partition))
 
     def check(self, topic: str, partition: int, batch: KafkaBatch) -> tuple[str | ErrorCode, int]:
         """(WRITE, -1), (DUPLICATE, base offset of the batch already written) or (an error code, -1)."""
@@ -72,9 +113,9 @@ class Sequences:
             return WRITE, -1
         if epoch < state.epoch:
             return ErrorCode.invalid_producer_epoch, -1
-        for f, la, offset in state.batches:
-            if (f, la) == (first, last):
-                return DUPLICATE, offset
+        offset = _written(state, first, last)
+        if offset >= 0:
+            return DUPLICATE, offset
         if state.batches and first != _add(state.batches[-1][1], 1):
             return ErrorCode.out_of_order_sequence_number, -1
         return WRITE, -1
@@ -87,9 +128,96 @@ class Sequences:
         state.batches.append((batch.base_sequence, _add(batch.base_sequence, len(batch) - 1), base_offset))
 
 
+def _written(state: _Partition, first: int, last: int) -> int:
+    """The offset of the batch ``first..last`` when it is among those remembered, else -1. Rebuilt entries
+    are pylog batches: the Kafka batch is a run of consecutive ones from ``first`` to ``last``."""
+    entries = state.batches
+    for i, (f, la, offset) in enumerate(entries):
+        if f != first:
+            continue
+        if la == last:
+            return offset
+        if not state.pieces:
+            continue
+        for f2, la2, _ in list(entries)[i + 1 :]:
+            if f2 != _add(la, 1):
+                break
+            la = la2
+            if la == last:
+                return offset
+    return -1
+
+
+def _rebuild(plog: PartitionLog, window: int) -> dict[int, _Partition]:
+    """Per producer id, the epoch and last batches of the idempotent (not transactional) batches among the
+    last ``window`` offsets of ``plog``: batch headers only."""
+    out: dict[int, _Partition] = {}
+    end = plog.log_end_offset
+    offset = max(plog.log_start_offset, end - window)
+    while offset < end:
+        try:
+            chunk = plog.read_raw(offset, _SCAN_BYTES)
+        except OffsetOutOfRangeError:  # retention moved the log start meanwhile
+            if offset >= plog.log_start_offset:
+                raise
+            offset = plog.log_start_offset
+            continue
+        if not chunk:
+            break
+        for buf, at in chunk:
+            h = decode_header(buf, at)
+            offset = h.next_offset
+            if h.producer_id < 0 or h.base_sequence < 0 or h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
+                continue
+            state = out.get(h.producer_id)
+            if state is None or h.producer_epoch > state.epoch:
+                state = out[h.producer_id] = _Partition(
+                    h.producer_epoch, deque(maxlen=_KEPT_REBUILT), pieces=True
+                )
+            elif h.producer_epoch < state.epoch:
+                continue
+            span = h.last_offset - h.base_offset
+            state.batches.append((h.base_sequence, _add(h.base_sequence, span), h.base_offset))
+    return out
+
+
 def _add(sequence: int, n: int) -> int:
     """Kafka's sequences wrap from 2**31 - 1 to 0."""
     return (sequence + n) % (_MAX_SEQ + 1)
+
+
+class KafkaWriter(Producer):
+    """The broker's producer of Kafka clients' records (bytes in, bytes stored). Within :meth:`stamped` the
+    batches it writes carry a Kafka idempotent producer's id and epoch, and the sequence of their first
+    record (what :class:`Sequences` rebuilds its state from after a restart); otherwise none."""
+
+    def __init__(self, log: Any, **settings: Any) -> None:
+        super().__init__(log, **settings)
+        self._stamp: list[int] | None = None  # producer id, epoch, sequence of the next record
+
+    @contextmanager
+    def stamped(self, producer_id: int, epoch: int, sequence: int) -> Iterator[None]:
+        """Stamp the batches written meanwhile (the records of one Kafka batch, written and flushed)."""
+        self._stamp = [producer_id, epoch, sequence]
+        try:
+            yield
+        finally:
+            self._stamp = None
+
+    def _batch_fields(self, tp: TopicPartition) -> Mapping[str, Any]:
+        stamp = self._stamp
+        if stamp is None:
+            return super()._batch_fields(tp)
+        return {"producer_id": stamp[0], "producer_epoch": stamp[1], "base_sequence": stamp[2]}
+
+    def _append_batch(
+        self, plog: PartitionLog, tp: TopicPartition, batch: bytes | bytearray, fields: Mapping[str, Any]
+    ) -> AppendInfo:
+        info = super()._append_batch(plog, tp, batch, fields)
+        stamp = self._stamp
+        if stamp is not None and "base_sequence" in fields:
+            stamp[2] = _add(int(fields["base_sequence"]), info.last_offset - info.base_offset + 1)
+        return info
 
 
 async def init_producer_id(ctx: Context, request: Request) -> dict[str, Any]:
@@ -114,14 +242,14 @@ async def init_producer_id(ctx: Context, request: Request) -> dict[str, Any]:
     pid, epoch = int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1))
     with ctx.write_lock:
         epochs = ctx.sequences.epochs
-        if pid >= 0 and epochs.get(pid) == epoch:
+        known = epochs.get(pid) if pid >= 0 else None
+        # an epoch newer than the one known: bumped before a restart, and not seen in a partition since
+        if known is not None and epoch >= known:
             epochs[pid] = epoch + 1
             answer.update(producer_id=pid, producer_epoch=epoch + 1)
             return answer
-        if pid >= 0:
-            answer["error_code"] = (
-                ErrorCode.invalid_producer_epoch if pid in epochs else ErrorCode.unknown_producer_id
-            )
+        if known is not None:
+            answer["error_code"] = ErrorCode.invalid_producer_epoch
             return answer
     new = await ctx.run(lambda: ctx.log.transactions().allocate_pid())
     with ctx.write_lock:

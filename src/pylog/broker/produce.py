@@ -11,7 +11,9 @@ partition the client chose and the records' own timestamps. ``acks``:
   a power loss too: the single node is the whole in-sync replica set.
 
 The broker writes a Kafka batch as one write of consecutive offsets (one partition write at a time), and
-answers with the offset of its first record, as Kafka does.
+answers with the offset of its first record, as Kafka does. The records of an idempotent producer's batch
+are stored in pylog batches stamped with its producer id, epoch and sequences
+(:mod:`pylog.broker.idempotence`: the sequence checks survive a restart of the broker).
 
 Thread-safety: handlers run in the event loop; the writes run in the context's thread pool.
 """
@@ -114,6 +116,7 @@ def _produce_partition(
         with ctx.write_lock:
             for batch in batches:
                 if batch.producer_id >= 0:
+                    ctx.sequences.load(topic, partition, plog)
                     verdict, first = ctx.sequences.check(topic, partition, batch)
                     if isinstance(verdict, ErrorCode):
                         return verdict, -1, -1, None
@@ -124,7 +127,9 @@ def _produce_partition(
                                 return code, -1, -1, None
                             first = _write_with(txn, topic, partition, batch)
                         else:
-                            first = _write(ctx, topic, partition, batch, durable=acks == -1)
+                            writer = ctx.writer(acks == -1)
+                            with writer.stamped(batch.producer_id, batch.producer_epoch, batch.base_sequence):
+                                first = _write_with(writer, topic, partition, batch)
                         ctx.sequences.written(topic, partition, batch, first)
                 else:
                     first = _write(ctx, topic, partition, batch, durable=acks == -1)
