@@ -247,3 +247,72 @@ def test_delete_groups_of_pylog_consumers(broker: Broker) -> None:
         assert "eg" not in log.list_groups()
     finally:
         kafka_admin.close()
+
+
+# -- DeleteRecords ------------------------------------------------------------------------------------------
+
+
+def _fill(log: pylog.Log, topic: str, partition: int, count: int) -> None:
+    """``count`` records, in batches of 5, into segments of a few batches each (segment_bytes is small)."""
+    with log.producer(value_serializer=None, linger_ms=0) as producer:
+        for i in range(count):
+            producer.send(topic, b"v%03d" % i + b"." * 100, partition=partition)
+            if i % 5 == 4:
+                producer.flush()
+
+
+def _low_watermark(admin: AdminClient, topic: str, partition: int, offset: int) -> Any:
+    [future] = admin.delete_records([ck.TopicPartition(topic, partition, offset)]).values()
+    outcome = _outcome(future)
+    return outcome if isinstance(outcome, int) else outcome.low_watermark
+
+
+def test_delete_records_moves_the_log_start(broker: Broker) -> None:
+    """Against a model: the low watermark is the base offset of the segment holding the offset (every
+    segment wholly below it is deleted), the high watermark's deletes everything; the records left are the
+    ones produced, from the low watermark on."""
+    log = broker.log
+    log.create_topic("t", partitions=2, segment_bytes=700)
+    _fill(log, "t", 0, 60)
+    _fill(log, "t", 1, 10)
+    plog = log.topic("t").partition(0)
+    bases = [s.base_offset for s in plog.segments]
+    assert len(bases) > 5
+    admin = _admin(broker)
+    for offset in (0, 1, bases[2], bases[2] + 3, bases[4] + 1):
+        expected = max(b for b in bases if b <= offset)
+        assert _low_watermark(admin, "t", 0, offset) == expected == plog.log_start_offset, offset
+    assert _low_watermark(admin, "t", 0, 2) == plog.log_start_offset  # below the log start: nothing
+    consumer = ck.Consumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": "g", "auto.offset.reset": "earliest"}
+    )
+    consumer.assign([ck.TopicPartition("t", 0)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < 60 - plog.log_start_offset and time.monotonic() < deadline:
+        message = consumer.poll(0.1)
+        if message is not None and message.error() is None:
+            got.append((message.offset(), message.value()))
+    consumer.close()
+    start = plog.log_start_offset
+    assert got == [(i, b"v%03d" % i + b"." * 100) for i in range(start, 60)]
+    # errors: past the high watermark, a compacted topic; nothing is deleted
+    assert _low_watermark(admin, "t", 0, 61) == ck.KafkaError.OFFSET_OUT_OF_RANGE
+    log.create_topic("c", cleanup_policy="compact")
+    assert _low_watermark(admin, "c", 0, 0) == ck.KafkaError.POLICY_VIOLATION
+    assert plog.log_start_offset == start
+    # the high watermark (kafka-python's delete_records, -1): everything goes, on every partition asked
+    kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        result = kafka_admin.delete_records({KafkaTopicPartition("t", 0): -1, KafkaTopicPartition("t", 1): 4})
+        assert {tp.partition: r["low_watermark"] for tp, r in result.items()} == {0: 60, 1: 0}
+        with pytest.raises(kafka.errors.OffsetOutOfRangeError):
+            kafka_admin.delete_records({KafkaTopicPartition("t", 1): 11})
+        with pytest.raises(kafka.errors.UnknownTopicOrPartitionError):  # sent to the broker as is
+            kafka_admin.delete_records({KafkaTopicPartition("t", 7): 0}, partition_leader_id=0)
+    finally:
+        kafka_admin.close()
+    assert (plog.log_start_offset, plog.log_end_offset) == (60, 60)
+    assert log.topic("t").beginning_offsets() == {0: 60, 1: 0}
+    _fill(log, "t", 0, 1)  # the log goes on at its end
+    assert plog.log_end_offset == 61

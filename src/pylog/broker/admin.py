@@ -17,6 +17,12 @@ or SUBTRACT on a config that is not a list, ``remote.storage.enable`` (changed w
 alter``). A BROKER resource with configs is answered INVALID_REQUEST: the broker's settings are options of
 ``pylog serve``.
 
+DeleteRecords deletes the records below an offset (-1: the high watermark) whole segments at a time: a segment
+holding records on both sides of the offset stays, and the low watermark answered (the new log start offset)
+is then its base offset, below the offset asked for; nothing at or after the offset is deleted. An offset past
+the high watermark is OFFSET_OUT_OF_RANGE; a topic whose cleanup policy does not delete, or a tiered one,
+POLICY_VIOLATION (as Kafka refuses compacted topics).
+
 One node never elects leaders, reassigns partitions or moves replicas between log directories:
 ElectLeaders answers ELECTION_NOT_NEEDED, AlterPartitionReassignments INVALID_REPLICA_ASSIGNMENT (there is no
 other broker to move to), ListPartitionReassignments an empty list (nothing is moving).
@@ -27,6 +33,7 @@ Thread-safety: handlers run in the event loop; log changes run in the context's 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +43,7 @@ from pylog.config import TopicConfig
 from pylog.errors import (
     ConfigError,
     InvalidTopicError,
+    OffsetOutOfRangeError,
     PylogError,
     TopicExistsError,
     UnknownGroupError,
@@ -44,9 +52,11 @@ from pylog.errors import (
 
 if TYPE_CHECKING:
     from pylog.broker.groups import Coordinator
+    from pylog.partition.log import PartitionLog
 
 __all__ = ["Admin", "kafka_configs", "topic_config"]
 
+_log = logging.getLogger("pylog.broker")
 _TOPIC = 2  # DescribeConfigs resource types
 _BROKER = 4
 _DEFAULTS = TopicConfig()
@@ -120,6 +130,7 @@ class Admin:
             33: self.alter_configs,
             44: self.incremental_alter_configs,
             37: self.create_partitions,
+            21: self.delete_records,
             15: self.describe_groups,
             16: self.list_groups,
             42: self.coordinator.delete_groups,
@@ -152,6 +163,22 @@ class Admin:
             lambda: [_grow(ctx, str(t.name), int(t.count), bool(body.validate_only)) for t in body.topics]
         )
         return {"throttle_time": 0, "results": results}
+
+    async def delete_records(self, ctx: Context, request: Request) -> dict[str, Any]:
+        topics = request.body.topics
+        results = await ctx.run(
+            lambda: [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        _delete_records(ctx, str(t.name), int(p.partition_index), int(p.offset))
+                        for p in t.partitions
+                    ],
+                }
+                for t in topics
+            ]
+        )
+        return {"throttle_time": 0, "topics": results}
 
     async def describe_configs(self, ctx: Context, request: Request) -> dict[str, Any]:
         body = request.body
@@ -346,6 +373,34 @@ def _grow(ctx: Context, name: str, count: int, validate_only: bool) -> dict[str,
     except ConfigError as exc:
         answer.update(error_code=ErrorCode.invalid_partitions, error_message=str(exc))
     return answer
+
+
+def _delete_records(ctx: Context, topic: str, partition: int, offset: int) -> dict[str, Any]:
+    """DeleteRecords of one partition (see :meth:`~pylog.partition.log.PartitionLog.delete_records`): -1 is
+    the high watermark (the log end offset); an offset below the log start deletes nothing."""
+    answer: dict[str, Any] = {"partition_index": partition, "low_watermark": -1, "error_code": ErrorCode.none}
+    try:
+        plog = _partition(ctx, topic, partition)
+        if offset == -1:
+            offset = plog.log_end_offset
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"offset {offset}")
+        answer["low_watermark"] = plog.delete_records(offset)
+    except (UnknownTopicError, InvalidTopicError):
+        answer["error_code"] = ErrorCode.unknown_topic_or_partition
+    except OffsetOutOfRangeError:
+        answer["error_code"] = ErrorCode.offset_out_of_range
+    except ConfigError as exc:  # compact only, or tiered
+        _log.warning("DeleteRecords on %s-%d refused: %s", topic, partition, exc)
+        answer["error_code"] = ErrorCode.policy_violation
+    return answer
+
+
+def _partition(ctx: Context, topic: str, partition: int) -> PartitionLog:
+    t = ctx.log.topic(topic)
+    if not 0 <= partition < t.num_partitions:
+        raise UnknownTopicError(f"topic {topic!r} has no partition {partition}")
+    return t.partition(partition)
 
 
 def _describe(ctx: Context, resource: Any) -> dict[str, Any]:

@@ -63,6 +63,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     18: (0, 3),  # ApiVersions
     19: (2, 5),  # CreateTopics
     20: (1, 5),  # DeleteTopics (6+ name topics by id)
+    21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
     24: (0, 3),  # AddPartitionsToTxn (4+ batch transactions)
     25: (0, 3),  # AddOffsetsToTxn

@@ -287,8 +287,10 @@ class PartitionLog:
         )
 
     def _publish(self) -> None:
-        self._state.publish(self._snapshot())
-        self._seq_seen = self._state.seq
+        active = self._segments[-1]
+        self._seq_seen = self._state.publish_values(
+            active.next_offset, active.base_offset, active.size, self._segments.epoch, active.max_timestamp
+        )
 
     def _ready(self) -> None:
         """Check the partition is open, reopen its shared state if it was suspended, and mark it used."""
@@ -898,6 +900,41 @@ class PartitionLog:
             )
         return clean_partition(self, self.clock.time_ms(), force=force, txn_status=txn_status)
 
+    def delete_records(self, offset: int) -> int:
+        """Delete the records below ``offset`` (Kafka's ``deleteRecords``) a whole segment at a time; returns
+        the log start offset after it (Kafka's low watermark).
+
+        Every segment whose records all lie below ``offset`` is deleted; at the log end offset the active
+        segment is rolled first, so that everything goes. Nothing at or after ``offset`` is ever deleted: a
+        segment holding records on both sides stays whole, and the log start offset becomes its base offset
+        (below ``offset``). Raises :class:`~pylog.errors.OffsetOutOfRangeError` for an offset past the log
+        end, :class:`~pylog.errors.ConfigError` for a topic whose policy does not delete (compact only) or a
+        tiered one (its local segments are deleted only once uploaded)."""
+        _check_offset(offset)
+        if not self.config.deletes or self.config.remote_storage_enable:
+            raise ConfigError(
+                f"records of {self.topic}-{self.partition} cannot be deleted: cleanup_policy="
+                f"{self.config.cleanup_policy!r}, remote_storage_enable={self.config.remote_storage_enable}"
+            )
+        with self.locked_for_write():
+            end = self._segments[-1].next_offset
+            if offset > end:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is past the log end offset {end} of {self.topic}-{self.partition}"
+                )
+            if offset == end and self._segments[-1].size:
+                self._roll()  # sealed, so that it can go too
+            doomed = 0
+            while doomed < len(self._segments) - 1 and self._segments[doomed].next_offset <= offset:
+                doomed += 1
+            if doomed:
+                gone = self._segments.remove_oldest(doomed)
+                self._publish()
+                for seg in gone:
+                    seg.delete_files()
+                fs.FS.fsync_dir(self.directory)
+            return self._segments[0].base_offset
+
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns the new log end offset.
 
@@ -957,10 +994,15 @@ class PartitionLog:
             if self._closed:
                 return
             try:
-                if flush and (
-                    any(s.unflushed for s in self._segments)
-                    or self._checkpointed < self.flushed_offset
-                    or self._held_index
+                gone = not self._suspended and self._state.deleted()  # its topic was deleted: nothing to keep
+                if (
+                    flush
+                    and not gone
+                    and (
+                        any(s.unflushed for s in self._segments)
+                        or self._checkpointed < self.flushed_offset
+                        or self._held_index
+                    )
                 ):
                     self._flush_locked()
             finally:

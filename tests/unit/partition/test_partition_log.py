@@ -15,6 +15,7 @@ import pytest
 import pylog
 from pylog import fs
 from pylog.errors import (
+    ConfigError,
     CorruptRecordError,
     DiskFullError,
     InvalidOffsetError,
@@ -388,6 +389,35 @@ def test_no_retention_when_disabled(log: pylog.Log, clock: pylog.ManualClock) ->
     plog.roll()
     clock.advance(10**12)
     assert plog.apply_retention() == 0 and plog.log_start_offset == 0
+
+
+def test_delete_records_deletes_whole_segments_below_the_offset(log: pylog.Log) -> None:
+    plog, model, bounds = make(log, segment_bytes=600)
+    for _ in range(30):
+        append(plog, model, 3, bounds=bounds)
+    bases = [s.base_offset for s in plog.segments]
+    assert len(bases) > 4
+    for offset in (0, 4, bases[1], bases[3] - 1, bases[3] + 1):
+        # model: the log start is the base of the segment holding the offset; nothing from it on is lost
+        assert plog.delete_records(offset) == max(b for b in bases if b <= offset) == plog.log_start_offset
+        assert_matches(plog, model)
+    with pytest.raises(OffsetOutOfRangeError):
+        plog.delete_records(len(model) + 1)
+    with pytest.raises(InvalidOffsetError):
+        plog.delete_records(-1)
+    other = pylog.open(log.path)  # another process's view follows the layout
+    try:
+        assert other.topic("t").partition(0).log_start_offset == plog.log_start_offset
+        assert plog.delete_records(len(model)) == len(model)  # the log end: the active segment goes too
+        assert other.topic("t").beginning_offsets() == {0: len(model)}
+    finally:
+        other.close()
+    assert plog.segments[0].size == 0 and plog.read(len(model)) == []
+    append(plog, model, 2)
+    assert_matches(plog, model)
+    log.create_topic("c", cleanup_policy="compact")
+    with pytest.raises(ConfigError):
+        log.topic("c").partition(0).delete_records(0)
 
 
 # -- truncation -------------------------------------------------------------------------------------------
