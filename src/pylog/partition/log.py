@@ -287,10 +287,8 @@ class PartitionLog:
         )
 
     def _publish(self) -> None:
-        active = self._segments[-1]
-        self._seq_seen = self._state.publish_values(
-            active.next_offset, active.base_offset, active.size, self._segments.epoch, active.max_timestamp
-        )
+        self._state.publish(self._snapshot())
+        self._seq_seen = self._state.seq
 
     def _ready(self) -> None:
         """Check the partition is open, reopen its shared state if it was suspended, and mark it used."""
@@ -994,15 +992,10 @@ class PartitionLog:
             if self._closed:
                 return
             try:
-                gone = not self._suspended and self._state.deleted()  # its topic was deleted: nothing to keep
-                if (
-                    flush
-                    and not gone
-                    and (
-                        any(s.unflushed for s in self._segments)
-                        or self._checkpointed < self.flushed_offset
-                        or self._held_index
-                    )
+                if flush and (
+                    any(s.unflushed for s in self._segments)
+                    or self._checkpointed < self.flushed_offset
+                    or self._held_index
                 ):
                     self._flush_locked()
             finally:
