@@ -18,8 +18,12 @@ what Kafka's broker asks, and answers what Kafka answers:
 | ListGroups | DESCRIBE on the cluster, else the groups with DESCRIBE | - |
 | CreateTopics | CREATE on the cluster or on each topic | 29 per topic |
 | DeleteTopics | DELETE on each topic | 29 per topic |
+| DeleteRecords | DELETE on each topic | 29 per partition |
+| DeleteGroups | DELETE on each group | 30 per group |
+| OffsetDelete | DELETE on the group, READ on each topic | 30; 29 per partition |
 | CreatePartitions | ALTER on each topic | 29 per topic |
 | DescribeConfigs | DESCRIBE_CONFIGS on each topic, or on the cluster for a broker | 29 / CLUSTER_AUTHORIZATION_FAILED (31) per resource |
+| AlterConfigs, IncrementalAlterConfigs | ALTER_CONFIGS on each topic, or on the cluster for a broker | 29 / 31 per resource |
 | InitProducerId | WRITE on the transactional id; without one IDEMPOTENT_WRITE on the cluster or WRITE on some topic | 53; 31 |
 | AddPartitionsToTxn | WRITE on the transactional id and on each topic | 53; 29 per topic, the others OPERATION_NOT_ATTEMPTED (55) |
 | AddOffsetsToTxn | WRITE on the transactional id, READ on the group | 53; 30 |
@@ -28,6 +32,8 @@ what Kafka's broker asks, and answers what Kafka answers:
 | ElectLeaders, AlterPartitionReassignments, CreateAcls, DeleteAcls | ALTER on the cluster | 31 |
 | DescribeAcls, DescribeUserScramCredentials | DESCRIBE on the cluster | 31 |
 | AlterUserScramCredentials | ALTER on the cluster | 31 |
+| DescribeClientQuotas | DESCRIBE_CONFIGS on the cluster | 31 |
+| AlterClientQuotas | ALTER_CONFIGS on the cluster | 31 per entry |
 | any other API | ALTER on the cluster | 31 |
 
 Every refusal is logged (principal, client address, API, resource), never a record's content; the same
@@ -431,31 +437,83 @@ def _per_name(operation: str, names: Callable[[Any], list[str]], field: str, out
     return rule
 
 
-async def _describe_configs(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
-    def ok(r: Any) -> bool:
-        if int(r.resource_type) == 2:
-            return check("DESCRIBE_CONFIGS", "TOPIC", r.resource_name)
-        return check.cluster("DESCRIBE_CONFIGS")
+def _configs_rule(operation: str, out: str) -> Rule:
+    """DescribeConfigs (``DESCRIBE_CONFIGS``), AlterConfigs and IncrementalAlterConfigs (``ALTER_CONFIGS``):
+    the operation on each topic, or on the cluster for a broker; denied resources answered in ``out``."""
 
-    resources = list(request.body.resources)
-    denied = [r for r in resources if not ok(r)]
-    answer: Result = {"throttle_time": 0, "results": []}
-    if len(denied) < len(resources):
-        answer = await handler(
-            ctx, _replace(request, resources=tuple(r for r in resources if r not in denied))
-        )
+    async def rule(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
+        def ok(r: Any) -> bool:
+            if int(r.resource_type) == 2:
+                return check(operation, "TOPIC", r.resource_name)
+            return check.cluster(operation)
+
+        resources = list(request.body.resources)
+        denied = [r for r in resources if not ok(r)]
+        answer: Result = {"throttle_time": 0, out: []}
+        if len(denied) < len(resources):
+            answer = await handler(
+                ctx, _replace(request, resources=tuple(r for r in resources if r not in denied))
+            )
+        assert answer is not None
+        for r in denied:
+            code = _TOPIC_DENIED if int(r.resource_type) == 2 else _CLUSTER_DENIED
+            answer[out].append(
+                {
+                    "error_code": code,
+                    "error_message": code.name,
+                    "resource_type": r.resource_type,
+                    "resource_name": r.resource_name,
+                    "configs": [],
+                }
+            )
+        return answer
+
+    return rule
+
+
+async def _delete_records(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
+    topics = request.body.topics
+    denied = {t.name for t in topics if not check("DELETE", "TOPIC", t.name)}
+    answer: Result = {"throttle_time": 0, "topics": []}
+    allowed = tuple(t for t in topics if t.name not in denied)
+    if allowed:
+        answer = await handler(ctx, _replace(request, topics=allowed))
     assert answer is not None
-    for r in denied:
-        code = _TOPIC_DENIED if int(r.resource_type) == 2 else _CLUSTER_DENIED
-        answer["results"].append(
-            {
-                "error_code": code,
-                "error_message": code.name,
-                "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
-                "configs": [],
-            }
-        )
+    for t in topics:
+        if t.name in denied:
+            partitions = [
+                {"partition_index": p.partition_index, "low_watermark": -1, "error_code": _TOPIC_DENIED}
+                for p in t.partitions
+            ]
+            answer["topics"].append({"name": t.name, "partitions": partitions})
+    return answer
+
+
+async def _delete_groups(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
+    groups = [str(g) for g in request.body.groups_names]
+    denied = {g for g in groups if not check("DELETE", "GROUP", g)}
+    answer: Result = {"throttle_time": 0, "results": []}
+    allowed = tuple(g for g in groups if g not in denied)
+    if allowed:
+        answer = await handler(ctx, _replace(request, groups_names=allowed))
+    assert answer is not None
+    answer["results"] += [{"group_id": g, "error_code": _GROUP_DENIED} for g in groups if g in denied]
+    return answer
+
+
+async def _offset_delete(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
+    body = request.body
+    if not check("DELETE", "GROUP", body.group_id):
+        return {"error_code": _GROUP_DENIED, "throttle_time": 0, "topics": []}
+    denied = {t.name for t in body.topics if not check("READ", "TOPIC", t.name)}
+    answer = await handler(
+        ctx, _replace(request, topics=tuple(t for t in body.topics if t.name not in denied))
+    )
+    assert answer is not None
+    if answer["error_code"] == ErrorCode.none:
+        answer["topics"] += _partition_errors([t for t in body.topics if t.name in denied], _TOPIC_DENIED)[
+            "topics"
+        ]
     return answer
 
 
@@ -536,6 +594,20 @@ async def _alter_scram(check: _Check, ctx: Context, request: Request, handler: H
     return {"throttle_time": 0, "results": results}
 
 
+async def _alter_quotas(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
+    if check.cluster("ALTER_CONFIGS"):
+        return await handler(ctx, request)
+    entries = [
+        {
+            "error_code": _CLUSTER_DENIED,
+            "error_message": None,
+            "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity],
+        }
+        for entry in request.body.entries
+    ]
+    return {"throttle_time": 0, "entries": entries}
+
+
 _RULES: Final[dict[int, Rule]] = {
     0: _produce,
     1: _fetch,
@@ -552,13 +624,18 @@ _RULES: Final[dict[int, Rule]] = {
     16: _list_groups,
     19: _per_name("CREATE", lambda b: [t.name for t in b.topics], "topics", "topics"),
     20: _per_name("DELETE", lambda b: [str(n) for n in b.topic_names], "topic_names", "responses"),
+    21: _delete_records,
     22: _init_producer_id,
     24: _add_partitions,
     25: _add_offsets,
     26: _end_txn,
     28: _offset_commit,
-    32: _describe_configs,
+    32: _configs_rule("DESCRIBE_CONFIGS", "results"),
+    33: _configs_rule("ALTER_CONFIGS", "responses"),
+    44: _configs_rule("ALTER_CONFIGS", "responses"),
     37: _per_name("ALTER", lambda b: [t.name for t in b.topics], "topics", "results"),
+    42: _delete_groups,
+    47: _offset_delete,
     43: _cluster_rule("ALTER"),
     45: _cluster_rule("ALTER"),
     46: _cluster_rule("DESCRIBE"),
@@ -568,6 +645,8 @@ _RULES: Final[dict[int, Rule]] = {
     31: _cluster_rule("ALTER"),  # DeleteAcls
     50: _describe_scram,
     51: _alter_scram,
+    48: _cluster_rule("DESCRIBE_CONFIGS"),  # DescribeClientQuotas
+    49: _alter_quotas,  # AlterClientQuotas
 }
 
 

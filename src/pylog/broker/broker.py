@@ -36,7 +36,9 @@ from pylog.broker.authorize import make_guard
 from pylog.broker.context import Context, Options
 from pylog.broker.credentials import CredentialStore
 from pylog.broker.limits import UNLIMITED, ConnectionLimits
-from pylog.broker.metrics import BrokerMetrics, MetricsServer
+from pylog.broker.metrics import BrokerMetrics, MetricsServer, group_series
+from pylog.broker.quota_api import quota_handlers
+from pylog.broker.quota_store import QuotaStore
 from pylog.broker.quotas import Quotas
 from pylog.broker.scram_api import scram_handlers
 from pylog.broker.security import Security, parse_mechanisms, tls_context
@@ -118,8 +120,13 @@ class Broker:
         )
         security = _security(log.path, sasl, tls_cert, tls_key, tls_client_ca, super_users, limits)
         self._limits = limits
-        if producer_byte_rate is not None or consumer_byte_rate is not None:
-            security = dataclasses.replace(security, quotas=Quotas.of(producer_byte_rate, consumer_byte_rate))
+        quota_store = QuotaStore(log.path)
+        quota_store.quotas()  # checks the quota file now, not at the first request
+        security = dataclasses.replace(
+            security,
+            quotas=Quotas(quota_store.current, producer_byte_rate, consumer_byte_rate),
+            handlers={**security.handlers, **quota_handlers(quota_store)},
+        )
         metrics_at = None if metrics is None else parse_address(metrics, "metrics")
         if metrics_at is not None:
             security = dataclasses.replace(security, metrics=BrokerMetrics())
@@ -159,6 +166,8 @@ class Broker:
         self._executor = ThreadPoolExecutor(_WORKERS, thread_name_prefix="pylog-broker-io")
         self._ctx = Context(log, options, self._executor, FetchWaiters())
         self._server = Server(self._ctx, self._sock, security)
+        if security.metrics is not None:
+            security.metrics.add_collector(lambda: group_series(log, self._kafka_group_states))
         try:
             self._server.start()
             if metrics_at is not None and security.metrics is not None:
@@ -202,6 +211,13 @@ class Broker:
         if self._metrics_server is None:
             return None
         return f"{self._metrics_server.host}:{self._metrics_server.port}"
+
+    def _kafka_group_states(self) -> dict[str, str]:
+        """The state of each group with Kafka members (read from the metrics thread: a copy of the dict)."""
+        coordinator = self._server.coordinator
+        if coordinator is None:
+            return {}
+        return {gid: g.state for gid, g in list(coordinator.groups.items()) if g.members}
 
     def _shutdown(self) -> None:
         if self._metrics_server is not None:
@@ -295,7 +311,8 @@ def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0"
     unless clients authenticate), ``max_request_bytes`` (100 MiB), ``sasl`` (``"SCRAM-SHA-256,PLAIN"``),
     ``tls_cert``, ``tls_key``, ``tls_client_ca`` (PEM files), ``super_users`` (``"User:admin,User:ops"``),
     ``max_connections``, ``max_connections_per_ip`` (unlimited), ``connections_max_idle_ms`` (600000),
-    ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second per principal; unlimited),
+    ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second per principal, where no quota set with
+    ``pylog quotas`` or AlterClientQuotas applies; unlimited),
     ``metrics`` (``HOST:PORT`` of a Prometheus endpoint, ``GET /metrics``; port 0 picks one),
     ``queued_max_request_bytes`` (512 MiB: requests read and not answered yet, all connections together)."""
     if isinstance(path_or_log, Log):

@@ -12,21 +12,46 @@ Names follow Kafka's JMX metrics as Prometheus' JMX exporter spells them:
 | ``kafka_server_socket_server_metrics_connection_count`` | gauge | | socket-server-metrics connection-count |
 | ``kafka_server_socket_server_metrics_successful_authentication_total`` | counter | | successful-authentication-total |
 | ``kafka_server_socket_server_metrics_failed_authentication_total`` | counter | | failed-authentication-total |
-| ``kafka_server_quota_throttle_time_seconds_total`` | counter | quota (produce, fetch) | Produce/Fetch throttle-time |
+| ``kafka_server_quota_throttle_time_seconds_total`` | counter | quota (produce, fetch), user, client_id | Produce/Fetch throttle-time per quota entity |
+| ``kafka_server_quota_throttled_responses_total`` | counter | quota, user, client_id | responses sent with a throttle time |
+| ``kafka_server_quota_bytes_total`` | counter | quota, user, client_id | Produce/Fetch byte-rate per quota entity (record bytes counted against a quota) |
+| ``pylog_group_state`` | gauge | group, state | 1 for the group's state (Empty, PreparingRebalance, CompletingRebalance, Stable) |
+| ``pylog_group_lag`` | gauge | group, topic, partition | log end offset minus the group's committed offset |
 
-Nothing in them names a record's content or a credential; topic names are label values (escaped).
+The quota series are labelled with the entity whose clients share the quota (:mod:`pylog.broker.quotas`):
+``user`` and ``client_id`` are empty when the entity does not name that part; only clients under a quota
+appear. The group series are computed at each scrape (:func:`group_series`) from the broker's groups and the
+log's group stores: one group-store read (under its lock) and one log end offset per partition with a committed
+offset, for at most :data:`MAX_SCRAPED_GROUPS` groups (those beyond are counted in
+``pylog_group_scrape_skipped``, not described), so a scrape costs at most about that many small file reads.
 
-Thread-safety: updates come from the event loop and reads from the HTTP thread, under one lock.
+Nothing in them names a record's content or a credential; topic, group, user and client ids are label values
+(escaped).
+
+Thread-safety: updates come from the event loop and reads from the HTTP thread, under one lock; collectors
+run in the HTTP thread, outside it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-__all__ = ["API_NAMES", "BrokerMetrics", "MetricsServer"]
+from pylog.errors import PylogError
+
+if TYPE_CHECKING:
+    from pylog.log import Log
+
+__all__ = ["API_NAMES", "MAX_SCRAPED_GROUPS", "BrokerMetrics", "MetricsServer", "Sample", "group_series"]
+
+_log = logging.getLogger("pylog.broker")
+MAX_SCRAPED_GROUPS: Final = 1000
+Sample = tuple[str, dict[str, str], float]  # a gauge: name, labels, value
+Collector = Callable[[], Iterable[Sample]]
 
 _BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 API_NAMES: Final = {
@@ -61,6 +86,8 @@ API_NAMES: Final = {
     43: "ElectLeaders",
     45: "AlterPartitionReassignments",
     46: "ListPartitionReassignments",
+    48: "DescribeClientQuotas",
+    49: "AlterClientQuotas",
     50: "DescribeUserScramCredentials",
     51: "AlterUserScramCredentials",
     60: "DescribeCluster",
@@ -75,6 +102,21 @@ class BrokerMetrics:
         self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
         self._histograms: dict[str, list[float]] = {}  # request -> bucket counts, then sum, then count
         self.connections = 0
+        self._collectors: list[Collector] = []
+
+    def add_collector(self, collector: Collector) -> None:
+        """``collector()`` is called at each scrape (in the HTTP thread) for gauges computed then."""
+        with self._lock:
+            self._collectors.append(collector)
+
+    def quota_bytes(self, quota: str, user: str, client_id: str, nbytes: int, throttle_ms: int) -> None:
+        """``nbytes`` counted against the ``quota`` (produce, fetch) of the entity (``user``, ``client_id``),
+        its response throttled ``throttle_ms`` (0: not throttled)."""
+        labels = {"quota": quota, "user": user, "client_id": client_id}
+        self.add("kafka_server_quota_bytes_total", nbytes, **labels)
+        if throttle_ms:
+            self.add("kafka_server_quota_throttle_time_seconds_total", throttle_ms / 1000, **labels)
+            self.add("kafka_server_quota_throttled_responses_total", 1.0, **labels)
 
     def add(self, name: str, value: float = 1.0, **labels: str) -> None:
         key = tuple(sorted(labels.items()))
@@ -98,6 +140,19 @@ class BrokerMetrics:
 
     def render(self) -> str:
         out: list[str] = []
+        with self._lock:
+            collectors = list(self._collectors)
+        gauges: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for collector in collectors:
+            try:
+                for name, labels, value in collector():
+                    gauges.setdefault(name, []).append((labels, value))
+            except Exception:  # a scrape must still answer what it can
+                _log.exception("a metrics collector failed")
+        for name, series in sorted(gauges.items()):
+            out.append(f"# TYPE {name} gauge")
+            for labels, value in series:
+                out.append(f"{name}{_labels(tuple(sorted(labels.items())))} {_num(value)}")
         with self._lock:
             out.append(f"# TYPE {_SOCK}_connection_count gauge")
             out.append(f"{_SOCK}_connection_count {self.connections}")
@@ -128,6 +183,31 @@ def _escape(value: str) -> str:
 
 def _num(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
+
+
+def group_series(
+    log: Log, live: Callable[[], Mapping[str, str]], max_groups: int = MAX_SCRAPED_GROUPS
+) -> list[Sample]:
+    """``pylog_group_state`` and ``pylog_group_lag`` of the log's groups (see the module docstring).
+    ``live()``: the state of each group with Kafka members in the broker (the others' states are those of
+    their group stores, where pylog consumers keep them)."""
+    states = dict(live())
+    ids = sorted(set(log.list_groups()) | set(states))
+    out: list[Sample] = [("pylog_group_scrape_skipped", {}, float(max(len(ids) - max_groups, 0)))]
+    for group in ids[:max_groups]:
+        state = states.get(group)
+        try:
+            if state is None:
+                state = log.describe_group(group).state
+            lag = log.group_lag(group)
+        except PylogError as exc:  # deleted meanwhile, or its files do not check: left out
+            _log.warning("metrics: group %r left out: %s", group, exc)
+            continue
+        out.append(("pylog_group_state", {"group": group, "state": state}, 1.0))
+        for tp, behind in sorted(lag.items()):
+            labels = {"group": group, "topic": tp.topic, "partition": str(tp.partition)}
+            out.append(("pylog_group_lag", labels, float(behind)))
+    return out
 
 
 class MetricsServer:

@@ -98,7 +98,7 @@ class Security:
     super_users: frozenset[str] = field(default_factory=frozenset)
     handlers: Mapping[int, Handler] = field(default_factory=dict)  # APIs served beside the server's
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
-    quotas: Quotas | None = None  # byte-rate quotas of produce and fetch (None: unlimited)
+    quotas: Quotas | None = None  # client quotas of produce and fetch (None: unlimited)
     metrics: BrokerMetrics | None = None
 
     @property
@@ -170,18 +170,25 @@ class Session:
     def _throttle(
         self, ctx: Context, request: Request, answer: dict[str, Any] | None, quotas: Quotas
     ) -> None:
-        """Count the request's record bytes against its principal's quota; over it, answer with
+        """Count the request's record bytes against its quota (:mod:`pylog.broker.quotas`); over it, answer with
         ``throttle_time_ms`` and read nothing more from the connection for that long (:attr:`muted_ms`)."""
-        who = self.principal if self.principal != ANONYMOUS else f"client-id:{request.client_id}"
+        user = self.principal.partition(":")[2]
         now = ctx.log.clock.monotonic_ms()
-        ms = quotas.throttle(request.api_key, who, lambda: _record_bytes(request, answer), now)
+        decided = quotas.throttle(
+            request.api_key, user, request.client_id or "", lambda: _record_bytes(request, answer), now
+        )
+        ms = decided.ms
+        metrics, entity = self.security.metrics, decided.shared_by
+        if metrics is not None and entity is not None:
+            metrics.quota_bytes(
+                "produce" if request.api_key == 0 else "fetch",
+                entity.user or "",
+                entity.client_id or "",
+                decided.nbytes,
+                ms,
+            )
         if ms:
             self.muted_ms = ms
-            if self.security.metrics is not None:
-                quota = "produce" if request.api_key == 0 else "fetch"
-                self.security.metrics.add(
-                    "kafka_server_quota_throttle_time_seconds_total", ms / 1000, quota=quota
-                )
             if answer is not None:
                 answer["throttle_time"] = ms
 

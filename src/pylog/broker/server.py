@@ -77,6 +77,7 @@ class Server:
         self._stopping = False
         self._error: BaseException | None = None
         self._handlers: dict[int, Handler] = dict(HANDLERS)
+        self.coordinator: Coordinator | None = None  # the Kafka groups, once the event loop runs
 
     def start(self) -> None:
         self._thread.start()
@@ -98,7 +99,7 @@ class Server:
 
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
-        coordinator = Coordinator(self.ctx)
+        coordinator = self.coordinator = Coordinator(self.ctx)
         self._handlers = {
             **HANDLERS,
             8: coordinator.offset_commit,

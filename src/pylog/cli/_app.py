@@ -22,6 +22,7 @@ from pylog.cli import (
     _groups,
     _maintenance,
     _produce,
+    _quotas,
     _security,
     _serve,
     _streams,
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve.register(sub, parents)
     _streams.register(sub, parents)
     _security.register(sub, parents)
+    _quotas.register(sub, parents)
     return parser
 
 
