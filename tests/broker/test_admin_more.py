@@ -5,6 +5,7 @@ deleted (DeleteGroups, OffsetDelete); and the address a broker listening on ever
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from kafka_support import WAIT_S
 
 import pylog
+from pylog.broker.acls import Acl, AclStore
 from pylog.broker.broker import Broker
+from pylog.broker.credentials import CredentialStore
 
 SET, DELETE, APPEND, SUBTRACT = (
     AlterConfigOpType.SET,
@@ -316,3 +319,105 @@ def test_delete_records_moves_the_log_start(broker: Broker) -> None:
     assert log.topic("t").beginning_offsets() == {0: 60, 1: 0}
     _fill(log, "t", 0, 1)  # the log goes on at its end
     assert plog.log_end_offset == 61
+
+
+# -- authorization ------------------------------------------------------------------------------------------
+
+
+def _sasl(broker: Broker, user: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": broker.bootstrap_servers,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": user,
+        "sasl.password": f"{user}-pw",
+    }
+
+
+@pytest.fixture
+def secured(log_dir: Path) -> Iterator[Broker]:
+    users = CredentialStore(str(log_dir))
+    for name in ("alice", "admin"):
+        users.add(name, f"{name}-pw", ("SCRAM-SHA-256",))
+    AclStore(str(log_dir)).add(
+        [
+            Acl("User:alice", "*", op, "ALLOW", rtype, "LITERAL", name)
+            for op, rtype, name in (
+                ("ALTER_CONFIGS", "TOPIC", "orders"),
+                ("DELETE", "TOPIC", "orders"),
+                ("READ", "TOPIC", "orders"),
+                ("DELETE", "GROUP", "g1"),
+            )
+        ]
+    )
+    with pylog.serve(log_dir, sasl="SCRAM-SHA-256", super_users="User:admin", auto_create_topics=False) as b:
+        for topic in ("orders", "secret"):
+            b.log.create_topic(topic)
+            _fill(b.log, topic, 0, 3)
+        yield b
+
+
+def test_admin_changes_need_their_acls(secured: Broker) -> None:
+    """ALTER_CONFIGS on the topic (on the cluster for a broker), DELETE on the topic for DeleteRecords, on the
+    group for DeleteGroups and OffsetDelete (with READ on the topic); refused ones change nothing."""
+    log = secured.log
+    for group in ("g1", "g2"):
+        consumer = ck.Consumer({**_sasl(secured, "admin"), "group.id": group})
+        offsets = [ck.TopicPartition("orders", 0, 1), ck.TopicPartition("secret", 0, 2)]
+        consumer.commit(offsets=offsets, asynchronous=False)
+        consumer.close()
+    alice = AdminClient(_sasl(secured, "alice"))
+    resources = [
+        ConfigResource(
+            ConfigResource.Type.TOPIC,
+            t,
+            incremental_configs=[ConfigEntry("retention.ms", "5000", incremental_operation=SET)],
+        )
+        for t in ("orders", "secret")
+    ]
+    resources.append(
+        ConfigResource(
+            ConfigResource.Type.BROKER,
+            "0",
+            incremental_configs=[ConfigEntry("x", "1", incremental_operation=SET)],
+        )
+    )
+    outcomes = {r.name: _outcome(f) for r, f in alice.incremental_alter_configs(resources).items()}
+    assert outcomes == {
+        "orders": None,
+        "secret": ck.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        "0": ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+    assert (log.topic("orders").config.retention_ms, log.topic("secret").config.retention_ms) == (
+        5000,
+        log.defaults.retention_ms,
+    )
+    futures = alice.delete_records([ck.TopicPartition("orders", 0, -1), ck.TopicPartition("secret", 0, -1)])
+    outcomes = {tp.topic: _outcome(f) for tp, f in futures.items()}
+    assert outcomes["orders"].low_watermark == 3
+    assert outcomes["secret"] == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert log.topic("secret").beginning_offsets() == {0: 0}
+    kafka_alice = KafkaAdminClient(
+        bootstrap_servers=secured.bootstrap_servers,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username="alice",
+        sasl_plain_password="alice-pw",
+    )
+    try:
+        result = kafka_alice.delete_group_offsets(
+            "g1", [KafkaTopicPartition("orders", 0), KafkaTopicPartition("secret", 0)]
+        )
+        assert {tp.topic: e.__name__ for tp, e in result.items()} == {
+            "orders": "NoError",
+            "secret": "TopicAuthorizationFailedError",
+        }
+        with pytest.raises(kafka.errors.GroupAuthorizationFailedError):
+            kafka_alice.delete_group_offsets("g2", [KafkaTopicPartition("orders", 0)])
+    finally:
+        kafka_alice.close()
+    assert _committed(secured, "g1") == {("secret", 0): 2}
+    assert _committed(secured, "g2") == {("orders", 0): 1, ("secret", 0): 2}
+    outcomes = {g: _outcome(f) for g, f in alice.delete_consumer_groups(["g1", "g2"]).items()}
+    assert outcomes == {"g1": None, "g2": ck.KafkaError.GROUP_AUTHORIZATION_FAILED}
+    assert "g1" not in log.list_groups() and "g2" in log.list_groups()
