@@ -2,7 +2,8 @@
 reset`` run (Kafka's ``kafka-streams-application-reset``).
 
 An application's internal topics are found by their names, as Kafka's reset tool finds them:
-``<application_id>-<name>-changelog`` and ``<application_id>-<name>-repartition``.
+``<application_id>-<name>-changelog`` and ``<application_id>-<name>-repartition``, and a foreign-key join's
+``<application_id>-<name>-subscription-registration-topic`` and ``<application_id>-<name>-subscription-response-topic``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = ["describe_application", "internal_topics", "read_store", "reset_application"]
 
-_SUFFIXES = ("-changelog", "-repartition")
+_SUFFIXES = ("-changelog", "-repartition", "-subscription-registration-topic", "-subscription-response-topic")
 
 
 def internal_topics(log: Log, application_id: str) -> list[str]:

@@ -146,7 +146,7 @@ class App:
             timestamp,
         )
         self.builder.add_source(node)
-        return Stream(self, node)
+        return Stream(self, node, key_serde=node.key_serde)
 
     def table(
         self,
@@ -164,7 +164,7 @@ class App:
         node = TableSourceNode(self.builder.name("table"), store)
         source.node.children.append(node)
         self.builder.add_store(store, node, windowed=None)
-        return Table(self, node, store)
+        return Table(self, node, store, key_serde=source.key_serde)
 
     def global_table(
         self,

@@ -19,6 +19,10 @@ from pylog.streams.nodes import (
     BranchNode,
     FilterNode,
     FlatMapNode,
+    ForeignKeyResponseNode,
+    ForeignKeyRightChangeNode,
+    ForeignKeySubscribeNode,
+    ForeignKeySubscriptionNode,
     Getter,
     GlobalJoinNode,
     MapNode,
@@ -35,13 +39,14 @@ from pylog.streams.nodes import (
     TableAggregateNode,
     TableGroupByNode,
     TableJoinNode,
+    TableSourceNode,
     TableViewNode,
     WindowAggregateNode,
     WindowCloseNode,
     WindowedNode,
 )
 from pylog.streams.processor import ProcessNode, Processor
-from pylog.streams.serde import MSGPACK, Serde
+from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
 from pylog.streams.stores import MISSING, KeyValueStore
 from pylog.streams.windows import WINDOWED, JoinWindows, SessionWindows, SlidingWindows, Windows, to_ms
 
@@ -61,19 +66,35 @@ __all__ = [
 
 class Stream:
     """A record stream (Kafka's ``KStream``). ``key_changed``: an operation since the source may have changed
-    the key, so grouping goes through a repartition topic."""
+    the key, so grouping goes through a repartition topic. ``key_serde``: the serde whose encoding of the keys
+    placed the records in their partitions, when known (what a foreign-key join needs of a table)."""
 
-    def __init__(self, app: App, node: Node, *, key_changed: bool = False, windowed: bool = False) -> None:
+    def __init__(
+        self,
+        app: App,
+        node: Node,
+        *,
+        key_changed: bool = False,
+        windowed: bool = False,
+        key_serde: Serde | None = None,
+    ) -> None:
         self.app = app
         self.node = node
         self.key_changed = key_changed
         self.windowed = windowed
+        self.key_serde = None if key_changed else key_serde
 
     def _then(self, node: Node, *, key_changed: bool | None = None) -> Stream:
         self.app.builder.check_open()
         self.node.children.append(node)
         changed = self.key_changed if key_changed is None else key_changed
-        return Stream(self.app, node, key_changed=changed, windowed=self.windowed and not changed)
+        return Stream(
+            self.app,
+            node,
+            key_changed=changed,
+            windowed=self.windowed and not changed,
+            key_serde=self.key_serde,
+        )
 
     # -- stateless --------------------------------------------------------------------------------------
 
@@ -122,7 +143,15 @@ class Stream:
         for _ in predicates:
             child = Node(self.app.builder.name("branch-child"))
             node.children.append(child)
-            out.append(Stream(self.app, child, key_changed=self.key_changed, windowed=self.windowed))
+            out.append(
+                Stream(
+                    self.app,
+                    child,
+                    key_changed=self.key_changed,
+                    windowed=self.windowed,
+                    key_serde=self.key_serde,
+                )
+            )
         return out
 
     def merge(self, *others: Stream) -> Stream:
@@ -130,12 +159,16 @@ class Stream:
         partition count)."""
         node = Node(self.app.builder.name("merge"))
         changed = self.key_changed
+        serdes = set()
         for s in (self, *others):
             if s.app is not self.app:
                 raise ConfigError("merge() needs streams of the same App")
             s.node.children.append(node)
             changed = changed or s.key_changed
-        return Stream(self.app, node, key_changed=changed)
+            serdes.add(s.key_serde)
+        return Stream(
+            self.app, node, key_changed=changed, key_serde=serdes.pop() if len(serdes) == 1 else None
+        )
 
     def to(self, topic: str, *, key_serde: Serde | None = None, value_serde: Serde | None = None) -> None:
         """Write every record to ``topic`` (it must exist), with the application's serdes unless given
@@ -203,7 +236,7 @@ class Stream:
         builder.check_open()
         parent.children.append(node)
         table.node.lookups.append(node)
-        return Stream(self.app, node)
+        return Stream(self.app, node, key_serde=None if self.key_changed else self.key_serde)
 
     def outer_join(
         self,
@@ -355,7 +388,9 @@ class GroupedStream:
         node = AggregateNode(builder.name("aggregate"), store, aggregator)
         self._node_input(store).children.append(node)
         builder.add_store(store, node, windowed=None)
-        return Table(self.stream.app, node, store)
+        return Table(
+            self.stream.app, node, store, key_serde=MSGPACK_KEY if self.repartition else self.stream.key_serde
+        )
 
     def count(self, name: str | None = None) -> Table:
         """The number of records per key (records with a None key or value are skipped)."""
@@ -492,12 +527,20 @@ class Table:
     :meth:`to_stream`."""
 
     def __init__(
-        self, app: App, node: Node, name: str | None, *, windowed: bool = False, getter: Getter | None = None
+        self,
+        app: App,
+        node: Node,
+        name: str | None,
+        *,
+        windowed: bool = False,
+        getter: Getter | None = None,
+        key_serde: Serde | None = None,
     ) -> None:
         self.app = app
         self.node = node
         self.name = name
         self.windowed = windowed
+        self.key_serde = key_serde  # how the keys were partitioned, when known (see Stream)
         if getter is None:
             store = name
 
@@ -514,13 +557,13 @@ class Table:
         self.node.children.append(node)
         parent = self.getter
         if parent is _no_lookup:
-            return Table(self.app, node, None, getter=_no_lookup)
+            return Table(self.app, node, None, getter=_no_lookup, key_serde=self.key_serde)
 
         def getter(ctx: Any, key: Any) -> Any:
             value = parent(ctx, key)
             return None if value is None else fn(key, value)
 
-        return Table(self.app, node, None, getter=getter)
+        return Table(self.app, node, None, getter=getter, key_serde=self.key_serde)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> Table:
         """The rows for which ``predicate(key, value)`` is true; a row that stops matching is deleted."""
@@ -530,14 +573,30 @@ class Table:
         """Each row's value through ``fn(value)`` (None deletes the row)."""
         return self._derived(lambda k, v: fn(v), "table-map-values")
 
-    def join(self, other: Table, joiner: Callable[[Any, Any], Any], *, left: bool = False) -> Table:
+    def join(
+        self,
+        other: Table,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        left: bool = False,
+        foreign_key: Callable[[Any], Any] | None = None,
+        name: str | None = None,
+    ) -> Table:
         """Kafka's KTable-KTable join: the table of ``joiner(value, other_value)`` for the keys in both (with
         ``left``, every key of this table, ``other_value`` None when it is not in ``other``), updated when
-        either side changes (a key that no longer joins is deleted). Both must be co-partitioned."""
+        either side changes (a key that no longer joins is deleted). Both must be co-partitioned.
+
+        With ``foreign_key``, Kafka's foreign-key join (KIP-213): each row of this table joins the row of
+        ``other`` whose key is ``foreign_key(value)``, many rows to one; the result is keyed by this table's
+        keys. See :meth:`_foreign_key_join`."""
         if not isinstance(other, Table) or other.app is not self.app:
             raise ConfigError("join() takes a Table of the same App")
         if self.windowed or other.windowed:
             raise ConfigError("join() of windowed tables is not supported")
+        if foreign_key is not None:
+            return self._foreign_key_join(other, foreign_key, joiner, left, name)
+        if name is not None:
+            raise ConfigError("name= is for a foreign-key join (foreign_key=...): a table join has no store")
         builder = self.app.builder
         builder.check_open()
         out = Node(builder.name("table-join"))
@@ -560,11 +619,92 @@ class Table:
             rv = theirs(ctx, key)
             return joiner(lv, rv) if rv is not None or left else None
 
-        return Table(self.app, out, None, getter=getter)
+        return Table(self.app, out, None, getter=getter, key_serde=self.key_serde)
 
-    def left_join(self, other: Table, joiner: Callable[[Any, Any], Any]) -> Table:
+    def left_join(
+        self,
+        other: Table,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        foreign_key: Callable[[Any], Any] | None = None,
+        name: str | None = None,
+    ) -> Table:
         """:meth:`join` with ``left=True``."""
-        return self.join(other, joiner, left=True)
+        return self.join(other, joiner, left=True, foreign_key=foreign_key, name=name)
+
+    def _foreign_key_join(
+        self,
+        other: Table,
+        foreign_key: Callable[[Any], Any],
+        joiner: Callable[[Any, Any], Any],
+        left: bool,
+        name: str | None,
+    ) -> Table:
+        """The foreign-key join, as Kafka Streams builds it (KIP-213), named ``name``:
+
+        * The left table's side (the task of the left row) keeps each row's foreign key in the store
+          ``<name>-foreign-keys`` and writes, on every change of a row, a subscription to
+          ``<application_id>-<name>-subscription-registration-topic``, keyed by the foreign key (encoded with
+          ``other``'s key serde, so it lands in the partition of the right row; that topic has as many
+          partitions as ``other``): subscribe (with a hash of the row's value and the row's partition) to the
+          new foreign key, unsubscribe from the old one when it changed. A deleted row, or one whose
+          foreign key is None, gets its result at once (a deletion; ``joiner(value, None)`` for a left join).
+        * The right table's side records the subscriptions in ``<name>-subscriptions`` (indexed by foreign
+          key) and answers each with the right row's current value on
+          ``<application_id>-<name>-subscription-response-topic`` (as many partitions as this table), in the
+          subscriber's partition; a change of a right row answers every subscriber again.
+        * The left side drops a response whose hash is not that of the row's current value (it answers an
+          older version of the row: a newer answer is on its way), and otherwise forwards ``joiner(value,
+          right_value)``, or without a right row a deletion (inner) or ``joiner(value, None)`` (left).
+
+        So a row that changes its foreign key leaves the old one's row (no later change of it reaches the
+        row) and gets the new one's; once both sides are quiet the result is the join of the two tables.
+        The result is materialized in the store ``name`` (a table that can be queried and joined). Every
+        store is logged and both internal topics are written in the application's transactions: under
+        exactly-once, nothing of a crash shows. The left table's value must be msgpack-encodable (its hash);
+        ``other`` must have a known key serde (a table read from a topic, an aggregation, or derived from
+        them)."""
+        if other.key_serde is None:
+            raise ConfigError(
+                "a foreign-key join needs to know how the right table is partitioned: join a table read with "
+                "app.table(), an aggregation, or a table derived from them"
+            )
+        builder = self.app.builder
+        builder.check_open()
+        store = builder.store_name(name, "fk-join")
+        fk_store = builder.store_name(f"{store}-foreign-keys", "fk-join")
+        subscriptions = builder.store_name(f"{store}-subscriptions", "fk-join")
+        app_id = self.app.application_id
+        registration = f"{app_id}-{store}-subscription-registration-topic"
+        response = f"{app_id}-{store}-subscription-response-topic"
+        result = TableSourceNode(builder.name("fk-join-result"), store)
+        subscribe = ForeignKeySubscribeNode(
+            builder.name("fk-join-subscribe"),
+            fk_store,
+            foreign_key,
+            joiner,
+            left,
+            registration,
+            other.key_serde,
+        )
+        self.node.children.append(subscribe)
+        subscribe.children.append(result)
+        builder.add_store(fk_store, subscribe, windowed=None)
+        builder.add_store(store, result, windowed=None)
+        receive = ForeignKeySubscriptionNode(
+            builder.name("fk-join-subscription"), subscriptions, _lookup(other), response
+        )
+        builder.internal_source(registration, other.key_serde).children.append(receive)
+        other.node.lookups.append(receive)  # the subscriptions and the right table: one task
+        builder.add_store(subscriptions, receive, windowed=None, kind="subscriptions")
+        other.node.children.append(
+            ForeignKeyRightChangeNode(builder.name("fk-join-right"), subscriptions, response)
+        )
+        answer = ForeignKeyResponseNode(builder.name("fk-join-response"), _lookup(self), joiner, left)
+        builder.internal_source(response, MSGPACK_KEY).children.append(answer)
+        self.node.lookups.append(answer)  # the responses and the left table: one task
+        answer.children.append(result)
+        return Table(self.app, result, store, key_serde=self.key_serde)
 
     def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> GroupedTable:
         """Regroup the table's rows (Kafka's ``KTable.groupBy``): ``selector(key, value) -> (group,
@@ -641,14 +781,14 @@ class Table:
         )
         self.node.children.append(node)
         builder.add_store(store, node, windowed=None, kind="suppress")
-        return Table(self.app, node, None, getter=_no_lookup)
+        return Table(self.app, node, None, getter=_no_lookup, key_serde=self.key_serde)
 
     def to_stream(self) -> Stream:
         """The table's changelog stream: ``(key, new_value)`` for every update (None for a deletion); keys of
         a windowed table are :class:`~pylog.streams.windows.Windowed`."""
         node = Node(self.app.builder.name("to-stream"))
         self.node.children.append(node)
-        return Stream(self.app, node, windowed=self.windowed)
+        return Stream(self.app, node, windowed=self.windowed, key_serde=self.key_serde)
 
 
 class GroupedTable:
@@ -674,7 +814,7 @@ class GroupedTable:
         node = TableAggregateNode(builder.name("table-aggregate"), store, adder, subtractor)
         builder.repartition(select, store).children.append(node)
         builder.add_store(store, node, windowed=None)
-        return Table(app, node, store)
+        return Table(app, node, store, key_serde=MSGPACK_KEY)
 
     def count(self, name: str | None = None) -> Table:
         """The number of rows per group (a group whose rows all left keeps its row, with 0, as in Kafka)."""

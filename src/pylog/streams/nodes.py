@@ -7,6 +7,7 @@ the :class:`Context` handed to :meth:`Node.process`, so one topology serves ever
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -18,8 +19,10 @@ from pylog.streams.stores import (
     KeyValueStore,
     SessionStore,
     SlidingStore,
+    SubscriptionStore,
     SuppressBuffer,
     WindowStore,
+    encode_key,
 )
 from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows, Windowed, Windows
 
@@ -29,6 +32,10 @@ __all__ = [
     "Context",
     "FilterNode",
     "FlatMapNode",
+    "ForeignKeyResponseNode",
+    "ForeignKeyRightChangeNode",
+    "ForeignKeySubscribeNode",
+    "ForeignKeySubscriptionNode",
     "Node",
     "PeekNode",
     "SessionAggregateNode",
@@ -60,7 +67,17 @@ class Context(Protocol):
 
     def store(self, name: str) -> KeyValueStore: ...
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int) -> None: ...
+    @property
+    def partition(self) -> int: ...
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        partition: int | None = None,
+    ) -> None: ...
 
     def undecodable(
         self,
@@ -710,6 +727,142 @@ class SlidingAggregateNode(WindowedNode):
         if self._children()[0]:
             for start in sorted(changed):
                 self.forward(ctx, Windowed(key, start, start + d), changed[start], ts)
+
+
+def value_hash(value: Any) -> bytes:
+    """A digest of a value as msgpack, the same in every process (Python's ``hash`` of a str is not)."""
+    return hashlib.blake2b(MSGPACK.encode(value), digest_size=12).digest()
+
+
+UNSUBSCRIBE, SUBSCRIBE = 0, 1
+
+
+class ForeignKeySubscribeNode(Node):
+    """The left side of a foreign-key join (Kafka's ``SubscriptionSendProcessor``). Each change of a left row
+    ``(key, value)`` extracts ``foreign_key(value)``; the row's previous foreign key is kept in the store
+    ``store`` (``key -> foreign_key``, logged), since a table forwards new values only. A row that leaves a
+    foreign key unsubscribes from it; a row with a foreign key subscribes to it, which the right side answers
+    with its current row. Records to ``subscription_topic`` are keyed by the foreign key, encoded with the
+    right table's key serde so that they land in the partition of the right row; their value is
+    ``[encoded_key, value_hash, SUBSCRIBE or UNSUBSCRIBE, this task's partition]``. A row deleted, or
+    without a foreign key, has its result forwarded here at once: a deletion, or for a left join
+    ``joiner(value, None)``."""
+
+    def __init__(
+        self,
+        name: str,
+        store: str,
+        foreign_key: Callable[[Any], Any],
+        joiner: Callable[[Any, Any], Any],
+        left: bool,
+        subscription_topic: str,
+        foreign_key_serde: Serde,
+    ) -> None:
+        super().__init__(name)
+        self.store = store
+        self.foreign_key = foreign_key
+        self.joiner = joiner
+        self.left = left
+        self.subscription_topic = subscription_topic
+        self.foreign_key_serde = foreign_key_serde
+
+    def _subscription(
+        self, ctx: Context, fk: Any, key: bytes, digest: bytes | None, op: int, ts: int
+    ) -> None:
+        value = MSGPACK.serialize([key, digest, op, ctx.partition])
+        ctx.send(self.subscription_topic, self.foreign_key_serde.serialize(fk), value, ts)
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            ctx.count("dropped-records")
+            return
+        store = ctx.store(self.store)
+        old_fk = store.get(key)
+        new_fk = None if value is None else self.foreign_key(value)
+        store.put(key, new_fk)
+        encoded = encode_key(key)
+        if old_fk is not None and old_fk != new_fk:
+            self._subscription(ctx, old_fk, encoded, None, UNSUBSCRIBE, timestamp)
+        if new_fk is not None:
+            self._subscription(ctx, new_fk, encoded, value_hash(value), SUBSCRIBE, timestamp)
+        elif value is not None and self.left:
+            self.forward(ctx, key, self.joiner(value, None), timestamp)
+        else:
+            self.forward(ctx, key, None, timestamp)
+
+
+class ForeignKeySubscriptionNode(Node):
+    """The right side of a foreign-key join, for the subscription topic (Kafka's
+    ``SubscriptionReceiveProcessor`` and ``SubscriptionJoinProcessor``): records the subscription in the
+    :class:`~pylog.streams.stores.SubscriptionStore` ``store`` (or removes it) and answers a subscription with
+    the right table's current row for the foreign key (``right``), written to ``response_topic`` keyed by the
+    left row's encoded key, in the left row's partition: ``[value_hash, right_value or None]``."""
+
+    def __init__(self, name: str, store: str, right: Getter, response_topic: str) -> None:
+        super().__init__(name)
+        self.store = store
+        self.right = right
+        self.response_topic = response_topic
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or not isinstance(value, list | tuple) or len(value) != 4:
+            ctx.count("dropped-records")
+            return
+        left_key, digest, op, partition = value
+        store = ctx.store(self.store)
+        if op == UNSUBSCRIBE:
+            store.delete((key, left_key))
+            return
+        store.put((key, left_key), [digest, partition])
+        answer = MSGPACK.serialize([digest, self.right(ctx, key)])
+        ctx.send(self.response_topic, left_key, answer, timestamp, partition)
+
+
+class ForeignKeyRightChangeNode(Node):
+    """A change of a right row of a foreign-key join: every left row subscribed to its key gets a response
+    (as :class:`ForeignKeySubscriptionNode`'s) with the new right value (None when deleted)."""
+
+    def __init__(self, name: str, store: str, response_topic: str) -> None:
+        super().__init__(name)
+        self.store = store
+        self.response_topic = response_topic
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None:
+            return
+        store: SubscriptionStore = ctx.stores[self.store]  # type: ignore[assignment]
+        for left_key, (digest, partition) in store.subscribers(key):
+            ctx.send(self.response_topic, left_key, MSGPACK.serialize([digest, value]), timestamp, partition)
+
+
+class ForeignKeyResponseNode(Node):
+    """The left side of a foreign-key join, for the response topic (Kafka's
+    ``ResponseJoinProcessor``): a response whose value hash is not the hash of the left row's current value
+    (``left``) answers an older version of the row and is dropped; otherwise it forwards ``joiner(value,
+    right_value)``, or when there is no right row a deletion (inner join) or ``joiner(value, None)`` (left
+    join)."""
+
+    def __init__(self, name: str, left: Getter, joiner: Callable[[Any, Any], Any], left_join: bool) -> None:
+        super().__init__(name)
+        self.left = left
+        self.joiner = joiner
+        self.left_join = left_join
+
+    def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
+        if key is None or not isinstance(value, list | tuple) or len(value) != 2:
+            ctx.count("dropped-records")
+            return
+        digest, right_value = value
+        left_value = self.left(ctx, key)
+        if left_value is None or value_hash(left_value) != digest:
+            ctx.count("stale-join-responses")
+            return
+        if right_value is not None:
+            self.forward(ctx, key, self.joiner(left_value, right_value), timestamp)
+        elif self.left_join:
+            self.forward(ctx, key, self.joiner(left_value, None), timestamp)
+        else:
+            self.forward(ctx, key, None, timestamp)
 
 
 class GlobalJoinNode(Node):

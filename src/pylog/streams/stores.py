@@ -29,6 +29,7 @@ __all__ = [
     "KeyValueStore",
     "SessionStore",
     "SlidingStore",
+    "SubscriptionStore",
     "SuppressBuffer",
     "TimedStore",
     "WindowStore",
@@ -183,6 +184,50 @@ class KeyValueStore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {len(self._data)} keys)"
+
+
+class SubscriptionStore(KeyValueStore):
+    """The subscriptions of a foreign-key join, on the side of the right table: ``(foreign_key,
+    encoded_left_key) -> [left_value_hash, left_partition]``, with an index by foreign key (Kafka's prefix
+    scan) so that a change of a right row finds its subscribers without a scan of the store."""
+
+    def __init__(self, name: str, changelog: str | None) -> None:
+        super().__init__(name, changelog)
+        self._by_fk: dict[Any, dict[bytes, Any]] = {}
+
+    def subscribers(self, foreign_key: Any) -> list[tuple[bytes, Any]]:
+        """``(encoded_left_key, [hash, partition])`` of the rows subscribed to ``foreign_key``."""
+        return list(self._by_fk.get(foreign_key, {}).items())
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self.delete(key)
+            return
+        super().put(key, value)
+        self._by_fk.setdefault(key[0], {})[key[1]] = value
+
+    def delete(self, key: Any) -> None:
+        super().delete(key)
+        self._unindex(key)
+
+    def clear(self) -> None:
+        super().clear()
+        self._by_fk.clear()
+
+    def _unindex(self, key: Any) -> None:
+        rows = self._by_fk.get(key[0])
+        if rows is not None:
+            rows.pop(key[1], None)
+            if not rows:
+                del self._by_fk[key[0]]
+
+    def _load(self, key: Any, value: Any) -> None:
+        self._data[key] = value
+        self._by_fk.setdefault(key[0], {})[key[1]] = value
+
+    def _forget(self, key: Any) -> None:
+        self._data.pop(key, None)
+        self._unindex(key)
 
 
 class TimedStore(KeyValueStore):

@@ -22,6 +22,7 @@ from pylog.streams.stores import (
     KeyValueStore,
     SessionStore,
     SlidingStore,
+    SubscriptionStore,
     SuppressBuffer,
     WindowStore,
 )
@@ -75,6 +76,8 @@ class Task:
                 self.stores[name] = made
             elif spec.kind == "suppress":
                 self.stores[name] = SuppressBuffer(name, spec.changelog)
+            elif spec.kind == "subscriptions":
+                self.stores[name] = SubscriptionStore(name, spec.changelog)
             elif isinstance(spec.windows, SlidingWindows):
                 self.stores[name] = SlidingStore(name, spec.changelog, spec.windows.time_difference_ms)
             elif isinstance(spec.windows, JoinWindows):
@@ -104,8 +107,20 @@ class Task:
     def store(self, name: str) -> KeyValueStore:
         return self.stores[name]
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int) -> None:
-        self.collector.send(topic, key, value, timestamp_ms, None)
+    @property
+    def partition(self) -> int:
+        """The task's partition (of each of its source topics and changelogs)."""
+        return self.task_id.partition
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        partition: int | None = None,
+    ) -> None:
+        self.collector.send(topic, key, value, timestamp_ms, partition)
 
     def count(self, metric: str) -> None:
         self.metrics[metric] += 1

@@ -82,6 +82,7 @@ class Builder:
         self.on_deserialization_error = "raise"
         self.dead_letter_topic: str | None = None
         self.frozen = False
+        self.reader_counted: set[str] = set()  # internal topics with the partition count of their reader
         self._n = 0
 
     def name(self, kind: str) -> str:
@@ -139,6 +140,15 @@ class Builder:
         self.add_source(source)
         return source
 
+    def internal_source(self, topic: str, key_serde: Serde) -> SourceNode:
+        """The source of an internal topic written by nodes directly (no sink node), with as many partitions
+        as the sub-topology reading it: the subscription and response topics of a foreign-key join, which
+        must be co-partitioned with the table their reader looks up."""
+        source = SourceNode(self.name("internal-source"), topic, key_serde, MSGPACK, internal=True)
+        self.add_source(source)
+        self.reader_counted.add(topic)
+        return source
+
     def build(self, partitions_of: Callable[[str], int]) -> Topology:
         """Cut the nodes into sub-topologies; ``partitions_of(topic)`` gives a user topic's partition count."""
         self.frozen = True
@@ -193,6 +203,11 @@ class Builder:
                 if topic not in count and subs[w].partitions:
                     count[topic] = subs[w].partitions
                     changed = True
+            for sub in subs:
+                for topic in sub.sources:
+                    if topic in self.reader_counted and topic not in count and sub.partitions:
+                        count[topic] = sub.partitions
+                        changed = True
         for sub in subs:
             counts = {t: count.get(t) for t in sub.sources}
             if len(set(counts.values())) > 1:
