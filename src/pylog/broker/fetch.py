@@ -14,14 +14,21 @@ base offset is the last stable offset); a transaction open past its timeout is a
 second), as pylog's consumers do. The offsets of batches left out are covered by an empty Kafka batch
 so that the client moves past them. ``high_watermark`` is the log end offset.
 
+ListOffsets: earliest (the log start), latest, by timestamp (the first record at or after it) and max
+timestamp (KIP-734). Under ``isolation_level`` read_committed (v2+), as Kafka: latest is the last stable
+offset (:func:`last_stable_offset`: the first offset of the earliest transaction still open, else the log
+end), and an offset by timestamp or max timestamp is answered only below it (else none: offset -1).
+
 Thread-safety: handlers run in the event loop; the reads run in the context's thread pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pylog.broker.context import Context
 from pylog.broker.protocol import ErrorCode, Request
@@ -36,11 +43,15 @@ from pylog.errors import (
 from pylog.partition.visibility import OPEN, VISIBLE, Visibility
 from pylog.record import decode_header, decode_lists
 
-__all__ = ["fetch", "list_offsets"]
+if TYPE_CHECKING:
+    from pylog.partition.log import PartitionLog
+
+__all__ = ["fetch", "last_stable_offset", "list_offsets"]
 
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3  # ListOffsets v7+: the record with the largest timestamp (KIP-734)
+_SCAN_BYTES = 4 << 20
 
 
 @dataclass
@@ -183,14 +194,71 @@ async def list_offsets(ctx: Context, request: Request) -> dict[str, Any]:
 
 
 def _list_offsets(ctx: Context, body: Any) -> list[dict[str, Any]]:
+    committed = int(getattr(body, "isolation_level", 0)) == 1
     out = []
     for t in body.topics:
-        parts = [_offset_for(ctx, t.name, int(p.partition_index), int(p.timestamp)) for p in t.partitions]
+        parts = [
+            _offset_for(ctx, t.name, int(p.partition_index), int(p.timestamp), committed)
+            for p in t.partitions
+        ]
         out.append({"name": t.name, "partitions": parts})
     return out
 
 
-def _offset_for(ctx: Context, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+class _Stable:
+    """The last stable offset of one partition, followed incrementally: the batch headers read so far
+    (``scanned``: the offset after them) and the first offset of each transaction among them still open."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.scanned = -1
+        self.open: dict[tuple[int, int, int], int] = {}  # (producer id, epoch, txn) -> its first offset
+
+
+_STABLE: weakref.WeakKeyDictionary[PartitionLog, _Stable] = weakref.WeakKeyDictionary()
+_STABLE_LOCK = threading.Lock()
+
+
+def last_stable_offset(ctx: Context, plog: PartitionLog) -> int:
+    """The partition's last stable offset: the first offset of its earliest transaction still open, else its
+    log end offset (Kafka's LSO). The first call for a partition reads its batch headers from the log start;
+    later calls forget the transactions decided since and read only the batches written since. A
+    transaction open past its timeout is aborted here, as a read_committed fetch does."""
+    with _STABLE_LOCK:
+        stable = _STABLE.get(plog)
+        if stable is None:
+            stable = _STABLE[plog] = _Stable()
+    txns = ctx.log.txn_decisions()
+    visibility = Visibility(txns.status, lambda: ctx.expire_transactions(txns))
+    with stable.lock:
+        start, end = plog.log_start_offset, plog.log_end_offset
+        if stable.scanned > end:  # truncated: read it again
+            stable.scanned = -1
+            stable.open.clear()
+        stable.open = {k: o for k, o in stable.open.items() if visibility.status(*k) == OPEN}
+        offset = max(stable.scanned, start)
+        while offset < end:
+            try:
+                chunk = plog.read_raw(offset, _SCAN_BYTES)
+            except OffsetOutOfRangeError:  # retention moved the log start meanwhile
+                if offset >= plog.log_start_offset:
+                    raise
+                offset = plog.log_start_offset
+                continue
+            if not chunk:
+                break
+            for buf, at in chunk:
+                h = decode_header(buf, at)
+                offset = h.next_offset
+                if visibility.classify(h) == OPEN:
+                    stable.open.setdefault((h.producer_id, h.producer_epoch, h.base_sequence), h.base_offset)
+        stable.scanned = offset
+        return max(min(stable.open.values(), default=offset), plog.log_start_offset)
+
+
+def _offset_for(
+    ctx: Context, topic: str, partition: int, timestamp: int, committed: bool = False
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "partition_index": partition,
         "error_code": ErrorCode.none,
@@ -202,16 +270,13 @@ def _offset_for(ctx: Context, topic: str, partition: int, timestamp: int) -> dic
     try:
         plog = ctx.log.topic(topic).partition(partition)
         if timestamp == LATEST:
-            out["offset"] = plog.log_end_offset
+            out["offset"] = last_stable_offset(ctx, plog) if committed else plog.log_end_offset
         elif timestamp == EARLIEST:
             out["offset"] = plog.log_start_offset
-        elif timestamp >= 0:
-            found = plog.offset_for_time(timestamp)
-            if found is not None:
-                out["offset"], out["timestamp"] = found
-        elif timestamp == MAX_TIMESTAMP:
-            found = _max_timestamp(plog)
-            if found is not None:
+        elif timestamp >= 0 or timestamp == MAX_TIMESTAMP:
+            found = plog.offset_for_time(timestamp) if timestamp >= 0 else _max_timestamp(plog)
+            # read_committed: only an offset below the last stable offset is answered (Kafka's rule)
+            if found is not None and (not committed or found[0] < last_stable_offset(ctx, plog)):
                 out["offset"], out["timestamp"] = found
         else:
             out["error_code"] = ErrorCode.invalid_request
