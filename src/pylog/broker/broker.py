@@ -154,8 +154,8 @@ class Broker:
         if advertise is not None:
             adv_host, adv_port = parse_address(advertise, "advertise")
         else:
-            adv_host, adv_port = host if host != "0.0.0.0" else "127.0.0.1", self.port
-        self.advertised = f"{adv_host}:{adv_port or self.port}"
+            adv_host, adv_port = advertised_host(host), self.port
+        self.advertised = _address(adv_host, adv_port or self.port)
         options = Options(
             host=adv_host,
             port=adv_port or self.port,
@@ -182,9 +182,12 @@ class Broker:
 
     @property
     def bootstrap_servers(self) -> str:
-        """``HOST:PORT`` of the listening socket, for a Kafka client's ``bootstrap.servers``."""
-        host = self.host if ":" not in self.host else f"[{self.host}]"
-        return f"{host}:{self.port}"
+        """``HOST:PORT`` for a Kafka client's ``bootstrap.servers``: the listening address, or the advertised
+        one when the broker listens on every interface (``0.0.0.0``, ``::``), an address no client can
+        connect to from another machine."""
+        if _wildcard(self.host):
+            return self.advertised
+        return _address(self.host, self.port)
 
     @property
     def closed(self) -> bool:
@@ -242,6 +245,34 @@ class Broker:
 
     def __repr__(self) -> str:
         return f"Broker({self.log.path!r}, bootstrap_servers={self.bootstrap_servers!r})"
+
+
+def advertised_host(host: str) -> str:
+    """The host put in metadata when none is advertised: the listening host, or for a broker listening on
+    every interface the machine's host name (as Kafka advertises a listener without a host), when it
+    resolves; else 127.0.0.1, which only clients on this machine can reach (logged: pass ``advertise``)."""
+    if not _wildcard(host):
+        return host
+    name = socket.gethostname()
+    try:
+        socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        _log.warning(
+            "listening on every interface, and this machine's host name %r does not resolve: clients are "
+            "given 127.0.0.1, which only clients on this machine reach; pass advertise (--advertise "
+            "HOST:PORT) with an address other machines reach",
+            name,
+        )
+        return "127.0.0.1"
+    return name
+
+
+def _wildcard(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::", "0:0:0:0:0:0:0:0")
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _security(

@@ -27,7 +27,7 @@ __all__ = ["register"]
 _SERVE_HELP = """\
 Serve the log directory to unchanged Kafka clients (kafka-python, confluent-kafka, the Java client, ...)
 as a single-node Kafka broker listening on --listen (default 127.0.0.1:9092; port 0 picks a free port).
-Prints one line, the address it listens on (HOST:PORT), once it accepts connections; then runs until
+Prints one line, the address clients connect to (HOST:PORT), once it accepts connections; then runs until
 Ctrl-C (SIGINT) or SIGTERM, and stops gracefully: requests being handled are answered, everything
 acknowledged is written and the log is closed.
 
@@ -41,6 +41,10 @@ certificate's subject); --sasl SCRAM-SHA-256,SCRAM-SHA-512,PLAIN requires client
 of 'pylog users'. When clients authenticate, every request is checked against the ACLs of 'pylog acls'
 (no matching ACL: denied) unless the principal is one of --super-users. Without authentication, an address
 other than loopback needs --allow-anonymous.
+
+Listening on every interface (0.0.0.0 or [::]), the address printed and given to clients in metadata is the
+machine's host name (as Kafka advertises a listener without a host), or 127.0.0.1 if the host name does not
+resolve; --advertise HOST:PORT gives the address other machines reach.
 
 Exit status: 0 stopped by Ctrl-C or SIGTERM; 1 the address cannot be listened on, or the log directory
 cannot be opened; 2 a usage error."""
@@ -167,6 +171,11 @@ def serve(args: argparse.Namespace) -> int:
         ) as broker:
             sys.stdout.write(broker.bootstrap_servers + "\n")
             sys.stdout.flush()
+            if broker.host in ("0.0.0.0", "::"):
+                sys.stderr.write(
+                    f"pylog serve: listening on every interface, port {broker.port}; clients are given "
+                    f"{broker.advertised} (--advertise HOST:PORT gives another address)\n"
+                )
             while not stop.wait(1.0):
                 pass
     finally:
