@@ -487,3 +487,45 @@ def test_cli_quotas(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--dir", d, "quotas", "set", "--user", "alice", "--produce-byte-rate", "0"]) == 2
     assert main(["--dir", d, "quotas", "set", "--user", "alice"]) == 2  # nothing to set
     assert main(["--dir", d, "quotas", "set", "--produce-byte-rate", "5"]) == 2  # no entity
+
+
+def test_kafka_python_quota_messages(log_dir: Path) -> None:
+    """kafka-python's own AlterClientQuotas / DescribeClientQuotas messages (its admin client has no quota
+    methods; the messages and the version negotiation are its own), and the quota then applies."""
+    from kafka import KafkaAdminClient
+    from kafka.protocol.admin import AlterClientQuotasRequest as Alter
+    from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
+
+    with pylog.serve(log_dir) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        try:
+            entry = Alter.EntryData(
+                entity=[
+                    Alter.EntryData.EntityData(entity_type="user", entity_name=None),
+                    Alter.EntryData.EntityData(entity_type="client-id", entity_name="etl"),
+                ],
+                ops=[
+                    Alter.EntryData.OpData(key="consumer_byte_rate", value=2048.0, remove=False),
+                    Alter.EntryData.OpData(key="producer_byte_rate", value=1024.0, remove=False),
+                ],
+            )
+            answer = admin._manager.run(admin._manager.send, Alter(entries=[entry], validate_only=False))
+            assert [e.error_code for e in answer.entries] == [0]
+            described = admin._manager.run(
+                admin._manager.send,
+                Describe(
+                    components=[Describe.ComponentData(entity_type="client-id", match_type=0, match="etl")],
+                    strict=False,
+                ),
+            )
+        finally:
+            admin.close()
+    assert described.error_code == 0
+    [found] = described.entries
+    assert [(e.entity_type, e.entity_name) for e in found.entity] == [("user", None), ("client-id", "etl")]
+    assert {v.key: v.value for v in found.values} == {
+        "consumer_byte_rate": 2048.0,
+        "producer_byte_rate": 1024.0,
+    }
+    match = Quotas(QuotaStore(str(log_dir)).quotas).match("producer_byte_rate", "ANONYMOUS", "etl")
+    assert match is not None and (match.rate, match.entity) == (1024, QuotaEntity(DEFAULT, "etl"))
