@@ -529,3 +529,16 @@ def test_kafka_python_quota_messages(log_dir: Path) -> None:
     }
     match = Quotas(QuotaStore(str(log_dir)).quotas).match("producer_byte_rate", "ANONYMOUS", "etl")
     assert match is not None and (match.rate, match.entity) == (1024, QuotaEntity(DEFAULT, "etl"))
+
+
+def test_idle_windows_are_dropped() -> None:
+    """Memory stays bounded by the entities active in the last window: 5000 client ids once, then one
+    client for more than a window; empty fetches keep no sample."""
+    quotas = Quotas(None, consumer_byte_rate=1000)
+    for i in range(5000):
+        quotas.throttle(1, "ANONYMOUS", f"c{i}", lambda: 10, 0.0)
+    assert quotas.windows() == 5000
+    for step in range(2048):
+        quotas.throttle(1, "ANONYMOUS", "steady", lambda: 0, WINDOW_MS + step)
+    assert quotas.windows() == 0  # the 5000 swept, 'steady' moved no byte
+    assert quotas.throttle(1, "ANONYMOUS", "steady", lambda: 20_000, 3 * WINDOW_MS).ms == WINDOW_MS

@@ -34,8 +34,9 @@ next request waits), as Kafka's broker mutes the channel. Clients also honour ``
 themselves. Kafka's ``request_percentage``, ``controller_mutation_rate`` and ``connection_creation_rate``
 are refused (:class:`~pylog.errors.ConfigError`): pylog's broker does not enforce them.
 
-Memory: one window per entity that produced or fetched under a quota in the last ``window_ms`` (each a
-sample per request); windows idle for a whole window are dropped.
+Memory: one window per entity that produced or fetched under a quota in the last ``window_ms``, holding a
+sample (about 100 bytes) per request that moved bytes in that time; windows idle for a whole window are
+dropped (checked every 1024 requests).
 
 Thread-safety: :class:`ByteRate` and :class:`Quotas` are used from the broker's event loop only; time from the
 log's clock.
@@ -192,7 +193,8 @@ class ByteRate:
             self._sweep(now_ms)
         samples = self._samples.setdefault(key, deque())
         total = self._totals.get(key, 0) + nbytes
-        samples.append((now_ms, nbytes))
+        if nbytes:  # an empty fetch (a long poll) changes nothing: no sample kept
+            samples.append((now_ms, nbytes))
         while samples and samples[0][0] <= now_ms - self.window_ms:
             total -= samples.popleft()[1]
         if not samples:

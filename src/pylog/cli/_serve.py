@@ -118,13 +118,15 @@ def register(sub: Subparsers, parents: Parents) -> None:
         "--producer-byte-rate",
         type=int,
         metavar="BYTES",
-        help="record bytes per second each principal may produce (producer_byte_rate; unlimited)",
+        help="record bytes per second each principal may produce where no 'pylog quotas' quota applies "
+        "(producer_byte_rate; unlimited)",
     )
     p.add_argument(
         "--consumer-byte-rate",
         type=int,
         metavar="BYTES",
-        help="record bytes per second each principal may fetch (consumer_byte_rate; unlimited)",
+        help="record bytes per second each principal may fetch where no 'pylog quotas' quota applies "
+        "(consumer_byte_rate; unlimited)",
     )
     p.add_argument(
         "--queued-max-request-bytes",
