@@ -694,14 +694,13 @@ class Table:
         receive = ForeignKeySubscriptionNode(
             builder.name("fk-join-subscription"), subscriptions, _lookup(other), response
         )
-        builder.internal_source(registration, other.key_serde).children.append(receive)
+        builder.internal_source(registration, other.key_serde, subscribe).children.append(receive)
         other.node.lookups.append(receive)  # the subscriptions and the right table: one task
         builder.add_store(subscriptions, receive, windowed=None, kind="subscriptions")
-        other.node.children.append(
-            ForeignKeyRightChangeNode(builder.name("fk-join-right"), subscriptions, response)
-        )
+        changed = ForeignKeyRightChangeNode(builder.name("fk-join-right"), subscriptions, response)
+        other.node.children.append(changed)
         answer = ForeignKeyResponseNode(builder.name("fk-join-response"), _lookup(self), joiner, left)
-        builder.internal_source(response, MSGPACK_KEY).children.append(answer)
+        builder.internal_source(response, MSGPACK_KEY, receive, changed).children.append(answer)
         self.node.lookups.append(answer)  # the responses and the left table: one task
         answer.children.append(result)
         return Table(self.app, result, store, key_serde=self.key_serde)

@@ -83,6 +83,7 @@ class Builder:
         self.dead_letter_topic: str | None = None
         self.frozen = False
         self.reader_counted: set[str] = set()  # internal topics with the partition count of their reader
+        self.writes: list[tuple[Node, str]] = []  # nodes that write an internal topic themselves (describe)
         self._n = 0
 
     def name(self, kind: str) -> str:
@@ -140,13 +141,14 @@ class Builder:
         self.add_source(source)
         return source
 
-    def internal_source(self, topic: str, key_serde: Serde) -> SourceNode:
+    def internal_source(self, topic: str, key_serde: Serde, *writers: Node) -> SourceNode:
         """The source of an internal topic written by nodes directly (no sink node), with as many partitions
         as the sub-topology reading it: the subscription and response topics of a foreign-key join, which
         must be co-partitioned with the table their reader looks up."""
         source = SourceNode(self.name("internal-source"), topic, key_serde, MSGPACK, internal=True)
         self.add_source(source)
         self.reader_counted.add(topic)
+        self.writes.extend((node, topic) for node in writers)
         return source
 
     def build(self, partitions_of: Callable[[str], int]) -> Topology:
@@ -182,6 +184,9 @@ class Builder:
         for spec in self.stores.values():
             spec.subtopology = node_sub[id(spec.node)]
             subs[spec.subtopology].stores.append(spec.name)
+        for node, topic in self.writes:
+            if id(node) in node_sub and topic not in subs[node_sub[id(node)]].sinks:
+                subs[node_sub[id(node)]].sinks.append(topic)
         writer: dict[str, int] = {}
         for sink in self.sinks:
             if id(sink) in node_sub:
