@@ -184,3 +184,35 @@ def test_a_transaction_open_past_its_timeout_is_aborted_for_read_committed_reade
     assert plain.flush(WAIT_S) == 0
     # held at the open transaction until its timeout passes; then it is aborted and the reader moves on
     assert _confluent_values(broker, "stuck", "read_committed", 1) == [b"after"]
+
+
+def test_a_transaction_timeout_above_the_maximum_is_refused(broker: Broker) -> None:
+    """Kafka's transaction.max.timeout.ms (15 minutes): init_transactions() with a longer
+    transaction.timeout.ms fails with INVALID_TRANSACTION_TIMEOUT (librdkafka's test 0103 checks it), and the
+    maximum itself is accepted."""
+    too_long = ck.Producer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "transactional.id": "long",
+            "transaction.timeout.ms": 900_001,
+        }
+    )
+    with pytest.raises(ck.KafkaException) as refused:
+        too_long.init_transactions(WAIT_S)
+    assert refused.value.args[0].code() == ck.KafkaError.INVALID_TRANSACTION_TIMEOUT
+    longest = ck.Producer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "transactional.id": "long",
+            "transaction.timeout.ms": 900_000,
+        }
+    )
+    longest.init_transactions(WAIT_S)
+    longest.begin_transaction()
+    longest.produce("txn-max", b"v", partition=0)
+    longest.commit_transaction(WAIT_S)
+    reader = broker.log.consumer(
+        "txn-max", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
+    )
+    assert [r.value for r in reader] == [b"v"]
+    reader.close()

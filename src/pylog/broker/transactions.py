@@ -41,9 +41,14 @@ from pylog.structs import OffsetAndMetadata, TopicPartition
 if TYPE_CHECKING:
     from pylog.broker.context import Context
 
-__all__ = ["Transactions"]
+__all__ = ["TRANSACTION_MAX_TIMEOUT_MS", "Transactions"]
 
 T = TypeVar("T")
+
+# Kafka's transaction.max.timeout.ms (15 minutes): an InitProducerId asking for a longer transaction timeout
+# is refused with INVALID_TRANSACTION_TIMEOUT, as Kafka refuses it, rather than holding read_committed readers
+# back for as long as the client asked.
+TRANSACTION_MAX_TIMEOUT_MS = 900_000
 
 
 @dataclass
@@ -72,6 +77,12 @@ class Transactions:
                 pass
 
     def init(self, ctx: Context, tid: str, timeout_ms: int) -> tuple[int, int]:
+        """The id's producer id and new epoch; :class:`ConfigError` for a timeout out of Kafka's range (1 ms to
+        :data:`TRANSACTION_MAX_TIMEOUT_MS`)."""
+        if timeout_ms > TRANSACTION_MAX_TIMEOUT_MS:
+            raise ConfigError(
+                f"transaction timeout {timeout_ms} ms is above the broker's maximum, {TRANSACTION_MAX_TIMEOUT_MS} ms"
+            )
         with self._lock:
             txn = self._by_id.get(tid)
             if txn is None or txn.producer.transaction_timeout_ms != timeout_ms:
