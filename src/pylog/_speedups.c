@@ -15,6 +15,11 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* --- the byte table of pylog/record.py, as offsets (all little-endian) ----------------------------------- */
 #define HEADER_SIZE 64
@@ -1694,6 +1699,91 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+/* --- Kafka's murmur2 (pylog/partitioner.py's murmur2 is the definition) ------------------------------------ */
+PyDoc_STRVAR(murmur2_doc, "murmur2(data) -> int\n\nKafka's Utils.murmur2 of the bytes-like data, as a signed 32-bit int "
+                          "(pylog.partitioner.murmur2 is the pure-Python twin).");
+
+static PyObject *murmur2_py(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t length = view.len;
+    const uint32_t m = 0x5BD1E995u;
+    uint32_t h = 0x9747B28Cu ^ (uint32_t)length;
+    Py_ssize_t words = length >> 2;
+    for (Py_ssize_t i = 0; i < words; i++) {
+        uint32_t k = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) |
+                     ((uint32_t)p[4 * i + 3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    Py_ssize_t tail = length & 3, at = length - tail;
+    if (tail) {
+        uint32_t t = 0;
+        for (Py_ssize_t i = tail - 1; i >= 0; i--) t = (t << 8) | p[at + i];
+        h ^= t;
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&view);
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+/* --- the seqlock publish of pylog/partition/state.py (whose docstring holds the byte table) ---------------- */
+#define STATE_MAGIC 0x3154415453504C50LL /* b"PLPSTAT1", little-endian */
+#define STATE_MAPPED 128
+#define STATE_WAITING_AT 64
+
+PyDoc_STRVAR(state_publish_doc,
+             "state_publish(map, log_end_offset, active_base_offset, active_size, layout_epoch, "
+             "active_max_timestamp) -> bool\n\n"
+             "PartitionState.publish_values's seqlock write into the shared map (seq odd, the five fields, magic "
+             "and seq even), then a full fence and a read of the waiting flag; when a reader waits, the doorbell "
+             "rings as pylog.partition.doorbell.wake does (waiting cleared, FUTEX_WAKE of every waiter on the low "
+             "half of seq). Returns the new seq.");
+
+static PyObject *state_publish(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "state_publish takes a map and 5 ints");
+        return NULL;
+    }
+    int64_t fields[5];
+    for (int i = 0; i < 5; i++) {
+        fields[i] = (int64_t)PyLong_AsLongLong(args[i + 1]);
+        if (fields[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+    if (view.len < STATE_MAPPED || ((uintptr_t)view.buf & 7) != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "state_publish needs the 128-byte aligned state map");
+        return NULL;
+    }
+    int64_t *slot = (int64_t *)view.buf;
+    int64_t seq = __atomic_load_n(&slot[1], __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[1], seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* odd seq before the fields */
+    for (int i = 0; i < 5; i++) __atomic_store_n(&slot[2 + i], fields[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[0], STATE_MAGIC, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[1], seq + 2, __ATOMIC_RELEASE); /* the fields before the even seq */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the new seq visible before `waiting` is read */
+    unsigned char *waiting = (unsigned char *)view.buf + STATE_WAITING_AT;
+    if (__atomic_load_n(waiting, __ATOMIC_RELAXED)) {
+        __atomic_store_n(waiting, 0, __ATOMIC_RELAXED);
+#ifdef __linux__
+        /* not FUTEX_PRIVATE_FLAG: the waiters are other processes mapping the same file */
+        syscall(SYS_futex, (void *)&slot[1], FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+#endif
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(seq + 2);
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"decode_lists", (PyCFunction)(void (*)(void))decode_lists, METH_FASTCALL, decode_lists_doc},
@@ -1707,6 +1797,8 @@ static PyMethodDef methods[] = {
     {"kafka_encode_records", (PyCFunction)(void (*)(void))kafka_encode_records, METH_FASTCALL,
      kafka_encode_records_doc},
     {"kafka_from_pylog", (PyCFunction)(void (*)(void))kafka_from_pylog, METH_FASTCALL, kafka_from_pylog_doc},
+    {"murmur2", (PyCFunction)murmur2_py, METH_O, murmur2_doc},
+    {"state_publish", (PyCFunction)(void (*)(void))state_publish, METH_FASTCALL, state_publish_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1717,7 +1809,7 @@ static struct PyModuleDef module = {
 
 /* The version of the interface between this module and pylog.record / pylog.fetcher: pylog.speedups uses the
  * module only when it is the one it expects (an extension built from an older checkout is not used). */
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     str_position = PyUnicode_InternFromString("position");

@@ -96,6 +96,7 @@ from pylog.partition.log import HandleBudget, PartitionLog, RecoveryReport
 from pylog.partition.recovery import repair_partition
 from pylog.partition.remote import RemoteSegments
 from pylog.partition.segment import MapCache
+from pylog.partition.state import mark_deleted
 from pylog.topic import Topic, TopicEnv
 from pylog.transactions import TxnDecisions, TxnLog
 
@@ -605,7 +606,11 @@ class LogDirectory:
                 fs.rmtree(files.partition_dir(self.path, name, p), ignore_errors=True)
         for name, count in deleting.items():
             for p in range(count):
-                fs.rmtree(files.partition_dir(self.path, name, p), ignore_errors=True)
+                directory = files.partition_dir(self.path, name, p)
+                # appenders in other processes refuse from here on (see pylog.partition.state)
+                with contextlib.suppress(OSError):
+                    mark_deleted(os.path.join(directory, files.STATE))
+                fs.rmtree(directory, ignore_errors=True)
         fs.FS.fsync_dir(self.path)
         manifest = _copy(self._manifest)
         manifest["creating"], manifest["deleting"] = {}, {}

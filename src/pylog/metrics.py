@@ -26,28 +26,40 @@ class Sensor:
 
     __slots__ = ("_buckets", "_lock", "created_ms", "events", "total")
 
-    def __init__(self, now_ms: float) -> None:
+    def __init__(self, now_ms: float, *, lock: threading.Lock | None = None) -> None:
         self.created_ms = now_ms
         self.total = 0.0  # sum of the values recorded
         self.events = 0  # number of record() calls
         self._buckets: deque[list[float]] = deque()  # [bucket start ms, events, sum, max]
-        self._lock = threading.Lock()
+        #: sensors recorded together (:meth:`record_with`) share one lock
+        self._lock = threading.Lock() if lock is None else lock
 
     def record(self, value: float, now_ms: float) -> None:
-        start = now_ms - now_ms % _BUCKET_MS
         with self._lock:
-            self.total += value
-            self.events += 1
-            b = self._buckets
-            if b and b[-1][0] == start:
-                last = b[-1]
+            self._add(value, now_ms)
+
+    def record_with(self, value: float, other: Sensor, other_value: float, now_ms: float) -> None:
+        """:meth:`record` of ``value`` here and of ``other_value`` in ``other`` (made with this sensor's lock),
+        under one acquisition of the lock (the producer records two per batch it writes)."""
+        with self._lock:
+            self._add(value, now_ms)
+            other._add(other_value, now_ms)
+
+    def _add(self, value: float, now_ms: float) -> None:
+        self.total += value
+        self.events += 1
+        b = self._buckets
+        if b:
+            last = b[-1]
+            if last[0] == now_ms - now_ms % _BUCKET_MS:
                 last[1] += 1
                 last[2] += value
-                last[3] = max(last[3], value)
-            else:
-                b.append([start, 1, value, value])
-                while b and b[0][0] <= now_ms - WINDOW_MS - _BUCKET_MS:
-                    b.popleft()
+                if value > last[3]:
+                    last[3] = value
+                return
+        b.append([now_ms - now_ms % _BUCKET_MS, 1, value, value])
+        while b and b[0][0] <= now_ms - WINDOW_MS - _BUCKET_MS:
+            b.popleft()
 
     def _window(self, now_ms: float) -> list[list[float]]:
         with self._lock:

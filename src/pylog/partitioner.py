@@ -71,6 +71,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 from pylog.errors import ConfigError, InvalidRecordError
+from pylog.speedups import core as _core
 
 __all__ = [
     "KEYLESS_RUN_BYTES",
@@ -78,6 +79,7 @@ __all__ = [
     "PartitionLoads",
     "StickyPartitioner",
     "murmur2",
+    "murmur2_py",
     "murmur2_fixed",
     "murmur2_many",
     "partition_for_key",
@@ -130,8 +132,9 @@ def _unpacker(words: int) -> Callable[[bytes], tuple[int, ...]]:
     return unpack
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` of ``data``, as a signed 32-bit int (``-2**31 <= result < 2**31``)."""
+def murmur2_py(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` of ``data``, as a signed 32-bit int (``-2**31 <= result < 2**31``): the
+    definition, and the pure-Python path of :func:`murmur2`."""
     # The constants are written out (seed 0x9747B28C, m 0x5BD1E995, r 24): a literal costs less than a lookup
     # of a module global, and this loop runs for every key of a small drain. Products are masked once per
     # word: ``(a & M) ^ (b & M) == (a ^ b) & M``.
@@ -150,6 +153,11 @@ def murmur2(data: bytes) -> int:
     h = (h * 0x5BD1E995) & 0xFFFFFFFF
     h ^= h >> 15
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+#: Kafka's ``Utils.murmur2`` (see :func:`murmur2_py`): compiled in ``pylog._speedups`` when it is in use
+#: (:mod:`pylog.speedups`), about 0.1 us a key against 2-4 us in Python; the same ints either way.
+murmur2: Callable[[bytes], int] = _core.murmur2 if _core is not None else murmur2_py
 
 
 def to_positive(h: int) -> int:

@@ -312,7 +312,9 @@ class Producer:
         self._fork = log.fork_generation
         self.client_id = config.client_id or f"pylog-producer-{next(_CLIENT_IDS)}"
         self._batches = Sensor(log.clock.monotonic_ms())  # bytes per batch written (metrics())
-        self._records = Sensor(log.clock.monotonic_ms())  # records per batch written
+        self._records = Sensor(
+            log.clock.monotonic_ms(), lock=self._batches._lock
+        )  # records per batch written
         self._acc = RecordAccumulator(log, config, self._batch_fields, self._metered_append)
         self._sender = Sender(self._acc, self._run_callbacks, linger_ms=config.linger_ms, clock=log.clock)
         self._acc.on_callback = self._sender.wake
@@ -446,9 +448,9 @@ class Producer:
     ) -> AppendInfo:
         """:meth:`_append_batch`, counted for :meth:`metrics`."""
         info = self._append_batch(plog, tp, batch, fields)
-        now = self.log.clock.monotonic_ms()
-        self._batches.record(len(batch), now)
-        self._records.record(info.last_offset - info.base_offset + 1, now)
+        self._batches.record_with(
+            len(batch), self._records, info.last_offset - info.base_offset + 1, self.log.clock.monotonic_ms()
+        )
         return info
 
     def _serialize_key(self, key: Any) -> bytes:

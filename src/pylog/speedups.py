@@ -25,7 +25,7 @@ __all__ = ["ABI_VERSION", "COMPILED", "ENV", "PATH", "core"]
 ENV: Final = "PYLOG_PURE_PYTHON"
 #: The interface version of ``pylog._speedups`` this pylog calls (an extension built from another checkout of
 #: the source, left in place by an older build, is not used).
-ABI_VERSION: Final = 6
+ABI_VERSION: Final = 7
 
 
 def _load() -> tuple[ModuleType | None, str]:

@@ -651,3 +651,42 @@ def test_both_paths_translate_a_stored_batch_to_the_same_kafka_batch(
     got = speedups.kafka_from_pylog(bytes(buf), 0) if expected[0] == "ok" else NotImplemented
     if got is not NotImplemented:  # the C writer's own answer, not a fallback
         assert kafka._frame(got[0], got[1], got[0].record_count, 0) == expected[1]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=300))
+def test_both_paths_hash_keys_the_same(data: bytes) -> None:
+    from pylog.partitioner import murmur2_py
+
+    assert speedups.murmur2(data) == murmur2_py(data)
+    assert speedups.murmur2(bytearray(data)) == murmur2_py(data)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(int64s, min_size=5, max_size=5), st.booleans()), min_size=1, max_size=6))
+def test_both_paths_publish_the_same_state(publishes: list[tuple[list[int], bool]]) -> None:
+    """The compiled seqlock publish writes the same 128 bytes as the pure one, returns the same seq, and
+    clears the doorbell's ``waiting`` flag when a reader set it."""
+    import tempfile
+
+    from pylog.partition import state as state_mod
+    from pylog.partition.doorbell import WAITING_AT
+
+    with tempfile.TemporaryDirectory() as d:
+        compiled = state_mod.PartitionState(os.path.join(d, "compiled"))
+        pure = state_mod.PartitionState(os.path.join(d, "pure"))
+        try:
+            for values, waiting in publishes:
+                for s in (compiled, pure):
+                    s._map[WAITING_AT] = int(waiting)
+                with mock.patch.object(state_mod, "_publish", speedups.state_publish):
+                    seq_c = compiled.publish_values(*values)
+                with mock.patch.object(state_mod, "_publish", None):
+                    seq_p = pure.publish_values(*values)
+                assert seq_c == seq_p == compiled.seq
+                assert bytes(compiled._map) == bytes(pure._map)
+                assert compiled._map[WAITING_AT] == 0
+                assert compiled.read() == state_mod.Snapshot(*values)
+        finally:
+            compiled.close()
+            pure.close()

@@ -15,6 +15,7 @@ import pytest
 
 import pylog
 from pylog.partition import doorbell
+from pylog.partition import state as state_module
 from pylog.partition.files import STATE
 from pylog.partition.state import PartitionState, Snapshot
 from pylog.structs import TopicPartition
@@ -179,7 +180,12 @@ def test_a_state_file_from_before_the_doorbell_is_extended_and_keeps_its_fields(
     bell.close()
 
 
-def test_the_writer_rings_only_when_someone_waits(tmp_path: os.PathLike[str]) -> None:
+def test_the_writer_rings_only_when_someone_waits(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the pure-Python publish, whose FUTEX_WAKE goes through doorbell._LIBC (counted here); the compiled one
+    # rings in C: test_the_compiled_publish_rings_only_when_someone_waits
+    monkeypatch.setattr(state_module, "_publish", None)
     path = os.path.join(os.fspath(tmp_path), STATE)
     state = PartitionState(path)
     bell = doorbell.Doorbell(path)
@@ -203,6 +209,25 @@ def test_the_writer_rings_only_when_someone_waits(tmp_path: os.PathLike[str]) ->
         assert rings == [1]
     finally:
         doorbell._LIBC = fn
+        state.close()
+        bell.close()
+
+
+@pytest.mark.skipif(state_module._publish is None, reason="the compiled extension is not in use")
+def test_the_compiled_publish_rings_only_when_someone_waits(tmp_path: os.PathLike[str]) -> None:
+    """The compiled publish clears ``waiting`` (and wakes, in the same branch) only when a reader set it."""
+    path = os.path.join(os.fspath(tmp_path), STATE)
+    state = PartitionState(path)
+    bell = doorbell.Doorbell(path)
+    try:
+        assert state.publish_values(1, 0, 64, 0, -1) == state.seq == 2
+        assert _waiting_flag(path) == 0
+        bell.arm()
+        assert _waiting_flag(path) == 1
+        state.publish(Snapshot(2, 0, 128, 0, -1))
+        assert _waiting_flag(path) == 0
+        assert state.read() == Snapshot(2, 0, 128, 0, -1)
+    finally:
         state.close()
         bell.close()
 

@@ -396,3 +396,60 @@ def test_acks_all_futures_wait_for_their_fsync_and_callers_share_the_next_one(lo
     assert layer.segment_fsyncs <= 3  # one for the first record, the seven queued meanwhile share the next
     assert [f.get().offset for f in [first, *later]] == list(range(8))
     p.close()
+
+
+class AppendDuringDeletion(fs.FileSystem):
+    """Runs ``during`` right after the first unlink of a file of the deleted topic (the deleting process is
+    removing the partition's files)."""
+
+    def __init__(self, topic_dir: str, during: Any) -> None:
+        self.topic_dir = topic_dir
+        self.during = during
+        self.done = False
+
+    def unlink(self, path: str) -> None:
+        super().unlink(path)
+        if not self.done and path.startswith(self.topic_dir):
+            self.done = True
+            self.during()
+
+
+@pytest.mark.parametrize("state_first", [False, True])
+def test_an_append_while_another_log_removes_the_deleted_topic_files_is_refused(
+    tmp_path: Any, state_first: bool
+) -> None:
+    # Whatever the order in which the deleting process unlinks the partition's files, an append by another
+    # process (here another Log) in between is refused with UnknownTopicError, never acknowledged into them;
+    # the other Log then closes without error.
+    root = os.path.join(str(tmp_path), "log")
+    clock = pylog.ManualClock(1_700_000_000_000)
+    writer, admin = pylog.open(root, clock=clock), pylog.open(root, clock=clock)
+    outcome: list[object] = []
+    try:
+        writer.create_topic("t")
+        p = writer.producer(value_serializer=None)
+        assert p.send("t", b"before").get().offset == 0
+        directory = os.path.join(root, "t-0")
+        if state_first:  # the unlink order of a directory listing is the file system's: try both extremes
+            names = sorted(os.listdir(directory), key=lambda n: n != "partition.state")
+        else:
+            names = sorted(os.listdir(directory), key=lambda n: n == "partition.state")
+
+        class Ordered(AppendDuringDeletion):
+            def listdir(self, path: str) -> list[str]:
+                return names if path == directory else super().listdir(path)
+
+        def append() -> None:
+            try:
+                outcome.append(p.send("t", b"lost?").get().offset)
+            except errors.UnknownTopicError as exc:
+                outcome.append(exc)
+
+        with fs.install(Ordered(directory, append)):
+            admin.delete_topic("t")
+        assert len(outcome) == 1 and isinstance(outcome[0], errors.UnknownTopicError), outcome
+        p.close()
+        writer.close()  # nothing of the deleted partition is flushed (its files are gone)
+    finally:
+        writer.close()
+        admin.close()

@@ -287,8 +287,10 @@ class PartitionLog:
         )
 
     def _publish(self) -> None:
-        self._state.publish(self._snapshot())
-        self._seq_seen = self._state.seq
+        active = self._segments[-1]
+        self._seq_seen = self._state.publish_values(
+            active.next_offset, active.base_offset, active.size, self._segments.epoch, active.max_timestamp
+        )
 
     def _ready(self) -> None:
         """Check the partition is open, reopen its shared state if it was suspended, and mark it used."""
@@ -436,8 +438,11 @@ class PartitionLog:
         lock, then file lock. Not reentrant (the file lock is released when the inner block ends).
 
         ``appending`` skips the lock-free catch-up before the file lock (the catch-up under it suffices) and
-        refuses to go on when the partition's files were deleted meanwhile (its topic was deleted by another
-        process or Log): an append there would be acknowledged into unlinked files and lost."""
+        refuses to go on when the partition's topic was deleted meanwhile (by another process or Log): an
+        append there would be acknowledged into unlinked files and lost. The deleting process sets the
+        deletion marker of ``partition.state`` under this file lock before it removes any file
+        (:func:`~pylog.partition.state.mark_deleted`), so the check is a byte read of the shared map, not a
+        system call."""
         return self._write_locks[appending]
 
     def publish(self) -> None:
@@ -992,10 +997,15 @@ class PartitionLog:
             if self._closed:
                 return
             try:
-                if flush and (
-                    any(s.unflushed for s in self._segments)
-                    or self._checkpointed < self.flushed_offset
-                    or self._held_index
+                gone = not self._suspended and self._state.deleted()  # its topic was deleted: nothing to keep
+                if (
+                    flush
+                    and not gone
+                    and (
+                        any(s.unflushed for s in self._segments)
+                        or self._checkpointed < self.flushed_offset
+                        or self._held_index
+                    )
                 ):
                     self._flush_locked()
             finally:
