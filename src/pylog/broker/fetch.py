@@ -9,10 +9,14 @@ Long polling: when fewer than ``min_bytes`` were found, the fetch waits up to ``
 publish in one of its partitions (the doorbell, :mod:`pylog.broker.waiting`), then reads again.
 
 ``isolation_level`` 1 (read_committed) applies pylog's transaction rule (:mod:`pylog.partition.visibility`):
-a batch of an aborted transaction is not returned, and reading stops before a transaction still open (its
-base offset is the last stable offset); a transaction open past its timeout is aborted then (at most once a
-second), as pylog's consumers do. The offsets of batches left out are covered by an empty Kafka batch
-so that the client moves past them. ``high_watermark`` is the log end offset.
+a batch of an aborted transaction is not returned, and reading stops before a transaction still open; a
+transaction open past its timeout is aborted then (at most once a second), as pylog's consumers do.
+The offsets of batches left out are covered by an empty Kafka batch so that the client moves past them, and
+``aborted_transactions`` is empty: the client has nothing left to filter (pylog writes no transaction
+markers, so no control batch is sent either). ``last_stable_offset`` is the partition's
+(:func:`last_stable_offset`), also when the batches read end before it, so that clients compute their
+read_committed lag and watermarks from it as from Kafka's. ``read_uncommitted`` returns every batch, those
+of aborted and open transactions included, as Kafka does. ``high_watermark`` is the log end offset.
 
 ListOffsets: earliest (the log start), latest, by timestamp (the first record at or after it) and max
 timestamp (KIP-734). Under ``isolation_level`` read_committed (v2+), as Kafka: latest is the last stable
@@ -125,6 +129,8 @@ def _read_partition(ctx: Context, p: _Part, limit: int, visibility: Visibility |
         plog = ctx.log.topic(p.topic).partition(p.partition)
         end = plog.log_end_offset
         out["high_watermark"] = out["last_stable_offset"] = end
+        if visibility is not None:
+            out["last_stable_offset"] = min(last_stable_offset(ctx, plog, visibility), end)
         out["log_start_offset"] = plog.log_start_offset
         if p.offset == end or limit <= 0:
             out["records"] = b""
@@ -146,7 +152,7 @@ def _read_partition(ctx: Context, p: _Part, limit: int, visibility: Visibility |
         if visibility is not None:
             verdict = visibility.classify(header)
             if verdict == OPEN:
-                out["last_stable_offset"] = header.base_offset
+                out["last_stable_offset"] = min(header.base_offset, out["last_stable_offset"])
                 break
             if verdict != VISIBLE:
                 first = header.base_offset if skipped is None else skipped[0]
@@ -219,7 +225,7 @@ _STABLE: weakref.WeakKeyDictionary[PartitionLog, _Stable] = weakref.WeakKeyDicti
 _STABLE_LOCK = threading.Lock()
 
 
-def last_stable_offset(ctx: Context, plog: PartitionLog) -> int:
+def last_stable_offset(ctx: Context, plog: PartitionLog, visibility: Visibility | None = None) -> int:
     """The partition's last stable offset: the first offset of its earliest transaction still open, else its
     log end offset (Kafka's LSO). The first call for a partition reads its batch headers from the log start;
     later calls forget the transactions decided since and read only the batches written since. A
@@ -228,8 +234,9 @@ def last_stable_offset(ctx: Context, plog: PartitionLog) -> int:
         stable = _STABLE.get(plog)
         if stable is None:
             stable = _STABLE[plog] = _Stable()
-    txns = ctx.log.txn_decisions()
-    visibility = Visibility(txns.status, lambda: ctx.expire_transactions(txns))
+    if visibility is None:
+        txns = ctx.log.txn_decisions()
+        visibility = Visibility(txns.status, lambda: ctx.expire_transactions(txns))
     with stable.lock:
         start, end = plog.log_start_offset, plog.log_end_offset
         if stable.scanned > end:  # truncated: read it again
