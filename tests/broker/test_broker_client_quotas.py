@@ -245,10 +245,18 @@ def test_client_ids_are_throttled_apart(log_dir: Path) -> None:
             slow = Raw(broker.bootstrap_servers, "slow")
             assert produce(slow, "q", records) == (0, 0)
             slow.close()
+            # a quota set while the broker runs (as 'pylog quotas set' from another process) applies at once
+            QuotaStore(str(log_dir)).alter([(QuotaEntity(None, "fast"), {"producer_byte_rate": 1000})])
+            answers = []
+            for _ in range(2):
+                fast = Raw(broker.bootstrap_servers, "fast")
+                answers.append(produce(fast, "q", records))
+                fast.close()
+            assert answers == [(0, 0), (0, expected_throttle(2 * len(records), 1000))]
         consumer = log.consumer(
             "q", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
         )
-        assert len(list(consumer)) == 8 * 6
+        assert len(list(consumer)) == 10 * 6
         consumer.close()
     finally:
         log.close()

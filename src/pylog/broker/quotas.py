@@ -31,7 +31,8 @@ samples). A response that takes its entity over the quota is sent at once with `
 the entity must wait for its rate to come back to the quota, at most the window ((observed - quota) / quota x
 window, Kafka's formula), and the broker reads nothing more from that connection for that long (the client's
 next request waits), as Kafka's broker mutes the channel. Clients also honour ``throttle_time_ms``
-themselves. Kafka's ``request_percentage``, ``controller_mutation_rate`` and ``connection_creation_rate``
+themselves. A throttled Fetch still carries the records it read (Kafka's broker answers it empty and counts
+nothing, so there a fetch larger than a small quota's window is never answered). Kafka's ``request_percentage``, ``controller_mutation_rate`` and ``connection_creation_rate``
 are refused (:class:`~pylog.errors.ConfigError`): pylog's broker does not enforce them.
 
 Memory: one window per entity that produced or fetched under a quota in the last ``window_ms``, holding a
