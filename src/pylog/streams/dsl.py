@@ -232,11 +232,12 @@ class Stream:
         builder = self.app.builder
         name = builder.name("join")
         node = StreamTableJoinNode(name, _lookup(table), joiner, left)
-        parent = builder.repartition(self.node, name) if self.key_changed else self.node
+        parent = builder.repartition(self.node, name, table.key_serde) if self.key_changed else self.node
         builder.check_open()
         parent.children.append(node)
         table.node.lookups.append(node)
-        return Stream(self.app, node, key_serde=None if self.key_changed else self.key_serde)
+        serde = (table.key_serde or MSGPACK_KEY) if self.key_changed else self.key_serde
+        return Stream(self.app, node, key_serde=serde)
 
     def outer_join(
         self,
@@ -288,11 +289,15 @@ class Stream:
             ),
         )
         out = Node(builder.name("join-merge"))
-        for side, node, store, suffix in (
-            (self, nodes[0], stores[0], "left"),
-            (other, nodes[1], stores[1], "right"),
+        for side, node, store, suffix, partner in (
+            (self, nodes[0], stores[0], "left", other),
+            (other, nodes[1], stores[1], "right", self),
         ):
-            parent = builder.repartition(side.node, f"{base}-{suffix}") if side.key_changed else side.node
+            # a side that is not repartitioned keeps its partitioning: the other follows it
+            serde = None if partner.key_changed else partner.key_serde
+            parent = (
+                builder.repartition(side.node, f"{base}-{suffix}", serde) if side.key_changed else side.node
+            )
             parent.children.append(node)
             node.children.append(out)
             builder.add_store(store, node, windowed=windows)

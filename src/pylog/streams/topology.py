@@ -131,13 +131,16 @@ class Builder:
     def add_output_topic(self, topic: str, key_serde: Serde, value_serde: Serde) -> None:
         self.outputs.setdefault(topic, (key_serde, value_serde))
 
-    def repartition(self, parent: Node, store: str) -> SourceNode:
-        """A sink to ``<app>-<store>-repartition`` under ``parent``, and that topic's source node."""
+    def repartition(self, parent: Node, store: str, key_serde: Serde | None = None) -> SourceNode:
+        """A sink to ``<app>-<store>-repartition`` under ``parent``, and that topic's source node. Keys are
+        msgpack, or ``key_serde``: a join's repartition topic encodes the keys as the table (or stream) it
+        joins was partitioned, so that a key lands in the partition of that key's rows."""
         topic = f"{self.application_id}-{store}-repartition"
-        sink = SinkNode(self.name("repartition-sink"), topic, MSGPACK_KEY, MSGPACK, internal=True)
+        serde = MSGPACK_KEY if key_serde is None else key_serde
+        sink = SinkNode(self.name("repartition-sink"), topic, serde, MSGPACK, internal=True)
         parent.children.append(sink)
         self.sinks.append(sink)
-        source = SourceNode(self.name("repartition-source"), topic, MSGPACK_KEY, MSGPACK, internal=True)
+        source = SourceNode(self.name("repartition-source"), topic, serde, MSGPACK, internal=True)
         self.add_source(source)
         return source
 
