@@ -152,6 +152,14 @@ def test_group_and_quota_metrics(log_dir: Path) -> None:
         frozenset({("group", "kafka"), ("topic", "g"), ("partition", "0")}): 60 - 10,
     }
     assert get(series, "pylog_group_scrape_skipped") == 0
+    counts = "kafka_coordinator_group_groupmetadatamanager_numgroups"
+    assert get(series, counts) == 2
+    assert [get(series, counts + s) for s in ("stable", "empty", "preparingrebalance", "dead")] == [
+        1,
+        1,
+        0,
+        0,
+    ]
     slow_labels = {"quota": "produce", "user": "", "client_id": "slow"}
     assert (get(series, "kafka_server_quota_throttled_responses_total", **slow_labels) or 0) >= 1
     assert (get(series, "kafka_server_quota_throttle_time_seconds_total", **slow_labels) or 0) > 0
@@ -185,6 +193,8 @@ def test_group_series_are_bounded(log_dir: Path) -> None:
         ("pylog_group_state", "g2", "Empty"),
     ]
     assert ("pylog_group_scrape_skipped", {}, 3.0) in samples  # g3, g4 and live-only
+    lags = [(labels["group"], value) for n, labels, value in samples if n == "pylog_group_lag"]
+    assert lags == [("g0", 1.0), ("g1", 1.0), ("g2", 1.0)]  # committed 0, end 1
 
 
 def test_a_failing_collector_leaves_the_rest(caplog: pytest.LogCaptureFixture) -> None:

@@ -17,6 +17,8 @@ Names follow Kafka's JMX metrics as Prometheus' JMX exporter spells them:
 | ``kafka_server_quota_bytes_total`` | counter | quota, user, client_id | Produce/Fetch byte-rate per quota entity (record bytes counted against a quota) |
 | ``pylog_group_state`` | gauge | group, state | 1 for the group's state (Empty, PreparingRebalance, CompletingRebalance, Stable) |
 | ``pylog_group_lag`` | gauge | group, topic, partition | log end offset minus the group's committed offset |
+| ``kafka_coordinator_group_groupmetadatamanager_numgroups`` | gauge | | GroupMetadataManager NumGroups |
+| ``kafka_coordinator_group_groupmetadatamanager_numgroupsstable`` (``...preparingrebalance``, ``...completingrebalance``, ``...empty``, ``...dead``) | gauge | | NumGroupsStable, ... (of the groups described) |
 
 The quota series are labelled with the entity whose clients share the quota (:mod:`pylog.broker.quotas`):
 ``user`` and ``client_id`` are empty when the entity does not name that part; only clients under a quota
@@ -93,6 +95,8 @@ API_NAMES: Final = {
     60: "DescribeCluster",
 }
 _REQ: Final = "kafka_network_requestmetrics"
+_GROUPS: Final = "kafka_coordinator_group_groupmetadatamanager"
+_STATES: Final = ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty", "Dead")
 _SOCK: Final = "kafka_server_socket_server_metrics"
 
 
@@ -188,25 +192,36 @@ def _num(value: float) -> str:
 def group_series(
     log: Log, live: Callable[[], Mapping[str, str]], max_groups: int = MAX_SCRAPED_GROUPS
 ) -> list[Sample]:
-    """``pylog_group_state`` and ``pylog_group_lag`` of the log's groups (see the module docstring).
-    ``live()``: the state of each group with Kafka members in the broker (the others' states are those of
-    their group stores, where pylog consumers keep them)."""
+    """``pylog_group_state``, ``pylog_group_lag`` and Kafka's group counts of the log's groups (see the module
+    docstring). ``live()``: the state of each group with Kafka members in the broker (the others' states are
+    those of their group stores, where pylog consumers keep them)."""
     states = dict(live())
     ids = sorted(set(log.list_groups()) | set(states))
-    out: list[Sample] = [("pylog_group_scrape_skipped", {}, float(max(len(ids) - max_groups, 0)))]
+    out: list[Sample] = [
+        ("pylog_group_scrape_skipped", {}, float(max(len(ids) - max_groups, 0))),
+        (f"{_GROUPS}_numgroups", {}, float(len(ids))),
+    ]
+    counts = dict.fromkeys(_STATES, 0)
     for group in ids[:max_groups]:
         state = states.get(group)
         try:
             if state is None:
                 state = log.describe_group(group).state
-            lag = log.group_lag(group)
+            offsets = log.group_offsets(group)
         except PylogError as exc:  # deleted meanwhile, or its files do not check: left out
             _log.warning("metrics: group %r left out: %s", group, exc)
             continue
+        counts[state] = counts.get(state, 0) + 1
         out.append(("pylog_group_state", {"group": group, "state": state}, 1.0))
-        for tp, behind in sorted(lag.items()):
+        for tp, committed in offsets.items():
+            try:
+                end = log.topic(tp.topic).partition(tp.partition).log_end_offset
+            except PylogError:  # offsets of a topic or partition deleted since: no lag to show
+                continue
             labels = {"group": group, "topic": tp.topic, "partition": str(tp.partition)}
-            out.append(("pylog_group_lag", labels, float(behind)))
+            out.append(("pylog_group_lag", labels, float(max(end - committed.offset, 0))))
+    for state, count in counts.items():
+        out.append((f"{_GROUPS}_numgroups{state.lower()}", {}, float(count)))
     return out
 
 
