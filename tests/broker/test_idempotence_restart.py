@@ -13,6 +13,7 @@ import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
@@ -25,6 +26,8 @@ from kio_client import RawClient
 
 import pylog
 from pylog.broker.broker import Broker
+from pylog.broker.idempotence import KafkaWriter
+from pylog.errors import StorageError
 
 _TS = 1_700_000_000_000
 _REFUSED = ("127.0.0.1", 1)  # nothing listens on port 1
@@ -149,6 +152,48 @@ def test_a_retry_after_a_restart_is_a_duplicate(log_dir: Path) -> None:
             client.close()
     assert _partition(log_dir, "idem", 0) == [b"a", b"b", b"c", *big, b"d", b"e", b"f"]
     assert _partition(log_dir, "idem", 1) == [b"old", b"new"]
+
+
+def test_a_retry_after_a_write_that_failed_part_way_writes_only_the_rest(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Kafka batch stored as several pylog batches whose write fails after the first: the retry writes the
+    records left out, once, and is answered with the batch's first offset."""
+    broker.log.create_topic("partial", partitions=1)
+    big = [b"%06d" % i * 200 for i in range(3000)]  # stored as 4 pylog batches
+    appends = 0
+    append = KafkaWriter._append_batch
+
+    def failing_second(self: KafkaWriter, *args: Any) -> Any:
+        nonlocal appends
+        appends += 1
+        if appends == 2:
+            raise StorageError("injected: the disk refused the write")
+        return append(self, *args)
+
+    client = _client(broker)
+    try:
+        _, pid, _ = _init(client)
+        assert _produce(client, "partial", _batch(pid, 0, 0, [b"a"])) == (ErrorCode.none, 0)
+        monkeypatch.setattr(KafkaWriter, "_append_batch", failing_second)
+        appends = 0
+        assert _produce(client, "partial", _batch(pid, 0, 1, big, compression=4))[0] == (
+            ErrorCode.kafka_storage_error
+        )
+        assert appends == 2
+        assert _produce(client, "partial", _batch(pid, 0, 1, big, compression=4)) == (ErrorCode.none, 1)
+        assert _produce(client, "partial", _batch(pid, 0, 1, big, compression=4)) == (ErrorCode.none, 1)
+        assert _produce(client, "partial", _batch(pid, 0, 3001, [b"b"])) == (ErrorCode.none, 3001)
+    finally:
+        client.close()
+    c = broker.log.consumer(
+        "partial", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
+    )
+    try:
+        got = [(r.offset, r.value) for r in c]
+    finally:
+        c.close()
+    assert got == list(enumerate([b"a", *big, b"b"]))
 
 
 def test_a_retry_to_a_restarted_killed_broker_process_is_a_duplicate(log_dir: Path) -> None:

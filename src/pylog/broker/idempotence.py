@@ -28,7 +28,10 @@ answered as a duplicate with its offset, a sequence gap is refused, and a batch 
 the newest one in the partition is refused. The bound: a producer whose last batch in the partition is
 older than the window is unknown after a restart, and its next batch is accepted at whatever sequence it
 carries, as Kafka accepts the next batch of a producer whose state expired (``producer.id.expiration.ms``).
-Transactional batches are not rebuilt: after a restart a transaction that was open is aborted by its
+The same headers make a write that failed part way safe to retry: a Kafka batch stored as several pylog
+batches whose write fails after some of them (a storage error) leaves the partition's state to be rebuilt,
+and the client's retry of the batch writes only the records left out, answered with the batch's first
+offset. Transactional batches are not rebuilt: after a restart a transaction that was open is aborted by its
 timeout, and its producer's next request is refused (INVALID_PRODUCER_ID_MAPPING) until it initializes
 again.
 
@@ -41,7 +44,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pylog.broker.protocol import ErrorCode, Request
@@ -55,10 +58,20 @@ if TYPE_CHECKING:
     from pylog.partition.log import AppendInfo, PartitionLog
     from pylog.structs import TopicPartition
 
-__all__ = ["DUPLICATE", "STATE_WINDOW", "WRITE", "KafkaWriter", "Sequences", "init_producer_id"]
+__all__ = [
+    "DUPLICATE",
+    "PARTIAL",
+    "STATE_WINDOW",
+    "WRITE",
+    "KafkaWriter",
+    "Sequences",
+    "init_producer_id",
+    "rest_of",
+]
 
 WRITE = "write"
 DUPLICATE = "duplicate"
+PARTIAL = "partial"
 #: Offsets at the end of a partition read to rebuild its producers' state after a start.
 STATE_WINDOW = 1_000_000
 _KEPT = 5
@@ -99,26 +112,37 @@ class Sequences:
                 self.epochs[pid] = state.epoch
         self._loaded.add((topic, partition))
 
-    def check(self, topic: str, partition: int, batch: KafkaBatch) -> tuple[str | ErrorCode, int]:
-        """(WRITE, -1), (DUPLICATE, base offset of the batch already written) or (an error code, -1)."""
+    def unload(self, topic: str, partition: int) -> None:
+        """Forget the partition's state, to rebuild it from the log at its next batch (after a write that
+        failed part way: what was written of the batch is found there)."""
+        self._loaded.discard((topic, partition))
+        for key in [k for k in self._state if k[1:] == (topic, partition)]:
+            del self._state[key]
+
+    def check(self, topic: str, partition: int, batch: KafkaBatch) -> tuple[str | ErrorCode, int, int]:
+        """``(WRITE, -1, 0)``; ``(DUPLICATE, base offset of the batch already written, its length)``;
+        ``(PARTIAL, base offset, n)`` when a write of this batch failed after its first ``n`` records (the
+        rest is to be written); or ``(an error code, -1, 0)``."""
         pid, epoch, first = batch.producer_id, batch.producer_epoch, batch.base_sequence
         last = _add(first, len(batch) - 1)
         known = self.epochs.get(pid)
         if known is not None and epoch < known:
-            return ErrorCode.invalid_producer_epoch, -1
+            return ErrorCode.invalid_producer_epoch, -1, 0
         state = self._state.get((pid, topic, partition))
         if state is None or epoch > state.epoch:
             if state is not None and first != 0:
-                return ErrorCode.out_of_order_sequence_number, -1
-            return WRITE, -1
+                return ErrorCode.out_of_order_sequence_number, -1, 0
+            return WRITE, -1, 0
         if epoch < state.epoch:
-            return ErrorCode.invalid_producer_epoch, -1
-        offset = _written(state, first, last)
-        if offset >= 0:
-            return DUPLICATE, offset
+            return ErrorCode.invalid_producer_epoch, -1, 0
+        offset, done = _written(state, first, last)
+        if done == len(batch):
+            return DUPLICATE, offset, done
+        if done:
+            return PARTIAL, offset, done
         if state.batches and first != _add(state.batches[-1][1], 1):
-            return ErrorCode.out_of_order_sequence_number, -1
-        return WRITE, -1
+            return ErrorCode.out_of_order_sequence_number, -1, 0
+        return WRITE, -1, 0
 
     def written(self, topic: str, partition: int, batch: KafkaBatch, base_offset: int) -> None:
         key = (batch.producer_id, topic, partition)
@@ -128,24 +152,28 @@ class Sequences:
         state.batches.append((batch.base_sequence, _add(batch.base_sequence, len(batch) - 1), base_offset))
 
 
-def _written(state: _Partition, first: int, last: int) -> int:
-    """The offset of the batch ``first..last`` when it is among those remembered, else -1. Rebuilt entries
-    are pylog batches: the Kafka batch is a run of consecutive ones from ``first`` to ``last``."""
-    entries = state.batches
+def _written(state: _Partition, first: int, last: int) -> tuple[int, int]:
+    """``(offset, n)``: the batch ``first..last`` is among those remembered, at ``offset``, with ``n`` of its
+    records: all of them, or, when a write of it failed part way, the first ``n`` (the last ones written to
+    the partition); else ``(-1, 0)``. Entries rebuilt from the log are pylog batches: the Kafka batch is a run
+    of consecutive ones from ``first``."""
+    entries = list(state.batches)
     for i, (f, la, offset) in enumerate(entries):
         if f != first:
             continue
         if la == last:
-            return offset
+            return offset, _add(last, 1 - first)
         if not state.pieces:
             continue
-        for f2, la2, _ in list(entries)[i + 1 :]:
+        for f2, la2, _ in entries[i + 1 :]:
             if f2 != _add(la, 1):
                 break
             la = la2
             if la == last:
-                return offset
-    return -1
+                return offset, _add(last, 1 - first)
+        if la == entries[-1][1] and _add(la, -first) < _add(last, -first):  # a prefix, written last
+            return offset, _add(la, 1 - first)
+    return -1, 0
 
 
 def _rebuild(plog: PartitionLog, window: int) -> dict[int, _Partition]:
@@ -179,6 +207,18 @@ def _rebuild(plog: PartitionLog, window: int) -> dict[int, _Partition]:
             span = h.last_offset - h.base_offset
             state.batches.append((h.base_sequence, _add(h.base_sequence, span), h.base_offset))
     return out
+
+
+def rest_of(batch: KafkaBatch, n: int) -> KafkaBatch:
+    """``batch`` without its first ``n`` records (what is left to write of it after a partial write)."""
+    return replace(
+        batch,
+        base_sequence=_add(batch.base_sequence, n),
+        timestamps=batch.timestamps[n:],
+        keys=batch.keys[n:],
+        values=batch.values[n:],
+        headers=None if batch.headers is None else batch.headers[n:],
+    )
 
 
 def _add(sequence: int, n: int) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from pylog.broker.context import Context
-from pylog.broker.idempotence import WRITE
+from pylog.broker.idempotence import DUPLICATE, PARTIAL, rest_of
 from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import InvalidBatchError, KafkaBatch, decode_batches
 from pylog.errors import (
@@ -117,19 +117,18 @@ def _produce_partition(
             for batch in batches:
                 if batch.producer_id >= 0:
                     ctx.sequences.load(topic, partition, plog)
-                    verdict, first = ctx.sequences.check(topic, partition, batch)
+                    verdict, first, done = ctx.sequences.check(topic, partition, batch)
                     if isinstance(verdict, ErrorCode):
                         return verdict, -1, -1, None
-                    if verdict == WRITE:
+                    if verdict != DUPLICATE:
                         if batch.transactional:
                             txn, code = ctx.transactions.producer_for(batch.producer_id, batch.producer_epoch)
                             if txn is None:
                                 return code, -1, -1, None
                             first = _write_with(txn, topic, partition, batch)
                         else:
-                            writer = ctx.writer(acks == -1)
-                            with writer.stamped(batch.producer_id, batch.producer_epoch, batch.base_sequence):
-                                first = _write_with(writer, topic, partition, batch)
+                            at = _write_idempotent(ctx, topic, partition, batch, done, durable=acks == -1)
+                            first = first if verdict == PARTIAL else at
                         ctx.sequences.written(topic, partition, batch, first)
                 else:
                     first = _write(ctx, topic, partition, batch, durable=acks == -1)
@@ -148,6 +147,23 @@ def _produce_partition(
         return ErrorCode.not_leader_or_follower, -1, -1, str(exc)
     except PylogError as exc:
         return ErrorCode.unknown_server_error, -1, -1, f"{type(exc).__name__}: {exc}"
+
+
+def _write_idempotent(
+    ctx: Context, topic: str, partition: int, batch: KafkaBatch, done: int, *, durable: bool
+) -> int:
+    """Append an idempotent batch's records from the ``done``-th on (0: all of them; more when a write of it
+    failed part way before), in batches stamped with its producer id, epoch and sequences; the offset of the
+    first record appended. After a failure the producers' state of the partition is rebuilt from the log at
+    its next batch, so that a retry writes only what this write left out."""
+    rest = rest_of(batch, done) if done else batch
+    writer = ctx.writer(durable)
+    try:
+        with writer.stamped(batch.producer_id, batch.producer_epoch, rest.base_sequence):
+            return _write_with(writer, topic, partition, rest)
+    except BaseException:
+        ctx.sequences.unload(topic, partition)
+        raise
 
 
 def _write(ctx: Context, topic: str, partition: int, batch: KafkaBatch, *, durable: bool) -> int:
