@@ -213,6 +213,13 @@ def test_broker_options_are_the_last_resort() -> None:
     anonymous = quotas.match("producer_byte_rate", "ANONYMOUS", "c2")
     assert anonymous is not None and anonymous.shared_by == QuotaEntity(None, "c2")
     assert quotas.match("consumer_byte_rate", "alice", "c1") is None
+    # resolutions are remembered only while the source gives the same quotas
+    current: dict[QuotaEntity, dict[str, int]] = {}
+    changing = Quotas(lambda: current)
+    assert changing.match("producer_byte_rate", "alice", "c1") is None
+    current = {QuotaEntity("alice", None): {"producer_byte_rate": 5}}
+    found = changing.match("producer_byte_rate", "alice", "c1")
+    assert found is not None and found.rate == 5
 
 
 # -- throttling per entity -----------------------------------------------------------------------------

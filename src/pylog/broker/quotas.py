@@ -77,6 +77,7 @@ QUOTA_KEYS: Final = (PRODUCER, CONSUMER)
 UNSUPPORTED_KEYS: Final = ("request_percentage", "controller_mutation_rate", "connection_creation_rate")
 _MAX_RATE: Final = (1 << 63) - 1
 _SWEEP_EVERY: Final = 1024
+_MAX_RESOLVED: Final = 10_000  # clients whose quotas are remembered between two reads of the file
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +250,9 @@ class Quotas:
             if value is not None and (type(value) is not int or value < 1):
                 raise ConfigError(f"{key} must be a positive int, got {value!r}")
         self._rates = {PRODUCER: ByteRate(1, window_ms), CONSUMER: ByteRate(1, window_ms)}
+        # what match() resolved from the quotas last read (the same mapping until the file changes)
+        self._resolved_from: object = None
+        self._resolved: dict[tuple[str, str, str], Match | None] = {}
 
     @classmethod
     def of(cls, producer_byte_rate: int | None, consumer_byte_rate: int | None) -> Quotas:
@@ -258,7 +262,17 @@ class Quotas:
     def match(self, key: str, user: str, client_id: str) -> Match | None:
         """The quota ``key`` of (``user``, ``client_id``): stored, else the broker's option, else None."""
         if self._source is not None:
-            found = resolve(self._source(), key, user, client_id)
+            configs = self._source()
+            if configs is not self._resolved_from:  # a new file read: forget what was resolved
+                self._resolved_from = configs
+                self._resolved.clear()
+            elif len(self._resolved) > _MAX_RESOLVED:
+                self._resolved.clear()
+            wanted = (key, user, client_id)
+            if wanted in self._resolved:
+                found = self._resolved[wanted]
+            else:
+                found = self._resolved[wanted] = resolve(configs, key, user, client_id) if configs else None
             if found is not None:
                 return found
         rate = self._fallback[key]
