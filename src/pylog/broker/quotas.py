@@ -133,7 +133,7 @@ def check_quota(key: str, value: float) -> int:
         raise ConfigError(f"unknown quota {key!r} (supported: {', '.join(QUOTA_KEYS)})")
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         raise ConfigError(f"quota {key} must be a number, got {value!r}")
-    if value != int(value) or not 1 <= value <= _MAX_RATE:
+    if not 1 <= value <= _MAX_RATE or value != int(value):  # the range first: int(inf) raises
         raise ConfigError(f"quota {key} must be a whole number of bytes per second >= 1, got {value!r}")
     return int(value)
 
