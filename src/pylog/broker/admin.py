@@ -17,11 +17,11 @@ or SUBTRACT on a config that is not a list, ``remote.storage.enable`` (changed w
 alter``). A BROKER resource with configs is answered INVALID_REQUEST: the broker's settings are options of
 ``pylog serve``.
 
-DeleteRecords deletes the records below an offset (-1: the high watermark) whole segments at a time: a segment
-holding records on both sides of the offset stays, and the low watermark answered (the new log start offset)
-is then its base offset, below the offset asked for; nothing at or after the offset is deleted. An offset past
-the high watermark is OFFSET_OUT_OF_RANGE; a topic whose cleanup policy does not delete, or a tiered one,
-POLICY_VIOLATION (as Kafka refuses compacted topics).
+DeleteRecords moves a partition's log start offset to the offset given (-1: the high watermark), the low
+watermark answered, and deletes the segments wholly below it
+(:meth:`~pylog.partition.log.PartitionLog.delete_records`); nothing at or after the offset is deleted. An
+offset past the high watermark is OFFSET_OUT_OF_RANGE; a topic whose cleanup policy does not delete, or a
+tiered one, POLICY_VIOLATION (as Kafka refuses compacted topics).
 
 One node never elects leaders, reassigns partitions or moves replicas between log directories:
 ElectLeaders answers ELECTION_NOT_NEEDED, AlterPartitionReassignments INVALID_REPLICA_ASSIGNMENT (there is no
@@ -377,7 +377,7 @@ def _grow(ctx: Context, name: str, count: int, validate_only: bool) -> dict[str,
 
 def _delete_records(ctx: Context, topic: str, partition: int, offset: int) -> dict[str, Any]:
     """DeleteRecords of one partition (see :meth:`~pylog.partition.log.PartitionLog.delete_records`): -1 is
-    the high watermark (the log end offset); an offset below the log start deletes nothing."""
+    the high watermark (the log end offset); an offset below the log start changes nothing."""
     answer: dict[str, Any] = {"partition_index": partition, "low_watermark": -1, "error_code": ErrorCode.none}
     try:
         plog = _partition(ctx, topic, partition)

@@ -10,6 +10,7 @@
         recovery.checkpoint              durable recovery point (two CRC'd slots)
         cleaner.checkpoint               compacted topics: what compaction cleaned, and when
         cleaner.lock                     compacted topics: flock held by the one cleaning pass running
+        log-start.offset                 the log start offset delete_records set (see pylog.partition.logstart)
 
 Temporary suffixes: ``.tmp`` (an atomic write in progress), ``.cleaned`` and ``.swap`` (compaction and
 truncation rewrite a segment under a new name, then rename it over the old one), ``.deleted`` (removed by
@@ -30,6 +31,7 @@ __all__ = [
     "DELETED",
     "INDEX",
     "LOG",
+    "LOG_START",
     "STATE",
     "SWAP",
     "TEMP_SUFFIXES",
@@ -50,6 +52,7 @@ STATE = "partition.state"
 CHECKPOINT = "recovery.checkpoint"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
 CLEANER_LOCK = "cleaner.lock"
+LOG_START = "log-start.offset"
 TMP = ".tmp"
 CLEANED = ".cleaned"
 DELETED = ".deleted"

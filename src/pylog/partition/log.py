@@ -45,6 +45,7 @@ from pylog.errors import (
 from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
 from pylog.partition.cleaner import CleanResult, TxnStatus, clean_partition
+from pylog.partition.logstart import read_log_start, write_log_start
 from pylog.partition.reader import walk_headers
 from pylog.partition.recovery import RecoveryReport, recover_partition, rescan_active, truncate_segments
 from pylog.partition.remote import RemoteSegments
@@ -190,6 +191,7 @@ class PartitionLog:
         self._hint: tuple[int, int, int, int] | None = None
         self.read_only = read_only
         self.checkpoint = RecoveryCheckpoint(os.path.join(directory, files.CHECKPOINT))
+        self._log_start = read_log_start(directory)  # set by delete_records; reloaded with the layout
         self._state: PartitionState | FrozenState
         if read_only:
             self._state = FrozenState(os.path.join(directory, files.STATE), self._snapshot_of_files())
@@ -237,14 +239,25 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        """The first offset of the log: of its remote segments when it has some below the local ones."""
-        local = self.local_log_start_offset
+        """The first offset of the log: of its remote segments when it has some below the local ones; past
+        the first local segment's base offset, the one :meth:`delete_records` set."""
         if self.remote is None:
-            return local
+            with self._lock:
+                self._refresh()
+                return self._start_locked()
+        local = self.local_log_start_offset
         segments = self.remote.segments()
         if self.remote.standalone:
             return segments[0].base_offset if segments else 0
         return min(segments[0].base_offset, local) if segments else local
+
+    def _start_locked(self) -> int:
+        """The log start offset (lock held): the first segment's base offset, or the larger offset
+        :meth:`delete_records` set, at most the log end offset."""
+        base = self._segments[0].base_offset
+        if self._log_start <= base:
+            return base
+        return min(self._log_start, self._segments[-1].next_offset)
 
     @property
     def local_log_start_offset(self) -> int:
@@ -383,6 +396,7 @@ class PartitionLog:
         if not segments:
             raise CorruptRecordError(f"{self.directory}: no segment files")
         self._segments.reset(segments, snap.layout_epoch)
+        self._log_start = read_log_start(self.directory)  # delete_records changes it with the layout epoch
 
     def _open_segment(self, base: int, size: int | None) -> Segment:
         """Open an existing segment: trust the published size, load (or rebuild in memory) its indexes, and
@@ -699,7 +713,7 @@ class PartitionLog:
     def _read_raw(self, offset: int, max_bytes: int) -> list[tuple[memoryview | bytes, int]]:
         with self._lock:
             self._refresh()
-            start, end = self._segments[0].base_offset, self._segments[-1].next_offset
+            start, end = self._start_locked(), self._segments[-1].next_offset
             if offset < start or offset > end:
                 raise OffsetOutOfRangeError(
                     f"offset {offset} is out of range [{start}, {end}] for {self.topic}-{self.partition}"
@@ -904,27 +918,34 @@ class PartitionLog:
         return clean_partition(self, self.clock.time_ms(), force=force, txn_status=txn_status)
 
     def delete_records(self, offset: int) -> int:
-        """Delete the records below ``offset`` (Kafka's ``deleteRecords``) a whole segment at a time; returns
-        the log start offset after it (Kafka's low watermark).
+        """Delete the records below ``offset`` (Kafka's ``deleteRecords``); returns the log start offset after
+        it (Kafka's low watermark): ``offset``, or the log start offset when it was already past it.
 
-        Every segment whose records all lie below ``offset`` is deleted; at the log end offset the active
-        segment is rolled first, so that everything goes. Nothing at or after ``offset`` is ever deleted: a
-        segment holding records on both sides stays whole, and the log start offset becomes its base offset
-        (below ``offset``). Raises :class:`~pylog.errors.OffsetOutOfRangeError` for an offset past the log
-        end, :class:`~pylog.errors.ConfigError` for a topic whose policy does not delete (compact only) or a
-        tiered one (its local segments are deleted only once uploaded)."""
+        The log start offset is written to the partition's ``log-start.offset``
+        (:mod:`pylog.partition.logstart`): the records below it are no longer read, by any process. Every
+        segment whose records all lie below it is deleted (at the log end offset the active segment is
+        rolled first, so that everything goes); the records below it in the segment holding it stay on disk
+        until retention deletes that segment. The records up to ``offset`` are fsynced first, so that no
+        recovery truncates the log below its start. Raises :class:`~pylog.errors.OffsetOutOfRangeError` for
+        an offset past the log end, :class:`~pylog.errors.ConfigError` for a topic whose policy does not
+        delete (compact only) or a tiered one (its local segments are deleted only once uploaded)."""
         _check_offset(offset)
         if not self.config.deletes or self.config.remote_storage_enable:
             raise ConfigError(
                 f"records of {self.topic}-{self.partition} cannot be deleted: cleanup_policy="
                 f"{self.config.cleanup_policy!r}, remote_storage_enable={self.config.remote_storage_enable}"
             )
+        self.flush(up_to=offset)
         with self.locked_for_write():
             end = self._segments[-1].next_offset
-            if offset > end:
+            if offset > min(end, self.flushed_offset):  # (appends after the flush: past the end it saw)
                 raise OffsetOutOfRangeError(
                     f"offset {offset} is past the log end offset {end} of {self.topic}-{self.partition}"
                 )
+            if offset > self._start_locked():
+                self._set_log_start(offset)
+                self._segments.bump_epoch()  # other processes reload the layout, and the log start with it
+                self._publish()
             if offset == end and self._segments[-1].size:
                 self._roll()  # sealed, so that it can go too
             doomed = 0
@@ -936,7 +957,11 @@ class PartitionLog:
                 for seg in gone:
                     seg.delete_files()
                 fs.FS.fsync_dir(self.directory)
-            return self._segments[0].base_offset
+            return self._start_locked()
+
+    def _set_log_start(self, offset: int) -> None:
+        write_log_start(self.directory, offset)
+        self._log_start = offset
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns the new log end offset.
@@ -944,7 +969,15 @@ class PartitionLog:
         Truncation works on batch boundaries, as Kafka's does: a batch holding ``offset`` is removed whole."""
         _check_offset(offset)
         with self.locked_for_write():
+            # the log start goes below the truncation first (to the base of the segment holding it: at most
+            # the new log end), then up to the new log end: a crash between shows records again, and new
+            # records appended after the truncation are never hidden
+            old_start = self._log_start
+            if old_start > offset:
+                self._set_log_start(self._segments[self._segments.index_for(offset)].base_offset)
             truncate_segments(self, offset)
+            if old_start > offset and self._segments[-1].next_offset > self._log_start:
+                self._set_log_start(self._segments[-1].next_offset)
             self._checkpointed = -1  # truncation reset the recovery point: the next flush writes it again
             self._publish()
             if self.flushed_offset > self._segments[-1].next_offset:

@@ -36,6 +36,7 @@ import numpy as np
 from pylog.errors import CorruptRecordError, UnsupportedFormatError
 from pylog.partition import files
 from pylog.partition.index import OFFSET_ENTRY, TIME_ENTRY
+from pylog.partition.logstart import read_log_start
 from pylog.partition.state import Snapshot, read_published
 from pylog.record import BatchHeader, DecodedBatch, decode_batch, decode_header
 
@@ -179,6 +180,7 @@ class PartitionReader:
             raise FileNotFoundError(f"partition directory {directory} is missing")
         self.segments = self._load()
         self._bases = [s.base_offset for s in self.segments]
+        self._log_start = read_log_start(directory)
 
     def _load(self) -> list[SegmentFile]:
         """List the segments between two reads of the published state that agree (no layout change, no
@@ -213,7 +215,9 @@ class PartitionReader:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        """The first segment's base offset, or past it the log start offset ``delete_records`` set."""
+        base = self.segments[0].base_offset
+        return base if self._log_start <= base else min(self._log_start, self.log_end_offset)
 
     @property
     def log_end_offset(self) -> int:

@@ -27,6 +27,7 @@ from pylog.errors import (
 from pylog.partition import files
 from pylog.partition.checkpoint import RecoveryCheckpoint
 from pylog.partition.log import INDEX_SYNC_MS, PartitionLog
+from pylog.partition.reader import PartitionReader
 from pylog.partition.state import PartitionState, Snapshot
 from pylog.record import HEADER_SIZE, check_crc, crc32c, decode_header, encode_batch
 
@@ -391,33 +392,77 @@ def test_no_retention_when_disabled(log: pylog.Log, clock: pylog.ManualClock) ->
     assert plog.apply_retention() == 0 and plog.log_start_offset == 0
 
 
-def test_delete_records_deletes_whole_segments_below_the_offset(log: pylog.Log) -> None:
+def test_delete_records_moves_the_log_start(log: pylog.Log) -> None:
+    """Against a model: the log start is the offset asked for (never lower: a smaller one changes nothing),
+    every record from it on is read intact by this and another process, none below it, the segments wholly
+    below it are deleted, and it survives a reopen."""
     plog, model, bounds = make(log, segment_bytes=600)
     for _ in range(30):
         append(plog, model, 3, bounds=bounds)
     bases = [s.base_offset for s in plog.segments]
     assert len(bases) > 4
-    for offset in (0, 4, bases[1], bases[3] - 1, bases[3] + 1):
-        # model: the log start is the base of the segment holding the offset; nothing from it on is lost
-        assert plog.delete_records(offset) == max(b for b in bases if b <= offset) == plog.log_start_offset
-        assert_matches(plog, model)
+    start = 0
+    for offset in (0, 4, 2, bases[1], bases[3] - 1, bases[3] + 1, bases[3]):
+        start = max(start, offset)
+        assert plog.delete_records(offset) == start == plog.log_start_offset
+        assert read_all(plog, start)[0][0] <= start  # the batch holding it (may start before it)
+        assert [o for o, _ in read_all(plog, start) if o >= start] == list(range(start, len(model)))
+        assert plog.segments[0].base_offset == max(b for b in bases if b <= start)  # whole segments below
+        with pytest.raises(OffsetOutOfRangeError):
+            plog.read(start - 1) if start else plog.read(len(model) + 1)
     with pytest.raises(OffsetOutOfRangeError):
         plog.delete_records(len(model) + 1)
     with pytest.raises(InvalidOffsetError):
         plog.delete_records(-1)
-    other = pylog.open(log.path)  # another process's view follows the layout
+    assert PartitionReader(plog.directory, "t", 0).log_start_offset == start
+    other = pylog.open(log.path)  # another process's view: read through the shared layout
     try:
-        assert other.topic("t").partition(0).log_start_offset == plog.log_start_offset
+        other_plog = other.topic("t").partition(0)
+        assert other_plog.log_start_offset == start
+        assert plog.delete_records(start + 2) == start + 2
+        assert other_plog.log_start_offset == start + 2
+        with pytest.raises(OffsetOutOfRangeError):
+            other_plog.read(start + 1)
+        consumer = other.consumer(
+            "t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
+        )
+        assert [r.offset for r in consumer] == list(range(start + 2, len(model)))
+        consumer.close()
         assert plog.delete_records(len(model)) == len(model)  # the log end: the active segment goes too
         assert other.topic("t").beginning_offsets() == {0: len(model)}
     finally:
         other.close()
-    assert plog.segments[0].size == 0 and plog.read(len(model)) == []
+    assert len(plog.segments) == 1 and plog.segments[0].size == 0 and plog.read(len(model)) == []
     append(plog, model, 2)
     assert_matches(plog, model)
     log.create_topic("c", cleanup_policy="compact")
     with pytest.raises(ConfigError):
         log.topic("c").partition(0).delete_records(0)
+
+
+def test_log_start_survives_reopen_and_follows_truncation(tmp_path: object, clock: pylog.ManualClock) -> None:
+    path = str(tmp_path) + "/log"
+    with pylog.open(path, clock=clock) as log:
+        plog, model, _ = make(log)
+        append(plog, model, 10)
+        assert plog.delete_records(6) == 6
+    with pylog.open(path, clock=clock) as log:
+        plog = log.topic("t").partition(0)
+        assert (plog.log_start_offset, plog.log_end_offset) == (6, 10)
+        assert plog.truncate_to(4) == 0  # the batch holding 4 goes whole: the log is empty
+        assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
+        append(plog, [], 3)  # new records at 0..2 are read, not hidden by the old log start
+        assert [o for o, _ in read_all(plog)] == [0, 1, 2]
+    with pylog.open(path, clock=clock) as log:
+        assert log.topic("t").partition(0).log_start_offset == 0
+    # a damaged file shows the records again (never hides any): the first segment's base rules
+    directory = files.partition_dir(path, "t", 0)
+    with pylog.open(path, clock=clock) as log:
+        log.topic("t").partition(0).delete_records(2)
+    with open(os.path.join(directory, files.LOG_START), "r+b") as f:
+        f.write(b"junk")
+    with pylog.open(path, clock=clock) as log:
+        assert log.topic("t").partition(0).log_start_offset == 0
 
 
 # -- truncation -------------------------------------------------------------------------------------------
