@@ -737,7 +737,7 @@ class Table:
         ``Suppressed.untilWindowCloses``, what ``windowed_by(emit="final")`` gives. The window store holds the
         windows until then anyway (logged), so nothing more is kept.
 
-        ``until_time_limit=ms`` (a table that is not windowed; int ms or ``timedelta``): Kafka's
+        ``until_time_limit=ms`` (int ms or ``timedelta``; a windowed table's keys are windows): Kafka's
         ``Suppressed.untilTimeLimit``: a key's changes are held in the buffer store ``name`` (default
         generated), each replacing the last, and the latest is forwarded once the stream time (the largest
         event time this operation has seen) reaches the key's first held time plus the limit. The buffer is
@@ -767,11 +767,6 @@ class Table:
             close = WindowCloseNode(self.app.builder.name("suppress-until-window-closes"))
             self.node.children.append(close)
             return Table(self.app, close, self.name, windowed=True, getter=self.getter)
-        if self.windowed:
-            raise ConfigError(
-                "suppress(until_time_limit=...) of a windowed table is not supported: use "
-                "until_window_closes=True"
-            )
         limit = to_ms("until_time_limit", until_time_limit)  # type: ignore[arg-type]
         for what, bound in (("max_records", max_records), ("max_bytes", max_bytes)):
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
@@ -781,11 +776,19 @@ class Table:
         builder = self.app.builder
         store = builder.store_name(name, "suppress")
         node = SuppressNode(
-            builder.name("suppress"), store, limit, max_records, max_bytes, when_full == "shutdown"
+            builder.name("suppress"),
+            store,
+            limit,
+            max_records,
+            max_bytes,
+            when_full == "shutdown",
+            windowed=self.windowed,
         )
         self.node.children.append(node)
         builder.add_store(store, node, windowed=None, kind="suppress")
-        return Table(self.app, node, None, getter=_no_lookup, key_serde=self.key_serde)
+        return Table(
+            self.app, node, None, windowed=self.windowed, getter=_no_lookup, key_serde=self.key_serde
+        )
 
     def to_stream(self) -> Stream:
         """The table's changelog stream: ``(key, new_value)`` for every update (None for a deletion); keys of

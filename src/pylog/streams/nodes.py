@@ -414,6 +414,7 @@ class SuppressNode(Node):
         max_records: int | None,
         max_bytes: int | None,
         shutdown_when_full: bool,
+        windowed: bool = False,
     ) -> None:
         super().__init__(name)
         self.store = store
@@ -421,6 +422,11 @@ class SuppressNode(Node):
         self.max_records = max_records
         self.max_bytes = max_bytes
         self.shutdown_when_full = shutdown_when_full
+        self.windowed = windowed  # keys are Windowed (held as plain tuples after a restore)
+
+    def _emit(self, ctx: Context, buffer: SuppressBuffer) -> None:
+        key, value, timestamp = buffer.evict()
+        self.forward(ctx, Windowed(*key) if self.windowed else key, value, timestamp)
 
     def process(self, ctx: Context, key: Any, value: Any, timestamp: int) -> None:
         if key is None:
@@ -430,7 +436,7 @@ class SuppressNode(Node):
         expiry = buffer.advance(timestamp) - self.time_limit_ms
         buffer.buffer(key, value, timestamp)
         while (oldest := buffer.oldest()) is not None and oldest <= expiry:
-            self.forward(ctx, *buffer.evict())
+            self._emit(ctx, buffer)
         while (self.max_records is not None and len(buffer) > self.max_records) or (
             self.max_bytes is not None and buffer.bytes > self.max_bytes
         ):
@@ -439,7 +445,7 @@ class SuppressNode(Node):
                     f"the suppression buffer {self.store} is full ({len(buffer)} keys, {buffer.bytes} bytes; "
                     f"max_records {self.max_records}, max_bytes {self.max_bytes}) and when_full='shutdown'"
                 )
-            self.forward(ctx, *buffer.evict())
+            self._emit(ctx, buffer)
 
 
 class WindowAggregateNode(WindowedNode):
