@@ -14,7 +14,7 @@ from streams_helpers import committed_records, wait_for
 import pylog
 from pylog.errors import ConfigError
 from pylog.streams import App, JoinWindows, TestDriver
-from pylog.streams.admin import read_store, reset_application
+from pylog.streams.admin import describe_application, read_store, reset_application
 
 
 def _join(order: dict[str, Any], customer: dict[str, Any] | None) -> list[Any]:
@@ -177,6 +177,11 @@ def test_foreign_key_join_in_the_runtime_exactly_once(tmp_path: Path) -> None:
         assert {k: v for k, v in last.items() if v is not None} == model
         assert log.topic("fk-enriched-subscription-registration-topic").num_partitions == 2
         assert log.topic("fk-enriched-subscription-response-topic").num_partitions == 3
+        described = {t["topic"] for t in describe_application(log, "fk")["internal_topics"]}
+        assert {
+            "fk-enriched-subscription-registration-topic",
+            "fk-enriched-subscription-response-topic",
+        } <= described
         plan = reset_application(log, "fk")
         assert {
             "fk-enriched-subscription-registration-topic",
