@@ -362,6 +362,32 @@ def test_alter_and_describe_client_quotas(log_dir: Path) -> None:
     }
 
 
+def test_a_failed_write_is_answered(log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quota file that cannot be written (a full disk) answers UNKNOWN_SERVER_ERROR and changes nothing;
+    a damaged one INVALID_CONFIG; the connection keeps serving."""
+    import pylog.broker.quota_store as quota_store
+
+    def full(path: str, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pylog.serve(log_dir) as broker:
+        admin = Raw(broker.bootstrap_servers, "admin")
+        with monkeypatch.context() as m:
+            m.setattr(quota_store, "write_private", full)
+            result = alter(admin, {"user": "alice"}, producer_byte_rate=10)
+        assert (result.error_code, "No space left" in (result.error_message or "")) == (-1, True)
+        assert entries(describe(admin)) == {}
+        path = os.path.join(log_dir, "__security", "quotas")
+        with open(path, "wb") as f:
+            f.write(b"damaged")
+        os.chmod(path, 0o600)
+        assert alter(admin, {"user": "alice"}, producer_byte_rate=10).error_code == 40
+        assert describe(admin).error_code == 40  # the reason in error_message
+        admin.close()
+        with open(path, "rb") as f:
+            assert f.read() == b"damaged"
+
+
 def test_quotas_need_configs_operations_on_the_cluster(log_dir: Path) -> None:
     CredentialStore(str(log_dir)).add("bob", "pw", ("PLAIN",))
     with pylog.serve(log_dir, sasl="PLAIN") as broker:

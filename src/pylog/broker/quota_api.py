@@ -7,12 +7,15 @@ ALTER_CONFIGS on the cluster (:mod:`pylog.broker.authorize`).
 - DescribeClientQuotas: a filter is a list of components (entity type ``user`` or ``client-id``, match type 0:
   the exact name, 1: the default entity, 2: any entity of that type, the default included); an entity matches
   when every component matches it and, with ``strict``, it names no other type. Answered with every matching
-  entity and its values (the default entity's name is null).
+  entity and its values (the default entity's name is null); an invalid filter with INVALID_REQUEST (42), a
+  quota file that does not check with INVALID_CONFIG (40).
 - AlterClientQuotas: each entry (an entity and its operations: set a key to a value, or remove it) is
   checked on its own; the valid entries are applied together in one write (none with ``validate_only``), the
   others answered INVALID_REQUEST (42) with the reason. An entity naming a type twice, a type other than
   ``user`` and ``client-id`` (Kafka's ``ip`` quotas are not enforced), an unknown or unsupported key, a value
-  that is not a whole number >= 1 or a key twice in one entry are invalid.
+  that is not a whole number >= 1 or a key twice in one entry are invalid. When the quota file does not
+  check (INVALID_CONFIG, 40) or cannot be written (UNKNOWN_SERVER_ERROR, -1), nothing changes and every valid
+  entry is answered so.
 
 Thread-safety: handlers run in the event loop; file changes go through
 :class:`~pylog.broker.quota_store.QuotaStore` in the thread pool.
@@ -20,6 +23,7 @@ Thread-safety: handlers run in the event loop; file changes go through
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["quota_handlers"]
 
+_log = logging.getLogger("pylog.broker")
 _EXACT: Final = 0
 _DEFAULT: Final = 1
 _SPECIFIED: Final = 2
@@ -46,14 +51,12 @@ def quota_handlers(store: QuotaStore) -> dict[int, Handler]:
         body = request.body
         try:
             wanted = _filter(body.components)
-            quotas = await ctx.run(store.quotas)
         except ConfigError as exc:
-            return {
-                "throttle_time": 0,
-                "error_code": ErrorCode.invalid_request,
-                "error_message": str(exc),
-                "entries": None,
-            }
+            return _describe_error(ErrorCode.invalid_request, str(exc))
+        try:
+            quotas = await ctx.run(store.quotas)
+        except ConfigError as exc:  # the file does not check
+            return _describe_error(ErrorCode.invalid_config, str(exc))
         entries = [
             {
                 "entity": [{"entity_type": t, "entity_name": n} for t, n in entity.parts()],
@@ -79,13 +82,23 @@ def quota_handlers(store: QuotaStore) -> dict[int, Handler]:
         if valid:
             try:
                 await ctx.run(store.alter, valid, bool(request.body.validate_only))
-            except ConfigError as exc:  # the file does not check: nothing written
+            except (ConfigError, OSError) as exc:  # the file does not check, or cannot be written: unchanged
+                code = (
+                    ErrorCode.invalid_config
+                    if isinstance(exc, ConfigError)
+                    else ErrorCode.unknown_server_error
+                )
+                _log.error("quotas not changed: %s", exc)
                 for r in results:
                     if r["error_code"] == ErrorCode.none:
-                        r.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
+                        r.update(error_code=code, error_message=f"quotas not changed: {exc}")
         return {"throttle_time": 0, "entries": results}
 
     return {48: describe, 49: alter}
+
+
+def _describe_error(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "entries": None}
 
 
 def _name(entity_type: str, name: str | None) -> str:
