@@ -150,7 +150,9 @@ def test_foreign_key_join_needs_a_known_right_partitioning() -> None:
         orders.join(remapped, lambda a, b: b, name="not-a-fk-join")
 
 
-def test_foreign_key_join_in_the_runtime_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+def test_foreign_key_join_in_the_runtime_exactly_once(tmp_path: Path, stores: str) -> None:
+    state_dir = tmp_path / "state" if stores == "sqlite" else None
     steps = _steps(21, 500)
     tables: dict[str, dict[str, Any]] = {"orders": {}, "customers": {}}
     with pylog.open(tmp_path / "log") as log:
@@ -159,7 +161,7 @@ def test_foreign_key_join_in_the_runtime_exactly_once(tmp_path: Path) -> None:
         log.create_topic("enriched-orders", partitions=3)
         producer = log.producer()
         for half in (steps[:250], steps[250:]):
-            app = App(log, "fk", commit_interval_ms=20)
+            app = App(log, "fk", commit_interval_ms=20, state_dir=state_dir)
             _define(app, left=True)
             app.start(threads=2)
             for topic, key, value in half:

@@ -113,7 +113,9 @@ def test_a_row_mapped_to_no_group_leaves_its_group() -> None:
     assert driver.store("teams").to_dict() == {"red": 0}
 
 
-def test_table_group_by_in_the_runtime_exactly_once_with_a_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+def test_table_group_by_in_the_runtime_exactly_once_with_a_restart(tmp_path: Path, stores: str) -> None:
+    state_dir = tmp_path / "state" if stores == "sqlite" else None
     steps = _steps(7, 400)
     with pylog.open(tmp_path / "log") as log:
         for name in ("users", "city-counts", "city-stats"):
@@ -121,7 +123,7 @@ def test_table_group_by_in_the_runtime_exactly_once_with_a_restart(tmp_path: Pat
         producer = log.producer()
         table: dict[str, dict[str, Any]] = {}
         for half in (steps[:200], steps[200:]):
-            app = App(log, "groupby", commit_interval_ms=20)
+            app = App(log, "groupby", commit_interval_ms=20, state_dir=state_dir)
             _define(app)
             app.start(threads=2)
             for key, user in half:
