@@ -443,6 +443,9 @@ def test_a_running_broker_keeps_its_quotas_when_the_file_breaks(log_dir: Path) -
     with open(path, "ab") as f:
         f.write(b"garbage")
     assert store.current() == {QuotaEntity(None, "c"): {"producer_byte_rate": 3}}
+    os.remove(path)
+    os.mkdir(path, 0o700)  # reading it now fails with IsADirectoryError (an OSError)
+    assert store.current() == {QuotaEntity(None, "c"): {"producer_byte_rate": 3}}
 
 
 def test_quotas_survive_a_restart(log_dir: Path) -> None:

@@ -13,7 +13,7 @@ File (owner of the format; mirrored in ``docs/format.md``), written as :mod:`pyl
 ``user`` and ``client-id`` are a name, ``"<default>"`` (the default entity) or absent (the entity does not
 name that type); KEY is ``producer_byte_rate`` or ``consumer_byte_rate``, N a positive int. An entity with no
 values is not kept. A file that does not check is a :class:`~pylog.errors.ConfigError` (the broker refuses to
-start; a running broker keeps the quotas it read last, and logs the error).
+start; a running broker keeps the quotas it read last, and logs the error, as when it cannot read it).
 
 Thread-safety: :class:`QuotaStore` is thread-safe.
 """
@@ -61,10 +61,11 @@ class QuotaStore:
         return self._watched.get()
 
     def current(self) -> Quotas:
-        """:meth:`quotas`, or those read last when the file stopped checking (the error logged once)."""
+        """:meth:`quotas`, or those read last when the file stopped checking or cannot be read (the error
+        logged once): the broker's produce and fetch answers never fail for it."""
         try:
             got = self._watched.get()
-        except ConfigError as exc:
+        except (ConfigError, OSError) as exc:
             with self._lock:
                 if self._reported != str(exc):
                     self._reported = str(exc)
