@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from streams_helpers import committed_records, wait_for
+from streams_helpers import committed_records, suppress_model, wait_for
 
 import pylog
 from pylog.errors import ConfigError, IllegalStateError
@@ -26,32 +26,6 @@ def _records(seed: int, n: int, keys: int = 6, spread: int = 400) -> list[tuple[
         t += rng.randrange(0, 40)
         ts = max(0, t - rng.randrange(spread)) if rng.random() < 0.2 else t
         out.append((f"k{rng.randrange(keys)}", None if rng.random() < 0.1 else i, ts))
-    return out
-
-
-def _time_limit_model(
-    records: list[tuple[str, int | None, int]], limit: int, max_records: int | None
-) -> list[tuple[str, int | None, int]]:
-    """What suppress(until_time_limit=limit, max_records=...) forwards, by brute force."""
-    held: dict[str, list[Any]] = {}  # key -> [first_time, seq, value, ts]
-    out: list[tuple[str, int | None, int]] = []
-    stream_time = -1
-    for seq, (key, value, ts) in enumerate(records):
-        stream_time = max(stream_time, ts)
-        if key in held:
-            held[key][2:] = [value, ts]
-        else:
-            held[key] = [ts, seq, value, ts]
-
-        def oldest(held: dict[str, list[Any]] = held) -> str:
-            return min(held, key=lambda name: (held[name][0], held[name][1]))
-
-        while held and held[oldest()][0] <= stream_time - limit:
-            k = oldest()
-            out.append((k, held[k][2], held.pop(k)[3]))
-        while max_records is not None and len(held) > max_records:
-            k = oldest()
-            out.append((k, held[k][2], held.pop(k)[3]))
     return out
 
 
@@ -72,7 +46,7 @@ def test_until_time_limit_matches_a_model(seed: int, limit: int, max_records: in
     for key, value, ts in records:
         driver.pipe("in", value, key=key, timestamp_ms=ts)
     got = [(r.key, r.value, r.timestamp_ms) for r in driver.read_output("out")]
-    assert got == _time_limit_model(records, limit, max_records)
+    assert got == suppress_model(records, limit, max_records)
     # nothing is lost: what was forwarded last per key, then what is still held, is the table
     table: dict[str, int | None] = {}
     for key, value, _ in records:
@@ -153,7 +127,7 @@ def test_until_time_limit_of_a_windowed_table_matches_a_model() -> None:
         driver.pipe("in", 1, key=key, timestamp_ms=ts)
     updates = [(r.key, r.value, r.timestamp_ms) for r in driver.read_output("updates")]
     got = [(r.key, r.value, r.timestamp_ms) for r in driver.read_output("out")]
-    assert got == _time_limit_model(updates, 40, 5)
+    assert got == suppress_model(updates, 40, 5)
     assert all(isinstance(k, Windowed) for k, _, _ in got)
     # restored, a held window comes back as a plain tuple: the node makes it a Windowed again
     changelog = driver.read_output("windowed-held-changelog")
@@ -198,7 +172,7 @@ def test_until_window_closes_is_emit_final_beside_the_updates() -> None:
 
 def test_until_time_limit_in_the_runtime_exactly_once_with_a_restart(tmp_path: Path) -> None:
     records = _records(11, 400, keys=20)
-    expected = _time_limit_model(records, 150, 8)
+    expected = suppress_model(records, 150, 8)
     with pylog.open(tmp_path / "log") as log:
         log.create_topic("in", partitions=1)
         log.create_topic("out", partitions=1)

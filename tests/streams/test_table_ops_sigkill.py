@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from streams_helpers import committed_records, wait_for
+from streams_helpers import committed_records, suppress_model, wait_for
 
 import pylog
 from pylog.errors import UnknownGroupError
@@ -93,27 +93,6 @@ def _fork(path: str, delay: float) -> int:
         finally:
             os._exit(code)
     return pid
-
-
-def _suppress_model(records: list[tuple[str, Any, int]]) -> list[tuple[str, Any, int]]:
-    """What suppress(until_time_limit=LIMIT_MS, max_records=MAX_RECORDS) forwards for one partition."""
-    held: dict[str, list[Any]] = {}  # key -> [first_time, seq, value, ts]
-    out: list[tuple[str, Any, int]] = []
-    stream_time = -1
-    for seq, (key, value, ts) in enumerate(records):
-        stream_time = max(stream_time, ts)
-        if key in held:
-            held[key][2:] = [value, ts]
-        else:
-            held[key] = [ts, seq, value, ts]
-
-        def oldest(held: dict[str, list[Any]] = held) -> str:
-            return min(held, key=lambda name: (held[name][0], held[name][1]))
-
-        while held and (held[oldest()][0] <= stream_time - LIMIT_MS or len(held) > MAX_RECORDS):
-            k = oldest()
-            out.append((k, held[k][2], held.pop(k)[3]))
-    return out
 
 
 def _offsets(log: pylog.Log) -> dict[pylog.TopicPartition, Any]:
@@ -219,7 +198,7 @@ def test_table_operations_are_exactly_once_under_sigkill(tmp_path: Path) -> None
             partitions.setdefault(r.partition, []).append((r.key.decode(), r.value, r.timestamp))
         expected: dict[str, list[tuple[Any, int]]] = {}
         for records in partitions.values():
-            for key, value, ts in _suppress_model(records):
+            for key, value, ts in suppress_model(records, LIMIT_MS, MAX_RECORDS):
                 expected.setdefault(key, []).append((value, ts))
         got: dict[str, list[tuple[Any, int]]] = {}
         for r in committed_records(log, "suppressed"):
