@@ -206,8 +206,9 @@ def applicable_tests(tree: Path) -> list[Test]:
 
 
 @contextmanager
-def pylog_broker(workdir: Path, auto_create: bool) -> Iterator[str]:
-    """``pylog --dir DIR serve`` over a fresh directory, on a free port; yields its address."""
+def pylog_broker(workdir: Path, scenario: Scenario) -> Iterator[str]:
+    """``pylog --dir DIR serve`` over a fresh directory, on a free port, configured as ``scenario`` says;
+    yields its address."""
     argv = [
         sys.executable,
         "-m",
@@ -218,7 +219,8 @@ def pylog_broker(workdir: Path, auto_create: bool) -> Iterator[str]:
         "--listen",
         "127.0.0.1:0",
     ]
-    if not auto_create:
+    argv += ["--num-partitions", str(scenario.num_partitions)]
+    if not scenario.auto_create:
         argv.append("--no-auto-create-topics")
     with open(workdir / "broker.log", "wb") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, cwd=workdir)
@@ -237,7 +239,8 @@ def pylog_broker(workdir: Path, auto_create: bool) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(15)
-        proc.stdout.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 @contextmanager
