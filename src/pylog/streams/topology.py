@@ -6,8 +6,10 @@ sub-topology and starts another. Task ``<sub-topology>_<partition>`` (Kafka's na
 every source topic of its sub-topology and owns partition *p* of each of its stores' changelogs.
 
 Internal topics are named as Kafka Streams names them: ``<application_id>-<store>-repartition`` (as many
-partitions as the sub-topology writing it) and ``<application_id>-<store>-changelog`` (compacted, as many
-partitions as the sub-topology owning the store).
+partitions as the sub-topology writing it), ``<application_id>-<store>-changelog`` (compacted, as many
+partitions as the sub-topology owning the store), and a foreign-key join's
+``<application_id>-<name>-subscription-registration-topic`` and ``...-subscription-response-topic`` (as many
+partitions as the sub-topology reading each: :meth:`Builder.internal_source`).
 """
 
 from __future__ import annotations
