@@ -3,6 +3,9 @@
     python benchmarks/render.py                       # default.json, spark.json, then any other results/*.json
     python benchmarks/render.py results/custom.json   # named files, in this order
 
+A Markdown file beside a results file (``results/NAME.md`` for ``results/NAME.json``) is added after that
+run's tables: what was learnt from the run (a profile, say), kept with the figures it is about.
+
 Charts are PNG files in ``docs/img/`` (matplotlib, Agg backend: no display needed).
 """
 
@@ -33,6 +36,7 @@ GROUPS = {
     "paper": "Kafka paper anchors",
     "latency": "End-to-end latency (producer process to consumer process)",
     "broker": "The broker's translation: Kafka record batches (v2) <-> pylog batches, 1,000 records each",
+    "kafka": "Kafka clients through `pylog serve` (a subprocess; writes to disk) against Tansu (in-memory storage)",
     "scale": "Scale: many partitions, reopen after an unclean shutdown",
     "groups": "Consumer groups at scale (settle, move, steady poll and commit, cooperative pause)",
     "assignors": "Partition assignors at the size of Kafka's large-assignment tests (a million partitions)",
@@ -317,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [INTRO]
     for path in paths:
         lines += render_report(json.loads(path.read_text()))
+        notes = path.with_suffix(".md")
+        if notes.exists():
+            lines += [notes.read_text().strip(), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {args.out} from {', '.join(str(p) for p in paths)}")

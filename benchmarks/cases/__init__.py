@@ -101,6 +101,7 @@ def _load_all() -> None:
     # Importing the modules registers their cases; the order here is the order of the report.
     from benchmarks.cases import (  # noqa: F401
         assignors,
+        broker_cases,
         floors,
         groups,
         kafka,

