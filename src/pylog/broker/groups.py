@@ -609,7 +609,7 @@ def _delete_offsets(
     try:
         with store.lock():
             members = store.state_view()["members"]
-            subscribed = subscribed | {t for m in members.values() for t in m["topics"]}
+            subscribed = subscribed | {t for m in members.values() for t in m.get("topics", ())}
             for tp in wanted:
                 codes.setdefault(tp, _subscribed_code(tp[0], subscribed))
             entries = [(t, p, -1, "") for (t, p), code in codes.items() if code == ErrorCode.none]
