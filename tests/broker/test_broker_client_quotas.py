@@ -589,3 +589,46 @@ def test_idle_windows_are_dropped() -> None:
         quotas.throttle(1, "ANONYMOUS", "steady", lambda: 0, WINDOW_MS + step)
     assert quotas.windows() == 0  # the 5000 swept, 'steady' moved no byte
     assert quotas.throttle(1, "ANONYMOUS", "steady", lambda: 20_000, 3 * WINDOW_MS).ms == WINDOW_MS
+
+
+def test_fetch_quota_per_client_id(log_dir: Path) -> None:
+    """consumer_byte_rate on client id 'reader-slow': unchanged confluent-kafka consumers, one told to slow
+    down (throttle_cb), the other not; both read every record."""
+    import confluent_kafka as ck
+    from kafka_support import WAIT_S
+
+    QuotaStore(str(log_dir)).alter([(QuotaEntity(None, "reader-slow"), {"consumer_byte_rate": 2000})])
+    values = [bytes([i]) * 1000 for i in range(30)]  # 30 kB: over the window's 20 kB
+    with pylog.serve(log_dir) as broker:
+        broker.log.create_topic("f")
+        producer = broker.log.producer(value_serializer=None)
+        for value in values:
+            producer.send("f", value, partition=0)
+        producer.flush()
+        producer.close()
+        seen: dict[str, list[int]] = {}
+        for client_id in ("reader-slow", "reader-fast"):
+            throttles: list[Any] = []
+            consumer = ck.Consumer(
+                {
+                    "bootstrap.servers": broker.bootstrap_servers,
+                    "client.id": client_id,
+                    "group.id": client_id,
+                    "auto.offset.reset": "earliest",
+                    "throttle_cb": throttles.append,
+                }
+            )
+            consumer.subscribe(["f"])
+            got: list[bytes] = []
+            deadline = WAIT_S
+            while len(got) < len(values) and deadline > 0:
+                message = consumer.poll(0.5)
+                deadline -= 0.5
+                if message is not None and message.error() is None:
+                    got.append(message.value())
+            consumer.poll(0.5)  # throttle events are served by poll
+            consumer.close()
+            assert got == values, client_id
+            seen[client_id] = [t.throttle_time for t in throttles]
+    assert any(ms > 0 for ms in seen["reader-slow"])
+    assert all(ms == 0 for ms in seen["reader-fast"])
