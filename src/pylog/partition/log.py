@@ -713,7 +713,9 @@ class PartitionLog:
     def _read_raw(self, offset: int, max_bytes: int) -> list[tuple[memoryview | bytes, int]]:
         with self._lock:
             self._refresh()
-            start, end = self._start_locked(), self._segments[-1].next_offset
+            end = self._segments[-1].next_offset
+            # (a tiered partition's log start is its remote log's: delete_records refuses tiered topics)
+            start = self._start_locked() if self.remote is None else self._segments[0].base_offset
             if offset < start or offset > end:
                 raise OffsetOutOfRangeError(
                     f"offset {offset} is out of range [{start}, {end}] for {self.topic}-{self.partition}"

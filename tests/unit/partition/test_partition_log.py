@@ -9,6 +9,7 @@ import itertools
 import os
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -440,7 +441,7 @@ def test_delete_records_moves_the_log_start(log: pylog.Log) -> None:
         log.topic("c").partition(0).delete_records(0)
 
 
-def test_log_start_survives_reopen_and_follows_truncation(tmp_path: object, clock: pylog.ManualClock) -> None:
+def test_log_start_survives_reopen_and_follows_truncation(tmp_path: Path, clock: pylog.ManualClock) -> None:
     path = str(tmp_path) + "/log"
     with pylog.open(path, clock=clock) as log:
         plog, model, _ = make(log)
@@ -774,3 +775,25 @@ def test_corrupt_batch_in_the_active_tail_is_reported_by_read(log: pylog.Log) ->
     for o in (0, 2, 4, 8):
         assert plog.read(o, 1)[0].offsets.tolist() == [o, o + 1]
     assert len(plog.verify()) == 1
+
+
+def test_log_start_of_a_topic_tiered_later_is_its_remote_one(tmp_path: Path) -> None:
+    """delete_records refuses tiered topics; a log start it set before tiering was turned on is then not
+    used (the partition's log start and its reads follow the tiered rules alike, so a consumer's reset to
+    the log start can read)."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    with pylog.open(tmp_path / "log", clock=pylog.ManualClock(), remote_storage=remote.as_uri()) as log:
+        plog, model, _ = make(log)
+        append(plog, model, 10)
+        assert plog.delete_records(4) == 4
+        log.alter_topic("t", remote_storage_enable=True)
+        with pytest.raises(ConfigError):
+            plog.delete_records(5)
+        start = plog.log_start_offset
+        assert [o for o, _ in read_all(plog, start) if o >= start] == list(range(start, 10))
+    with pylog.open(tmp_path / "log", clock=pylog.ManualClock(), remote_storage=remote.as_uri()) as log:
+        plog = log.topic("t").partition(0)
+        assert plog.remote is not None
+        start = plog.log_start_offset
+        assert start == 0 and [o for o, _ in read_all(plog, start)] == list(range(10))
