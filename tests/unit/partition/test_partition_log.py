@@ -313,6 +313,26 @@ def test_failed_fsync_is_never_treated_as_success(log: pylog.Log, failing: Faili
     assert plog.flush() == 3 and plog.recovery_point == 3
 
 
+def test_failed_delete_records_moves_nothing(log: pylog.Log, failing: FailingFS) -> None:
+    """An fsync failing in delete_records (of the records up to the offset, or of the log start file) is a
+    StorageError, and the log start, the segments and every record stay as they were."""
+    plog, model, _ = make(log, segment_bytes=600)
+    for _ in range(20):
+        append(plog, model, 3)
+    segments = [s.base_offset for s in plog.segments]
+    failing.op, failing.err = "fsync", errno.EIO
+    for flushed in (False, True):
+        if flushed:
+            plog.flush()
+        failing.armed = True
+        with pytest.raises(StorageError):
+            plog.delete_records(segments[2] + 1)
+        failing.armed = False
+        assert plog.log_start_offset == 0 and [s.base_offset for s in plog.segments] == segments
+        assert_matches(plog, model)
+    assert plog.delete_records(segments[2] + 1) == segments[2] + 1
+
+
 def test_failed_write_is_not_acknowledged_and_the_log_stays_consistent(
     log: pylog.Log, failing: FailingFS
 ) -> None:
