@@ -4,6 +4,8 @@ deleted (DeleteGroups, OffsetDelete); and the address a broker listening on ever
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from kafka_support import WAIT_S
 
 import pylog
+from pylog import fs
 from pylog.broker.acls import Acl, AclStore
 from pylog.broker.broker import Broker
 from pylog.broker.credentials import CredentialStore
@@ -422,3 +425,20 @@ def test_admin_changes_need_their_acls(secured: Broker) -> None:
     outcomes = {g: _outcome(f) for g, f in alice.delete_consumer_groups(["g1", "g2"]).items()}
     assert outcomes == {"g1": None, "g2": ck.KafkaError.GROUP_AUTHORIZATION_FAILED}
     assert "g1" not in log.list_groups() and "g2" in log.list_groups()
+
+
+class _FailingFsync(fs.FileSystem):
+    def fsync(self, fd: int) -> None:
+        raise fs._translate(OSError(errno.EIO, os.strerror(errno.EIO)), "fsync", "injected")
+
+
+def test_a_failed_delete_records_is_a_storage_error(broker: Broker) -> None:
+    log = broker.log
+    log.create_topic("t")
+    _fill(log, "t", 0, 10)
+    admin = _admin(broker)
+    with fs.install(_FailingFsync()):
+        assert _low_watermark(admin, "t", 0, 5) == ck.KafkaError.KAFKA_STORAGE_ERROR
+    plog = log.topic("t").partition(0)
+    assert (plog.log_start_offset, plog.log_end_offset) == (0, 10)
+    assert _low_watermark(admin, "t", 0, 5) == 5  # the broker goes on

@@ -393,6 +393,9 @@ def _delete_records(ctx: Context, topic: str, partition: int, offset: int) -> di
     except ConfigError as exc:  # compact only, or tiered
         _log.warning("DeleteRecords on %s-%d refused: %s", topic, partition, exc)
         answer["error_code"] = ErrorCode.policy_violation
+    except PylogError as exc:  # a failed fsync or write: nothing was deleted
+        _log.warning("DeleteRecords on %s-%d failed: %s", topic, partition, exc)
+        answer["error_code"] = ErrorCode.kafka_storage_error
     return answer
 
 
@@ -475,6 +478,9 @@ def _alter(ctx: Context, resource: Any, validate_only: bool, incremental: bool) 
         return answer | {"error_code": ErrorCode.invalid_config, "error_message": str(exc)}
     except ApiError as exc:
         return answer | {"error_code": exc.code, "error_message": str(exc)}
+    except PylogError as exc:  # the manifest could not be written: nothing changed
+        _log.warning("changing the configs of topic %r failed: %s", name, exc)
+        return answer | {"error_code": ErrorCode.kafka_storage_error, "error_message": str(exc)}
     return answer
 
 
