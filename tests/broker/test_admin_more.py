@@ -4,6 +4,7 @@ deleted (DeleteGroups, OffsetDelete); and the address a broker listening on ever
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import time
@@ -14,6 +15,10 @@ from typing import Any
 import confluent_kafka as ck
 import kafka.errors
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
+from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
+from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.admin import ConfigResource as KafkaConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
@@ -442,3 +447,28 @@ def test_a_failed_delete_records_is_a_storage_error(broker: Broker) -> None:
     plog = log.topic("t").partition(0)
     assert (plog.log_start_offset, plog.log_end_offset) == (0, 10)
     assert _low_watermark(admin, "t", 0, 5) == 5  # the broker goes on
+
+
+def test_aiokafka_alter_configs_and_delete_records(broker: Broker) -> None:
+    """aiokafka's admin client (non-flexible versions: AlterConfigs v1, DeleteRecords v1)."""
+    log = broker.log
+    log.create_topic("t", segment_ms=123_456)
+    _fill(log, "t", 0, 10)
+
+    async def run() -> tuple[Any, Any]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        await admin.start()
+        try:
+            resource = AioConfigResource(AioConfigResourceType.TOPIC, "t", {"retention.ms": "1234"})
+            altered = await admin.alter_configs([resource])
+            deleted = await admin.delete_records({AioTopicPartition("t", 0): RecordsToDelete(4)})
+            return altered, deleted
+        finally:
+            await admin.close()
+
+    altered, deleted = asyncio.run(run())
+    assert [r[0] for r in altered[0].resources] == [0]
+    # AlterConfigs replaces the whole config: segment.ms, not named, goes back to the default
+    config = log.topic("t").config
+    assert (config.retention_ms, config.segment_ms) == (1234, log.defaults.segment_ms)
+    assert deleted == {AioTopicPartition("t", 0): 4} and log.topic("t").beginning_offsets() == {0: 4}
