@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kafka.admin import ConfigResource as KafkaConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.structs import TopicPartition as KafkaTopicPartition
+from kafka.structs import TopicPartitionReplica
 from kafka_support import WAIT_S
 
 import pylog
@@ -472,3 +473,81 @@ def test_aiokafka_alter_configs_and_delete_records(broker: Broker) -> None:
     config = log.topic("t").config
     assert (config.retention_ms, config.segment_ms) == (1234, log.defaults.segment_ms)
     assert deleted == {AioTopicPartition("t", 0): 4} and log.topic("t").beginning_offsets() == {0: 4}
+
+
+# -- DescribeLogDirs, AlterReplicaLogDirs ------------------------------------------------------------------
+
+
+def test_log_dirs_describe_the_one_log_directory(broker: Broker) -> None:
+    """kafka-python's describe_log_dirs: the log directory, every partition's size on disk (the model: the
+    sum of its segments' sizes), the file system's bytes; alter_replica_log_dirs: the partition is already
+    in the log's directory, any other is LOG_DIR_NOT_FOUND."""
+    log = broker.log
+    log.create_topic("t", partitions=2)
+    _fill(log, "t", 0, 20)
+    _fill(log, "t", 1, 3)
+    log.create_topic("empty")
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        [answer] = admin.describe_log_dirs()
+        [log_dir] = answer["log_dirs"]
+        assert log_dir["error_code"] == 0 and Path(log_dir["log_dir"]) == Path(log.path).resolve()
+        sizes = {
+            (t["name"], p["partition_index"]): p["partition_size"]
+            for t in log_dir["topics"]
+            for p in t["partitions"]
+        }
+        assert sizes == {
+            (name, p): sum(s.size for s in log.topic(name).partition(p).segments)
+            for name in ("t", "empty")
+            for p in range(log.topic(name).num_partitions)
+        }
+        assert sizes["t", 0] > sizes["t", 1] > 0 and 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+        [answer] = admin.describe_log_dirs({"t": [1, 7], "nope": [0]})
+        [log_dir] = answer["log_dirs"]
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in log_dir["topics"]] == [
+            ("t", [1])
+        ]
+        moved = admin.alter_replica_log_dirs(
+            {
+                TopicPartitionReplica("t", 0, 0): str(Path(log.path).resolve()),
+                TopicPartitionReplica("t", 1, 0): "/somewhere/else",
+                TopicPartitionReplica("nope", 0, 0): str(Path(log.path).resolve()),
+            }
+        )
+        assert {(r.topic, r.partition): e.__name__ for r, e in moved.items()} == {
+            ("t", 0): "NoError",
+            ("t", 1): "LogDirNotFoundError",
+            ("nope", 0): "UnknownTopicOrPartitionError",
+        }
+    finally:
+        admin.close()
+
+
+def test_log_dirs_need_cluster_acls(secured: Broker) -> None:
+    def client(user: str) -> KafkaAdminClient:
+        return KafkaAdminClient(
+            bootstrap_servers=secured.bootstrap_servers,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_plain_username=user,
+            sasl_plain_password=f"{user}-pw",
+        )
+
+    alice, admin = client("alice"), client("admin")
+    try:
+        [denied] = alice.describe_log_dirs()
+        assert denied["log_dirs"] == []  # CLUSTER_AUTHORIZATION_FAILED, which kafka-python does not return
+        [answer] = admin.describe_log_dirs()
+        assert {t["name"] for t in answer["log_dirs"][0]["topics"]} == {"orders", "secret"}
+        # DESCRIBE on the cluster describes; moving needs ALTER on it
+        AclStore(secured.log.path).add(
+            [Acl("User:alice", "*", "DESCRIBE", "ALLOW", "CLUSTER", "LITERAL", "kafka-cluster")]
+        )
+        [answer] = alice.describe_log_dirs()  # (kafka-python asks for the topics its metadata shows)
+        assert {t["name"] for t in answer["log_dirs"][0]["topics"]} == {"orders"}
+        moved = alice.alter_replica_log_dirs({TopicPartitionReplica("orders", 0, 0): secured.log.path})
+        assert [e.__name__ for e in moved.values()] == ["ClusterAuthorizationFailedError"]
+    finally:
+        alice.close()
+        admin.close()

@@ -1,5 +1,6 @@
 """Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, IncrementalAlterConfigs,
-AlterConfigs, ListGroups, DescribeGroups, DescribeCluster, and the APIs that mean nothing on one node,
+AlterConfigs, DeleteRecords, DescribeLogDirs, ListGroups, DescribeGroups, DescribeCluster (and the routing of
+DeleteGroups and OffsetDelete to :mod:`pylog.broker.groups`), and the APIs that mean nothing on one node,
 answered with Kafka's error codes.
 
 Topic configs use Kafka's names (``retention.ms``, ``cleanup.policy``, ...): each maps to the
@@ -25,7 +26,10 @@ tiered one, POLICY_VIOLATION (as Kafka refuses compacted topics).
 
 One node never elects leaders, reassigns partitions or moves replicas between log directories:
 ElectLeaders answers ELECTION_NOT_NEEDED, AlterPartitionReassignments INVALID_REPLICA_ASSIGNMENT (there is no
-other broker to move to), ListPartitionReassignments an empty list (nothing is moving).
+other broker to move to), ListPartitionReassignments an empty list (nothing is moving), AlterReplicaLogDirs
+LOG_DIR_NOT_FOUND for a directory other than the log's (NONE for the log's own: the replica is there).
+DescribeLogDirs describes the one log directory: its partitions' sizes on disk (offset lag 0: no replica
+follows), and the file system's total and usable bytes.
 
 Thread-safety: handlers run in the event loop; log changes run in the context's thread pool.
 """
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +142,8 @@ class Admin:
             47: self.coordinator.offset_delete,
             43: self.elect_leaders,
             45: self.alter_partition_reassignments,
+            34: self.alter_replica_log_dirs,
+            35: self.describe_log_dirs,
             46: self.list_partition_reassignments,
             60: self.describe_cluster,
         }
@@ -292,6 +299,31 @@ class Admin:
             ],
         }
 
+    async def describe_log_dirs(self, ctx: Context, request: Request) -> dict[str, Any]:
+        wanted = request.body.topics
+        wanted_map = None if wanted is None else {str(t.topic): list(t.partitions) for t in wanted}
+        result = await ctx.run(_log_dir, ctx, wanted_map)
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "results": [result]}
+
+    async def alter_replica_log_dirs(self, ctx: Context, request: Request) -> dict[str, Any]:
+        results = await ctx.run(
+            lambda: [
+                {
+                    "topic_name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "error_code": _move_code(ctx, str(d.path), str(t.name), int(p)),
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for d in request.body.dirs
+                for t in d.topics
+            ]
+        )
+        return {"throttle_time": 0, "results": results}
+
     async def list_partition_reassignments(self, ctx: Context, request: Request) -> dict[str, Any]:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": []}
 
@@ -404,6 +436,50 @@ def _partition(ctx: Context, topic: str, partition: int) -> PartitionLog:
     if not 0 <= partition < t.num_partitions:
         raise UnknownTopicError(f"topic {topic!r} has no partition {partition}")
     return t.partition(partition)
+
+
+def _log_dir(ctx: Context, wanted: dict[str, list[int]] | None) -> dict[str, Any]:
+    """DescribeLogDirs' one log directory: the partitions asked for (all: None) that exist, with their sizes
+    on disk, and the file system's total and usable bytes."""
+    topics = []
+    for name in sorted(ctx.log.topics()) if wanted is None else wanted:
+        try:
+            topic = ctx.log.topic(name)
+        except (UnknownTopicError, InvalidTopicError):
+            continue  # Kafka leaves out what it does not host
+        numbers = range(topic.num_partitions) if wanted is None else wanted[name]
+        partitions = [
+            {
+                "partition_index": p,
+                "partition_size": topic.partition(p).size_bytes(),
+                "offset_lag": 0,
+                "is_future_key": False,
+            }
+            for p in numbers
+            if 0 <= p < topic.num_partitions
+        ]
+        if partitions:
+            topics.append({"name": name, "partitions": partitions})
+    disk = os.statvfs(ctx.log.path)
+    return {
+        "error_code": ErrorCode.none,
+        "log_dir": os.path.abspath(ctx.log.path),
+        "topics": topics,
+        "total_bytes": disk.f_blocks * disk.f_frsize,
+        "usable_bytes": disk.f_bavail * disk.f_frsize,
+    }
+
+
+def _move_code(ctx: Context, path: str, topic: str, partition: int) -> ErrorCode:
+    """AlterReplicaLogDirs of one partition: one node has one log directory, where the partition already is
+    (NONE); any other directory is LOG_DIR_NOT_FOUND."""
+    try:
+        _partition(ctx, topic, partition)
+    except (UnknownTopicError, InvalidTopicError):
+        return ErrorCode.unknown_topic_or_partition
+    if os.path.realpath(path) != os.path.realpath(ctx.log.path):
+        return ErrorCode.log_dir_not_found
+    return ErrorCode.none
 
 
 def _describe(ctx: Context, resource: Any) -> dict[str, Any]:

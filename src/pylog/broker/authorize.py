@@ -28,7 +28,8 @@ what Kafka's broker asks, and answers what Kafka answers:
 | AddPartitionsToTxn | WRITE on the transactional id and on each topic | 53; 29 per topic, the others OPERATION_NOT_ATTEMPTED (55) |
 | AddOffsetsToTxn | WRITE on the transactional id, READ on the group | 53; 30 |
 | EndTxn | WRITE on the transactional id | 53 |
-| DescribeCluster, ListPartitionReassignments | DESCRIBE on the cluster | 31 |
+| DescribeCluster, ListPartitionReassignments, DescribeLogDirs | DESCRIBE on the cluster | 31 |
+| AlterReplicaLogDirs | ALTER on the cluster | 31 per partition |
 | ElectLeaders, AlterPartitionReassignments, CreateAcls, DeleteAcls | ALTER on the cluster | 31 |
 | DescribeAcls, DescribeUserScramCredentials | DESCRIBE on the cluster | 31 |
 | AlterUserScramCredentials | ALTER on the cluster | 31 |
@@ -517,6 +518,20 @@ async def _offset_delete(check: _Check, ctx: Context, request: Request, handler:
     return answer
 
 
+async def _alter_log_dirs(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
+    if check.cluster("ALTER"):
+        return await handler(ctx, request)
+    results = [
+        {
+            "topic_name": t.name,
+            "partitions": [{"partition_index": p, "error_code": _CLUSTER_DENIED} for p in t.partitions],
+        }
+        for d in request.body.dirs
+        for t in d.topics
+    ]
+    return {"throttle_time": 0, "results": results}
+
+
 async def _init_producer_id(check: _Check, ctx: Context, request: Request, handler: Handler) -> Result:
     txn = request.body.transactional_id
     if txn is not None:
@@ -639,6 +654,8 @@ _RULES: Final[dict[int, Rule]] = {
     43: _cluster_rule("ALTER"),
     45: _cluster_rule("ALTER"),
     46: _cluster_rule("DESCRIBE"),
+    34: _alter_log_dirs,  # AlterReplicaLogDirs
+    35: _cluster_rule("DESCRIBE"),  # DescribeLogDirs
     60: _cluster_rule("DESCRIBE"),
     29: _cluster_rule("DESCRIBE"),  # DescribeAcls
     30: _cluster_rule("ALTER"),  # CreateAcls
