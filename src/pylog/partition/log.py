@@ -835,17 +835,19 @@ class PartitionLog:
     def _offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
         with self._lock:
             self._refresh()
+            start = self._start_locked() if self.remote is None else 0  # records below it are deleted
             for seg in self._segments:
-                if seg.size == 0 or seg.max_timestamp < timestamp:
+                if seg.size == 0 or seg.max_timestamp < timestamp or seg.next_offset <= start:
                     continue
                 buf = seg.view()
                 pos = seg.position_for_time(timestamp)
                 for p, h in walk_headers(buf, pos, seg.size):
-                    if h.max_timestamp >= timestamp:
+                    if h.max_timestamp >= timestamp and h.next_offset > start:
                         b = decode_batch(buf, p)
-                        hits = (b.timestamps >= timestamp).nonzero()[0]
-                        i = int(hits[0])
-                        return int(b.offsets[i]), int(b.timestamps[i])
+                        hits = ((b.timestamps >= timestamp) & (b.offsets >= start)).nonzero()[0]
+                        if len(hits):
+                            i = int(hits[0])
+                            return int(b.offsets[i]), int(b.timestamps[i])
             return None
 
     # -- retention and truncation -----------------------------------------------------------------------

@@ -461,6 +461,19 @@ def test_delete_records_moves_the_log_start(log: pylog.Log) -> None:
         log.topic("c").partition(0).delete_records(0)
 
 
+def test_offset_for_time_starts_at_the_log_start(log: pylog.Log) -> None:
+    """A lookup by timestamp (ListOffsets) never answers an offset below the log start delete_records set,
+    even in the batch holding it; against a model of (offset, timestamp) pairs."""
+    plog, model, _ = make(log, segment_bytes=600)
+    for i in range(12):
+        append(plog, model, 4, ts=[T0 + 10 * (4 * i + k) for k in range(4)])
+    for start in (0, 6, 21, 30):
+        plog.delete_records(start)
+        for ts in (T0 - 1, T0 + 55, T0 + 200, T0 + 305, T0 + 470, T0 + 1000):
+            expected = next(((o, t) for o, (_, _, t) in enumerate(model) if o >= start and t >= ts), None)
+            assert plog.offset_for_time(ts) == expected, (start, ts)
+
+
 def test_log_start_survives_reopen_and_follows_truncation(tmp_path: Path, clock: pylog.ManualClock) -> None:
     path = str(tmp_path) + "/log"
     with pylog.open(path, clock=clock) as log:
