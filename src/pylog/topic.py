@@ -53,6 +53,7 @@ class _TableScan:
     hidden: list[bool]
     stable: int
     spans: dict[tuple[int, int, int], tuple[int, int]]
+    start: int = 0  # the log start: records below it in the first batch were deleted (delete_records)
 
 
 def _table_scan(plog: PartitionLog, visibility: Visibility | None) -> _TableScan:
@@ -60,6 +61,7 @@ def _table_scan(plog: PartitionLog, visibility: Visibility | None) -> _TableScan
     ``visibility``), and the headers of the batches after it for the committed transactions' spans."""
     scan = _TableScan([], [], -1, {})
     offset, end = plog.log_start_offset, plog.log_end_offset
+    scan.start = offset
     while offset < end:
         chunk = plog.read_raw(offset, 8 << 20)
         if not chunk:
@@ -101,7 +103,10 @@ def _table_apply(scan: _TableScan, cut: int, out: dict[bytes, bytes]) -> None:
     if not batches:
         return
     counts = [len(b.offsets) for b in batches]
-    mask = latest_mask(batches, ~np.repeat(np.array(hidden, dtype=np.bool_), counts))
+    shown = ~np.repeat(np.array(hidden, dtype=np.bool_), counts)
+    if batches[0].header.base_offset < scan.start:
+        shown &= np.concatenate([b.offsets for b in batches]) >= scan.start
+    mask = latest_mask(batches, shown)
     at = 0
     for b, count in zip(batches, counts, strict=True):
         idx = np.flatnonzero(mask[at : at + count])
@@ -316,7 +321,10 @@ class Topic:
         parts = []
         for p in range(self.num_partitions):
             plog = self.partition(p)
-            parts.append({"partition": p, **describe_partition(plog.segments, plog.remote)})
+            info = describe_partition(plog.segments, plog.remote)
+            if plog.remote is None:  # delete_records may have moved it past the first segment's base offset
+                info["log_start_offset"] = plog.log_start_offset
+            parts.append({"partition": p, **info})
         return {"topic": self.name, "partitions": parts, "config": self.config.to_dict()}
 
     def close(self, *, flush: bool = True) -> None:
