@@ -23,6 +23,7 @@ import msgpack
 import numpy as np
 
 import pylog
+from pylog.partitioner import murmur2
 from pylog.record import encode_one
 
 KEY, VALUE = b"k" * 16, b"x" * 100
@@ -51,6 +52,8 @@ def measure(workdir: str, scale: float) -> list[tuple[str, float]]:
     try:
         for name in ("append", "get", "send", "durable", "paper"):
             log.create_topic(name, 1)
+        log.create_topic("keyed", 8)
+        keys16 = [os.urandom(16) for _ in range(1000)]
         plog = log.topic("append").partition(0)
 
         def flocks(count: int) -> None:
@@ -99,14 +102,49 @@ def measure(workdir: str, scale: float) -> list[tuple[str, float]]:
         rows.append(("- of which `flock` + unlock (the cross-process lock)", best(flocks, n(50_000))))
         rows.append(
             (
-                "- of which `fstat` (is the partition deleted?)",
+                "- of which the deletion check (the marker byte of `partition.state`)",
+                best(lambda c: [plog._state.deleted() for _ in range(c)], n(50_000)),
+            )
+        )
+        rows.append(
+            (
+                "- (what that check cost before the marker: an `fstat` for the link count)",
                 best(lambda c: [os.fstat(scratch).st_nlink for _ in range(c)], n(50_000)),
+            )
+        )
+
+        def publishes(count: int) -> None:
+            with plog.locked_for_write():
+                for _ in range(count):
+                    plog.publish()
+
+        rows.append(
+            ("- of which the publish of the new end (seqlock + doorbell check)", best(publishes, n(50_000)))
+        )
+
+        def lock_only(count: int) -> None:
+            lock = plog.locked_for_write(appending=True)
+            for _ in range(count):
+                with lock:
+                    pass
+
+        rows.append(
+            (
+                "- of which taking and releasing the partition (thread lock, `flock`, catch-up)",
+                best(lock_only, n(50_000)),
             )
         )
         rows.append(
             (
                 "- of which `pwrite` of the batch",
                 best(lambda c: [os.pwrite(scratch, batch, 0) for _ in range(c)], n(50_000)),
+            )
+        )
+
+        rows.append(
+            (
+                "`partitioner.murmur2` of a 16-byte key (the keyed partition of one record)",
+                best(lambda c: [murmur2(KEY) for _ in range(c)], n(100_000)),
             )
         )
 
@@ -117,6 +155,15 @@ def measure(workdir: str, scale: float) -> list[tuple[str, float]]:
                 (
                     "`send(...).get()`, acks=1: the whole call",
                     best(lambda c: [p1.send("get", VALUE, key=KEY).get() for _ in range(c)], n(30_000)),
+                )
+            )
+            rows.append(
+                (
+                    "`send(...).get()`, acks=1, 8 partitions, keyed: the whole call",
+                    best(
+                        lambda c: [p1.send("keyed", VALUE, key=keys16[i % 1000]).get() for i in range(c)],
+                        n(30_000),
+                    ),
                 )
             )
             rows.append(

@@ -848,3 +848,26 @@ def test_log_start_of_a_topic_tiered_later_is_its_remote_one(tmp_path: Path) -> 
         assert plog.remote is not None
         start = plog.log_start_offset
         assert start == 0 and [o for o, _ in read_all(plog, start)] == list(range(10))
+
+
+def test_the_deletion_marker_refuses_appends_and_is_set_even_past_a_held_lock(log: pylog.Log) -> None:
+    import fcntl
+
+    from pylog.errors import UnknownTopicError
+    from pylog.partition.state import mark_deleted
+
+    plog, model, _ = make(log)
+    append(plog, model, 2)
+    path = os.path.join(plog.directory, files.STATE)
+    mark_deleted(os.path.join(plog.directory, "missing.state"))  # no file: nothing made
+    assert not os.path.exists(os.path.join(plog.directory, "missing.state"))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a writer stopped while holding the lock
+        mark_deleted(path, wait_s=0.0)
+    finally:
+        os.close(fd)
+    end = plog.log_end_offset
+    with pytest.raises(UnknownTopicError, match="deleted"):
+        append(plog, model, 1)
+    assert plog.log_end_offset == end and os.path.getsize(plog.segments[-1].path) == plog.segments[-1].size
