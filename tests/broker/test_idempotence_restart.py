@@ -26,8 +26,10 @@ from kio_client import RawClient
 
 import pylog
 from pylog.broker.broker import Broker
-from pylog.broker.idempotence import KafkaWriter
+from pylog.broker.idempotence import DUPLICATE, WRITE, KafkaWriter, Sequences
+from pylog.broker.records import decode_batches
 from pylog.errors import StorageError
+from pylog.record import encode_one
 
 _TS = 1_700_000_000_000
 _REFUSED = ("127.0.0.1", 1)  # nothing listens on port 1
@@ -194,6 +196,38 @@ def test_a_retry_after_a_write_that_failed_part_way_writes_only_the_rest(
     finally:
         c.close()
     assert got == list(enumerate([b"a", *big, b"b"]))
+
+
+def test_the_rebuild_reads_a_bounded_tail(tmp_path: Path) -> None:
+    """The state is rebuilt from the last ``window`` offsets, and from fewer when they hold more than about
+    ``batches`` batches: a producer whose last batch is older is unknown (any sequence accepted), one within
+    the bound is known (its retry is a duplicate, a gap is refused)."""
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("t", partitions=1)
+        plog = log.topic("t").partition(0)
+        now = log.clock.time_ms()
+        plog.append(
+            encode_one(None, b"old", now, producer_id=1, producer_epoch=0, base_sequence=0)
+        )  # offset 0
+        for i in range(100):  # offsets 1-100, one record a batch
+            plog.append(encode_one(None, b"new", now, producer_id=2, producer_epoch=0, base_sequence=i))
+
+        def verdicts(sequences: Sequences) -> tuple[object, object, object]:
+            sequences.prepare("t", 0, plog)
+            sequences.load("t", 0, plog)
+            (old,) = decode_batches(_batch(1, 0, 5, [b"x"]))  # producer 1's next would be sequence 1
+            (retry,) = decode_batches(_batch(2, 0, 99, [b"new"]))
+            (gap,) = decode_batches(_batch(2, 0, 101, [b"x"]))
+            return (
+                sequences.check("t", 0, old)[0],
+                sequences.check("t", 0, retry)[:2],
+                sequences.check("t", 0, gap)[0],
+            )
+
+        oos = ErrorCode.out_of_order_sequence_number
+        assert verdicts(Sequences()) == (oos, (DUPLICATE, 100), oos)
+        assert verdicts(Sequences(window=100)) == (WRITE, (DUPLICATE, 100), oos)  # offsets 1-100
+        assert verdicts(Sequences(batches=50)) == (WRITE, (DUPLICATE, 100), oos)  # about the last 50 batches
 
 
 def test_a_retry_to_a_restarted_killed_broker_process_is_a_duplicate(log_dir: Path) -> None:

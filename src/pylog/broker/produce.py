@@ -112,6 +112,8 @@ def _produce_partition(
         if batch.control:
             return ErrorCode.invalid_record, -1, -1, "a producer does not write control batches"
     try:
+        if any(batch.producer_id >= 0 for batch in batches):
+            ctx.sequences.prepare(topic, partition, plog)  # the long part of load(), without the write lock
         base = -1
         with ctx.write_lock:
             for batch in batches:
