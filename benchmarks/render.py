@@ -250,9 +250,8 @@ def notes_section(cases: list[dict[str, Any]]) -> list[str]:
             out.append(f"- `{s['name']}`: a run failed ({reason}); the figures use the other runs")
         extra = s.get("extra", {})
         if "p50_us" in extra:
-            out.append(
-                f"- `{s['name']}`: fsync latency median {extra['p50_us']:g} us, p99 {extra['p99_us']:g} us"
-            )
+            what = "fsync latency" if s["group"] == "durable" else "latency"  # an fsync, or end to end
+            out.append(f"- `{s['name']}`: {what} median {extra['p50_us']:g} us, p99 {extra['p99_us']:g} us")
         if "all_files_bytes_per_record" in extra:
             out.append(
                 f"- `{s['name']}`: {extra['overhead_bytes_per_record']:g} B/record over the payload in segment "
