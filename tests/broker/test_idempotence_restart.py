@@ -29,7 +29,7 @@ from pylog.broker.broker import Broker
 from pylog.broker.idempotence import DUPLICATE, WRITE, KafkaWriter, Sequences
 from pylog.broker.records import decode_batches
 from pylog.errors import StorageError
-from pylog.record import encode_one
+from pylog.record import encode_batch, encode_one
 
 _TS = 1_700_000_000_000
 _REFUSED = ("127.0.0.1", 1)  # nothing listens on port 1
@@ -228,6 +228,34 @@ def test_the_rebuild_reads_a_bounded_tail(tmp_path: Path) -> None:
         assert verdicts(Sequences()) == (oos, (DUPLICATE, 100), oos)
         assert verdicts(Sequences(window=100)) == (WRITE, (DUPLICATE, 100), oos)  # offsets 1-100
         assert verdicts(Sequences(batches=50)) == (WRITE, (DUPLICATE, 100), oos)  # about the last 50 batches
+
+
+def test_a_producer_last_seen_in_a_compacted_segment_is_not_refused(tmp_path: Path) -> None:
+    """Compaction keeps a batch's first sequence but may drop its first records, so the sequences of a batch
+    in a cleaned segment no longer follow from its offsets: a producer whose last batch is there is treated
+    as unknown after a restart (its next batch accepted), never refused for a gap it did not make."""
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("c", partitions=1, cleanup_policy="compact")
+        topic = log.topic("c")
+        plog = topic.partition(0)
+        now = log.clock.time_ms()
+        keys: list[bytes | None] = [b"a", b"b", b"c", b"d", b"e"]
+        plog.append(
+            encode_batch(0, keys, [b"1"] * 5, [now] * 5, producer_id=1, producer_epoch=0, base_sequence=0)
+        )
+        plog.append(encode_batch(0, keys[:2], [b"2"] * 2, [now] * 2))  # supersedes a and b of producer 1
+        plog.roll()
+        topic.compact()
+        assert [int(o) for b in plog.read(0) for o in b.offsets][:3] == [
+            2,
+            3,
+            4,
+        ]  # a and b of producer 1 gone
+        sequences = Sequences()
+        sequences.prepare("c", 0, plog)
+        sequences.load("c", 0, plog, compacted=True)
+        (following,) = decode_batches(_batch(1, 0, 5, [b"x"]))  # producer 1's next batch: sequence 5
+        assert sequences.check("c", 0, following)[0] == WRITE
 
 
 def test_a_retry_to_a_restarted_killed_broker_process_is_a_duplicate(log_dir: Path) -> None:

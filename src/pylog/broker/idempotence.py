@@ -34,7 +34,9 @@ carries, as Kafka accepts the next batch of a producer whose state expired (``pr
 The same headers make a write that failed part way safe to retry: a Kafka batch stored as several pylog
 batches whose write fails after some of them (a storage error) leaves the partition's state to be rebuilt,
 and the client's retry of the batch writes only the records left out, answered with the batch's first
-offset. Transactional batches are not rebuilt: after a restart a transaction that was open is aborted by its
+offset. On a compacted topic, a producer whose last batch is in a segment the cleaner may have rewritten
+(any but the active one) keeps only its epoch: compaction may drop a batch's first records, after which its
+sequences no longer follow from its offsets. Transactional batches are not rebuilt: after a restart a transaction that was open is aborted by its
 timeout, and its producer's next request is refused (INVALID_PRODUCER_ID_MAPPING) until it initializes
 again.
 
@@ -131,10 +133,12 @@ class Sequences:
             _scan(plog, _window_start(plog, end, self.window, self.batches), end, found)
             self._read[key] = (end, found)
 
-    def load(self, topic: str, partition: int, plog: PartitionLog) -> None:
+    def load(self, topic: str, partition: int, plog: PartitionLog, *, compacted: bool = False) -> None:
         """Rebuild the state of the producers that wrote to the partition from its tail, once after a start
         (before its first idempotent batch is checked): what :meth:`prepare` read, and the batches written
-        since."""
+        since. ``compacted``: the topic is compacted, where a batch of a cleaned segment keeps its first
+        sequence but may have lost its first records: a producer whose last batch lies before the active
+        segment (never cleaned) keeps only its epoch, and its next batch is accepted at any sequence."""
         key = (topic, partition)
         if key in self._loaded:
             return
@@ -146,7 +150,10 @@ class Sequences:
         else:
             _scan(plog, read[0], end, read[1])
             found = read[1]
+        exact = plog.segments[-1].base_offset if compacted else -1
         for pid, state in found.items():
+            if state.batches and state.batches[-1][2] < exact:
+                state.batches.clear()
             self._state[(pid, topic, partition)] = state
             if state.epoch > self.epochs.get(pid, -1):
                 self.epochs[pid] = state.epoch

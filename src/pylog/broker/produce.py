@@ -118,7 +118,7 @@ def _produce_partition(
         with ctx.write_lock:
             for batch in batches:
                 if batch.producer_id >= 0:
-                    ctx.sequences.load(topic, partition, plog)
+                    ctx.sequences.load(topic, partition, plog, compacted=t.config.compacted)
                     verdict, first, done = ctx.sequences.check(topic, partition, batch)
                     if isinstance(verdict, ErrorCode):
                         return verdict, -1, -1, None
