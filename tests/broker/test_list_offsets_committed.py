@@ -1,11 +1,13 @@
 """ListOffsets under read_committed (v2+): "latest" is the last stable offset (the first offset of the
 earliest transaction still open), not the log end, and an offset by timestamp at or past it is not
-answered; read_uncommitted keeps answering the log end. Raw requests, and confluent-kafka's
-get_watermark_offsets and offsets_for_times with both isolation levels."""
+answered; read_uncommitted keeps answering the log end. Raw requests, confluent-kafka's
+get_watermark_offsets and offsets_for_times and kafka-python's end_offsets with both isolation levels."""
 
 from __future__ import annotations
 
 import confluent_kafka as ck
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KTP
 from kafka_support import WAIT_S
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.types import BrokerId, TopicName
@@ -40,6 +42,15 @@ def _watermarks(broker: Broker, topic: str, isolation: str) -> tuple[int, int]:
     try:
         low, high = c.get_watermark_offsets(ck.TopicPartition(topic, 0), WAIT_S, cached=False)
         return low, high
+    finally:
+        c.close()
+
+
+def _end_offset(broker: Broker, topic: str, isolation: str) -> int:
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, isolation_level=isolation)
+    try:
+        tp = KTP(topic, 0)
+        return int(c.end_offsets([tp])[tp])
     finally:
         c.close()
 
@@ -89,6 +100,8 @@ def test_latest_under_read_committed_is_the_last_stable_offset(broker: Broker) -
         assert _list(client, "lso", _T0 + 10, 1) == (-1, -1)
         assert _list(client, "lso", MAX_TIMESTAMP, 0) == (7, _T0 + 11)
         assert _list(client, "lso", MAX_TIMESTAMP, 1) == (-1, -1)
+        assert _end_offset(broker, "lso", "read_uncommitted") == 8  # kafka-python
+        assert _end_offset(broker, "lso", "read_committed") == 4
         assert _watermarks(broker, "lso", "read_uncommitted") == (0, 8)
         assert _watermarks(broker, "lso", "read_committed") == (0, 4)
         assert _for_time(broker, "lso", _T0 + 10, "read_uncommitted") == 6
