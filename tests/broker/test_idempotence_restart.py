@@ -453,3 +453,57 @@ def test_confluent_idempotent_producer_across_a_restart(log_dir: Path, proxy: _P
         first.close()
         for b in restarted:
             b.close()
+
+
+def test_confluent_idempotent_producer_across_a_killed_broker_process(log_dir: Path, proxy: _Proxy) -> None:
+    """The same with the broker's process SIGKILLed after writing the batch (acks=all: fsynced) and before
+    its answer reached the client: the retry to the new process is written once."""
+    with pylog.open(log_dir) as log:
+        log.create_topic("ck-killed", partitions=1)
+    advertise = f"127.0.0.1:{proxy.port}"
+    processes = [BrokerProcess(log_dir, "--advertise", advertise)]
+
+    def backend(p: BrokerProcess) -> tuple[str, int]:
+        host, port = p.address.rsplit(":", 1)
+        return host, int(port)
+
+    proxy.backend = backend(processes[0])
+
+    def restart() -> None:
+        proxy.dropped.wait(WAIT_S)
+        proxy.backend = _REFUSED
+        processes[0].stop(signal.SIGKILL)
+        processes.append(BrokerProcess(log_dir, "--advertise", advertise))
+        proxy.backend = backend(processes[1])
+
+    thread = threading.Thread(target=restart)
+    thread.start()
+    errors: list[object] = []
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": advertise,
+            "enable.idempotence": True,
+            "linger.ms": 0,
+            "reconnect.backoff.ms": 10,
+            "message.timeout.ms": int(WAIT_S * 1000),
+        }
+    )
+    try:
+        sent = []
+        for chunk in range(6):
+            for i in range(50):
+                value = b"%d-%d" % (chunk, i)
+                sent.append(value)
+                producer.produce(
+                    "ck-killed", value=value, partition=0, on_delivery=lambda e, m: e and errors.append(e)
+                )
+            assert producer.flush(WAIT_S) == 0
+        thread.join(WAIT_S)
+        assert proxy.dropped.is_set() and len(processes) == 2
+        assert errors == []
+        assert processes[1].stop() == 0
+    finally:
+        thread.join(WAIT_S)
+        for p in processes:
+            p.close()
+    assert _partition(log_dir, "ck-killed", 0) == sent
