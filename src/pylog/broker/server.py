@@ -38,6 +38,7 @@ from pylog.broker.protocol import (
     encode_response,
     encode_unsupported,
     read_request,
+    warm_up,
 )
 from pylog.broker.security import Security, Session
 
@@ -80,6 +81,7 @@ class Server:
         self.coordinator: Coordinator | None = None  # the Kafka groups, once the event loop runs
 
     def start(self) -> None:
+        warm_up()
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
