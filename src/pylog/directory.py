@@ -607,10 +607,11 @@ class LogDirectory:
         for name, count in deleting.items():
             for p in range(count):
                 directory = files.partition_dir(self.path, name, p)
-                # appenders in other processes refuse from here on (see pylog.partition.state)
+                # appenders in other processes refuse from here on (see pylog.partition.state); the marked
+                # state file goes last, so that a process reopening it meanwhile sees the marker
                 with contextlib.suppress(OSError):
                     mark_deleted(os.path.join(directory, files.STATE))
-                fs.rmtree(directory, ignore_errors=True)
+                fs.rmtree(directory, ignore_errors=True, last=files.STATE)
         fs.FS.fsync_dir(self.path)
         manifest = _copy(self._manifest)
         manifest["creating"], manifest["deleting"] = {}, {}

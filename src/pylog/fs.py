@@ -203,11 +203,13 @@ def makedirs(path: str) -> None:
         layer.fsync_dir(os.path.dirname(directory) or ".")
 
 
-def rmtree(path: str, *, ignore_errors: bool = False) -> None:
+def rmtree(path: str, *, ignore_errors: bool = False, last: str | None = None) -> None:
     """Remove the directory tree at ``path`` (children first) through the active layer.
 
     Entries already gone are skipped. The removal is not durable by itself: fsync the parent directory when
     it must survive a crash. With ``ignore_errors`` a :class:`StorageError` leaves the rest in place silently.
+    ``last`` names an entry of ``path`` removed after all the others (a partition's ``partition.state``, whose
+    deletion marker must outlive its segment files).
     """
     layer = FS
     try:
@@ -218,6 +220,8 @@ def rmtree(path: str, *, ignore_errors: bool = False) -> None:
         if ignore_errors:
             return
         raise
+    if last is not None:
+        names = sorted(names, key=lambda name: name == last)  # stable: the listing's order otherwise
     for name in names:
         full = os.path.join(path, name)
         try:

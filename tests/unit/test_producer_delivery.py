@@ -453,3 +453,48 @@ def test_an_append_while_another_log_removes_the_deleted_topic_files_is_refused(
     finally:
         writer.close()
         admin.close()
+
+
+def test_a_suspended_partition_of_a_topic_being_deleted_is_not_written_nor_created_again(
+    tmp_path: Any,
+) -> None:
+    # The writer keeps one partition open: t-0 is suspended (its descriptors closed) when u-0 is used. Another
+    # Log deletes t; right after it unlinked t-0's state file the writer appends to t again: the reopen must
+    # not create the state file again (an unmarked one, in the directory being removed) and write into the
+    # segment files still there: the append is refused, and the directory is removed whole.
+    root = os.path.join(str(tmp_path), "log")
+    clock = pylog.ManualClock(1_700_000_000_000)
+    writer = pylog.open(root, clock=clock, max_open_partitions=1)
+    admin = pylog.open(root, clock=clock)
+    outcome: list[object] = []
+    try:
+        writer.create_topic("t")
+        writer.create_topic("u")
+        p = writer.producer(value_serializer=None)
+        assert p.send("t", b"before").get().offset == 0
+        assert p.send("u", b"other").get().offset == 0  # suspends t-0
+        directory = os.path.join(root, "t-0")
+        state_path = os.path.join(directory, "partition.state")
+
+        class AfterState(fs.FileSystem):
+            def listdir(self, path: str) -> list[str]:  # the state file first, as a listing may give it
+                names = super().listdir(path)
+                return sorted(names, key=lambda n: n != "partition.state") if path == directory else names
+
+            def unlink(self, path: str) -> None:
+                super().unlink(path)
+                if path == state_path:
+                    try:
+                        outcome.append(p.send("t", b"lost?").get().offset)
+                    except errors.UnknownTopicError as exc:
+                        outcome.append(exc)
+
+        with fs.install(AfterState()):
+            admin.delete_topic("t")
+        assert len(outcome) == 1 and isinstance(outcome[0], errors.UnknownTopicError), outcome
+        assert not os.path.exists(directory)
+        p.close()
+        writer.close()
+    finally:
+        writer.close()
+        admin.close()

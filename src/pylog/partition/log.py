@@ -311,7 +311,13 @@ class PartitionLog:
             raise LogClosedError(f"partition {self.topic}-{self.partition} is closed")
         if self._suspended:
             if not self.read_only:
-                self._state = PartitionState(os.path.join(self.directory, files.STATE))
+                try:  # never created again: a missing state file means the partition was deleted
+                    self._state = PartitionState(os.path.join(self.directory, files.STATE), create=False)
+                except FileNotFoundError:
+                    raise UnknownTopicError(
+                        f"partition {self.topic}-{self.partition} was deleted (its topic was deleted by "
+                        "another process or Log)"
+                    ) from None
             self._suspended = False
         if self._handles is not None:
             self._handles.touch(self)
@@ -1034,7 +1040,12 @@ class PartitionLog:
             if self._closed:
                 return
             try:
-                gone = not self._suspended and self._state.deleted()  # its topic was deleted: nothing to keep
+                # its topic was deleted: nothing to keep (a suspended partition's state file is gone by then)
+                gone = (
+                    not os.path.exists(os.path.join(self.directory, files.STATE))
+                    if self._suspended
+                    else self._state.deleted()
+                )
                 if (
                     flush
                     and not gone

@@ -29,7 +29,9 @@ calls :func:`mark_deleted` on each partition's state before it removes the parti
 writer lock, it sets ``deleted``. An appender checks the byte under the same lock (:meth:`PartitionState.deleted`)
 and refuses to write, so no append is acknowledged into files that are about to be unlinked, or already are: a
 byte read of the shared map instead of an ``fstat`` per append. The file is unlinked only after the marker is
-set, so a descriptor opened before the unlink maps the marked page too; one opened after the marker sees it.
+set, and after every other file of the partition, so a process that opens it (again) before the unlink sees
+the marker; a process whose partition was suspended (its descriptors closed) reopens it without creating it,
+and a missing file means the partition was deleted.
 Files removed by other means than pylog's topic deletion (by hand, or by a pylog without the marker) while a
 process appends are not detected per append.
 
@@ -164,9 +166,9 @@ def mark_deleted(path: str, wait_s: float = _MARK_WAIT_S) -> None:
 class PartitionState:
     """The mapped state file and its lock. Not thread-safe on its own."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, create: bool = True) -> None:
         self.path = path
-        self.fd = fs.FS.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = fs.FS.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
         size = fs.FS.size(self.fd)
         if size < _SIZE:
             fs.FS.pwrite(self.fd, b"\0" * MAPPED, 0)
