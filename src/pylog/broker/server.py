@@ -21,6 +21,7 @@ Thread-safety: :meth:`Server.close` may be called from any thread; everything el
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import threading
@@ -124,6 +125,12 @@ class Server:
         self._ready.set()
         await self._stopped.wait()
         self._stopping = True
+        # Accept no more, then let the connections already accepted get their transports and tasks before the
+        # server closes (on 3.11 a transport made after Server.close() fails an assertion and leaks its socket).
+        with contextlib.suppress(NotImplementedError, ValueError, OSError):
+            self._loop.remove_reader(self._sock.fileno())
+        for _ in range(3):
+            await asyncio.sleep(0)
         server.close()  # no new connections
         self.ctx.waiters.release()  # long-polling fetches answer now
         for task, busy in list(self._connections.items()):
@@ -138,6 +145,8 @@ class Server:
             await asyncio.wait(list(self._connections), timeout=30)
         coordinator.close()
         await server.wait_closed()
+        for _ in range(3):  # closed transports finish closing their sockets before the loop closes
+            await asyncio.sleep(0)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
