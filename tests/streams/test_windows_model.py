@@ -3,8 +3,10 @@ tumbling, hopping and session windows, both emit modes; and the changelog restor
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +23,7 @@ from pylog.streams import (
     Windowed,
     WindowStore,
 )
+from pylog.streams.sqlite import SqliteWindowStore
 from pylog.streams.stores import JoinBufferStore
 from pylog.streams.windows import Windows
 
@@ -63,6 +66,7 @@ def _model(
     return out, late, {k: [w[0], w[1]] for k, w in windows.items()}
 
 
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
 @settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(
@@ -75,14 +79,29 @@ def _model(
     coarse=st.sampled_from([1, 10, 150]),
 )
 def test_windowed_aggregate_matches_the_model(
-    records: list[tuple[str, int, int]], size: int, hops: int, grace: int, emit: str, coarse: int
+    stores: str, records: list[tuple[str, int, int]], size: int, hops: int, grace: int, emit: str, coarse: int
+) -> None:
+    with tempfile.TemporaryDirectory() as state_dir:
+        _windowed_aggregate_case(
+            None if stores == "memory" else state_dir, records, size, hops, grace, emit, coarse
+        )
+
+
+def _windowed_aggregate_case(
+    state_dir: str | None,
+    records: list[tuple[str, int, int]],
+    size: int,
+    hops: int,
+    grace: int,
+    emit: str,
+    coarse: int,
 ) -> None:
     records = [(k, v, ts // coarse) for k, v, ts in records]  # coarse: many records at the same times
     advance = max(1, size // hops)
     windows: Windows = (
         TumblingWindows(size, grace) if advance == size else HoppingWindows(size, advance, grace)
     )
-    app = App(None, "model")
+    app = App(None, "model", state_dir=state_dir)
     agg = app.stream("in").group_by_key().windowed_by(windows, emit=emit, late_topic="late")
     agg.aggregate(lambda: [0, 0], lambda k, v, a: [a[0] + 1, a[1] + v], name="w").to_stream().to("out")
     driver = TestDriver(app)
@@ -102,6 +121,14 @@ def test_windowed_aggregate_matches_the_model(
     assert isinstance(store, WindowStore) and restored.stream_time == store.stream_time == max(
         r[2] for r in records
     )
+    if state_dir is not None:  # the file holds the windows (checkpointed after each record), not memory
+        assert isinstance(store, SqliteWindowStore) and store._data == {}
+        driver.close()
+        again = TestDriver(app)  # the file read again, as a restart does
+        reopened = again.store("w")
+        assert isinstance(reopened, SqliteWindowStore) and reopened.to_dict() == open_windows
+        assert reopened.stream_time == store.stream_time
+        again.close()
 
 
 def _session_model(

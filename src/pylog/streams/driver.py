@@ -7,12 +7,17 @@ records, and the changelog of every store (flushed after each piped record, as i
 commit). Repartition topics are fed back at once, in the order written. Each sub-topology runs as a single
 task (partition 0), so every key's state is in one store.
 
+With the application's ``state_dir``, the stores the running application keeps in SQLite (key-value and
+tumbling/hopping window stores, :mod:`pylog.streams.sqlite`) are SQLite files under it here too, checkpointed
+after each piped record; files left by an earlier driver of the same application are used as they are.
+
 Time: a record's event time is its ``timestamp_ms``, by default the driver's :class:`~pylog.clock.ManualClock`
 (which only moves with :meth:`TestDriver.advance_wall_clock`).
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter, deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -20,9 +25,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pylog.clock import ManualClock
 from pylog.errors import ConfigError
 from pylog.streams.serde import BYTES, MSGPACK, MSGPACK_KEY, Serde
+from pylog.streams.sqlite import make_sqlite_store
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.task import Task
-from pylog.streams.topology import TaskId
+from pylog.streams.topology import StoreSpec, TaskId
 
 if TYPE_CHECKING:
     from pylog.streams.app import App
@@ -47,8 +53,10 @@ class TestDriver:
         self.app = app
         self.clock = clock if clock is not None else ManualClock(0)
         self.topology = app.builder.build(lambda topic: 1)
+        self._changelog_records: Counter[str] = Counter()  # per changelog: the offset a checkpoint reaches
+        make_store = None if app.state_dir is None else self._make_store
         self._tasks = {
-            sub.id: Task(self.topology, TaskId(sub.id, 0), self, self.clock)
+            sub.id: Task(self.topology, TaskId(sub.id, 0), self, self.clock, make_store)
             for sub in self.topology.subtopologies
         }
         for task in self._tasks.values():
@@ -111,6 +119,19 @@ class TestDriver:
             self._processed += 1
         for task in self._tasks.values():
             task.flush_changelogs()
+            for store in task.stores.values():
+                store.checkpoint(self._changelog_records[store.changelog or ""])
+
+    def _make_store(self, spec: StoreSpec, task_id: TaskId) -> KeyValueStore | None:
+        if self.app.state_dir is None:
+            return None
+        path = os.path.join(self.app.state_dir, self.app.application_id, str(task_id), f"{spec.name}.sqlite")
+        return make_sqlite_store(spec, path, "test-driver")
+
+    def close(self) -> None:
+        """Close the stores (their files, with a ``state_dir``)."""
+        for task in self._tasks.values():
+            task.close()
 
     # -- Collector ------------------------------------------------------------------------------------
 
@@ -123,6 +144,8 @@ class TestDriver:
         partition: int | None,
         headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
+        if topic in self._changelogs:
+            self._changelog_records[topic] += 1
         if topic in self._internal:
             self._queue.append((topic, key, value, timestamp_ms))
         else:

@@ -46,7 +46,7 @@ import numpy as np
 
 from pylog.errors import CommitFailedError, ProducerFencedError
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
-from pylog.streams.sqlite import SqliteStore
+from pylog.streams.sqlite import SqliteStore, SqliteWindowStore, make_sqlite_store
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.task import Task
 from pylog.streams.topology import GlobalSpec, StoreSpec, TaskId, Topology
@@ -236,18 +236,19 @@ class StreamThread(threading.Thread):
         self.assign(assigned)
 
     def _make_store(self, spec: StoreSpec, task_id: TaskId) -> KeyValueStore | None:
-        """A SQLite store for a key-value store when the application has a ``state_dir``."""
-        if self.app.state_dir is None or spec.windows is not None or spec.kind != "kv":
+        """A SQLite store for a key-value or tumbling/hopping window store when the application has a
+        ``state_dir``."""
+        if self.app.state_dir is None:
             return None
         path = os.path.join(self.app.state_dir, self.app.application_id, str(task_id), f"{spec.name}.sqlite")
-        return SqliteStore(spec.name, spec.changelog, path, str(self.log.topic(spec.changelog).topic_id))
+        return make_sqlite_store(spec, path, str(self.log.topic(spec.changelog).topic_id))
 
     def _checkpoint(self) -> None:
         """After a commit: persistent stores record their state as of the changelog's end."""
         ends: dict[str, dict[int, int]] = {}
         for task in self.tasks.values():
             for store in task.stores.values():
-                if isinstance(store, SqliteStore) and store.changelog is not None:
+                if isinstance(store, (SqliteStore, SqliteWindowStore)) and store.changelog is not None:
                     if store.changelog not in ends:
                         ends[store.changelog] = self.log.topic(store.changelog).end_offsets()
                     store.checkpoint(ends[store.changelog][task.task_id.partition])

@@ -15,12 +15,19 @@ changelog's end is emptied and rebuilt from the changelog.
 
 Crash contract: SQLite's journal makes each checkpoint atomic; ``synchronous=NORMAL`` may lose the last
 checkpoints on power loss, which only means a longer replay. Thread-safety: the task's thread writes;
-interactive queries may read from other threads (one connection, calls serialized by a lock). Window and
-session stores stay in memory.
+interactive queries may read from other threads (one connection, calls serialized by a lock).
+
+:class:`SqliteWindowStore` does the same for tumbling and hopping windows: a table of ``(key, window_start)
+-> aggregate`` with the window's end indexed, so that closing the windows a stream time passes is a range
+scan of the file (retention: a closed window is deleted from the file at the next checkpoint), and the stream
+time kept beside the offset. Session, sliding and join-buffer stores, suppression buffers and foreign-key
+subscriptions stay in memory.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import sqlite3
 import threading
@@ -29,9 +36,19 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pylog.streams.serde import MSGPACK
-from pylog.streams.stores import KeyValueStore, decode_key, encode_key
+from pylog.streams.stores import (
+    _MISSING,
+    MISSING,
+    STREAM_TIME_KEY,
+    KeyValueStore,
+    WindowStore,
+    decode_key,
+    encode_key,
+)
+from pylog.streams.topology import StoreSpec
+from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows
 
-__all__ = ["CACHE_ENTRIES", "SqliteStore"]
+__all__ = ["CACHE_ENTRIES", "SqliteStore", "SqliteWindowStore", "make_sqlite_store"]
 
 _DELETED: Any = object()
 _ABSENT: Any = object()
@@ -227,3 +244,325 @@ class SqliteStore(KeyValueStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def make_sqlite_store(spec: StoreSpec, path: str, changelog_id: str) -> KeyValueStore | None:
+    """The SQLite store of ``spec`` in the file ``path`` (a key-value store or a tumbling/hopping window
+    store), or None for a store kind kept in memory."""
+    if spec.kind != "kv":
+        return None
+    if spec.windows is None:
+        return SqliteStore(spec.name, spec.changelog, path, changelog_id)
+    if isinstance(spec.windows, (SessionWindows, SlidingWindows, JoinWindows)):
+        return None
+    return SqliteWindowStore(spec.name, spec.changelog, spec.windows.size_ms, path, changelog_id)
+
+
+_MIN_TIME = -(2**63)
+
+
+class SqliteWindowStore(WindowStore):
+    """Tumbling and hopping window aggregates in a SQLite file (see the module docstring): the table ``win``
+    holds ``(key, start) -> [aggregate, max_timestamp]`` as of the changelog offset in ``meta``, with the
+    window's end (indexed: the windows to close are a range scan) and its creation sequence (windows closing
+    at the same end are emitted in creation order, as the in-memory store does). The changes of the current
+    commit interval are an overlay in memory (``_data``: window -> entry, or a deletion), written to the file
+    by :meth:`checkpoint` once their changelog records are committed; an aborted interval's changes never
+    reach the file."""
+
+    def __init__(self, name: str, changelog: str, size_ms: int, path: str, changelog_id: str) -> None:
+        super().__init__(name, changelog, size_ms)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS win (k BLOB NOT NULL, start INTEGER NOT NULL, wend INTEGER NOT NULL,"
+            " seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, start)) WITHOUT ROWID"
+        )
+        db.execute("CREATE INDEX IF NOT EXISTS win_end ON win (wend, seq)")
+        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._changelog_id = changelog_id
+        meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+        self.offset = int(meta.get("offset", 0))
+        self.stream_time = int(meta.get("stream_time", -1))
+        if meta.get("changelog_id", changelog_id) != changelog_id:
+            self.clear()
+        self._new: dict[Any, int] = {}  # window created in the overlay -> its creation sequence
+        self._swept = _MIN_TIME  # the file's windows ending at or before this are closed (in the overlay)
+        self._reload()
+
+    def _reload(self) -> None:
+        """Sequence and next end from the file."""
+        with self._lock:
+            (top,) = self._db.execute("SELECT MAX(seq) FROM win").fetchone()
+        self._seq = itertools.count(-1 if top is None else int(top) + 1)
+        next(self._seq)
+        self._min_end = self._next_end(self._swept)
+
+    def _next_end(self, after: int) -> int | None:
+        with self._lock:
+            (end,) = self._db.execute("SELECT MIN(wend) FROM win WHERE wend > ?", (after,)).fetchone()
+        return None if end is None else int(end)
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    def _stored(self, window: Any) -> tuple[Any, int] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT v FROM win WHERE k = ? AND start = ?", (encode_key(window[0]), window[1])
+            ).fetchone()
+        if row is None:
+            return None
+        agg, max_ts = MSGPACK.decode(row[0])
+        return agg, max_ts
+
+    def _live(self, window: Any) -> tuple[Any, int] | None:
+        """The entry of ``window``: the overlay's, else the file's; None when absent."""
+        value = self._data.get(window, _ABSENT)
+        if value is _ABSENT:
+            return self._stored(window)
+        return None if value is _MISSING else value
+
+    def _rows(self, key: Any = _ABSENT, time_from: int = _MIN_TIME, time_to: int = 2**63 - 1) -> list[Any]:
+        """``((key, start), (aggregate, max_timestamp))`` of the open windows (of ``key`` only, if given,
+        starting in ``[time_from, time_to]``), the file's then the overlay's."""
+        overlay = dict(self._data)
+        with self._lock:
+            if key is _ABSENT:
+                rows = self._db.execute("SELECT k, start, v FROM win").fetchall()
+            else:
+                rows = self._db.execute(
+                    "SELECT k, start, v FROM win WHERE k = ? AND start >= ? AND start <= ?",
+                    (encode_key(key), time_from, time_to),
+                ).fetchall()
+        out = []
+        for raw_key, start, raw in rows:
+            window = (decode_key(raw_key), start)
+            if window not in overlay:
+                agg, max_ts = MSGPACK.decode(raw)
+                out.append((window, (agg, max_ts)))
+        for window, value in overlay.items():
+            if value is not _MISSING and (
+                key is _ABSENT or (window[0] == key and time_from <= window[1] <= time_to)
+            ):
+                out.append((window, value))
+        return out
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        entry = self._live(key)
+        return default if entry is None else entry[0]
+
+    def entry(self, key: Any) -> tuple[Any, int] | None:
+        return self._live(key)
+
+    def __getitem__(self, key: Any) -> Any:
+        entry = self._live(key)
+        if entry is None:
+            raise KeyError(key)
+        return entry
+
+    def __contains__(self, key: Any) -> bool:
+        return self._live(key) is not None
+
+    def __len__(self) -> int:
+        with self._lock:
+            (n,) = self._db.execute("SELECT COUNT(*) FROM win").fetchone()
+        for window, value in list(self._data.items()):
+            n += (value is not _MISSING) - (self._stored(window) is not None)
+        return int(n)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([w for w, _ in self._rows()])
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(w, entry[0]) for w, entry in self._rows()]
+
+    def range(self, low: Any = None, high: Any = None) -> list[tuple[Any, Any]]:
+        found = [(w, v) for w, v in self.items() if (low is None or w >= low) and (high is None or w <= high)]
+        return sorted(found, key=lambda kv: kv[0])
+
+    def fetch(self, key: Any, time_from: int = 0, time_to: int | None = None) -> list[tuple[int, Any]]:
+        rows = self._rows(key, time_from, 2**63 - 1 if time_to is None else time_to)
+        return sorted((w[1], entry[0]) for w, entry in rows)
+
+    # -- writes ---------------------------------------------------------------------------------------
+
+    def _created(self, window: Any) -> None:
+        seq = next(self._seq)
+        self._new[window] = seq
+        heapq.heappush(self._ends, (window[1] + self.size_ms, seq, *window))
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self.delete(key)
+            return
+        if self._live(key) is None:
+            self._created(key)
+        self._data[key] = (value[0], value[1])
+        self._dirty.add(key)
+
+    def delete(self, key: Any) -> None:
+        if self._live(key) is not None:
+            self._data[key] = _MISSING
+            self._dirty.add(key)
+
+    def fold(self, window: tuple[Any, int], timestamp: int, key: Any, value: Any, aggregator: Any) -> Any:
+        data = self._data
+        entry = data.get(window)
+        if entry is None:
+            entry = self._stored(window)
+        elif entry is _MISSING:
+            entry = None
+        if entry is None:
+            agg = aggregator(key, value, MISSING)
+            self._created(window)
+            data[window] = (agg, timestamp)
+        else:
+            agg = aggregator(key, value, entry[0])
+            data[window] = (agg, timestamp if timestamp > entry[1] else entry[1])
+        self._dirty.add(window)
+        return agg
+
+    def closes_by(self, close_before: int) -> bool:
+        return (bool(self._ends) and self._ends[0][0] <= close_before) or (
+            self._min_end is not None and self._min_end <= close_before
+        )
+
+    def closing(self, close_before: int) -> list[tuple[Any, int, Any]]:
+        found = []
+        ends = self._ends
+        while ends and ends[0][0] <= close_before:
+            found.append(heapq.heappop(ends))
+        if self._min_end is not None and self._min_end <= close_before:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT wend, seq, k, start FROM win WHERE wend > ? AND wend <= ?",
+                    (self._swept, close_before),
+                ).fetchall()
+            found.extend((end, seq, decode_key(raw_key), start) for end, seq, raw_key, start in rows)
+            self._swept = max(self._swept, close_before)
+            self._min_end = self._next_end(self._swept)
+        found.sort(key=lambda f: (f[0], f[1]))
+        out = []
+        for _, _, key, start in found:
+            entry = self._live((key, start))
+            if entry is not None:
+                self.delete((key, start))
+                out.append((key, start, entry))
+        return out
+
+    # -- commit ---------------------------------------------------------------------------------------
+
+    def checkpoint(self, offset: int) -> None:
+        """Write the overlay (and the stream time) to the file with the changelog ``offset`` it is committed
+        up to, atomically; called after the pylog transaction holding its changelog records committed."""
+        size = self.size_ms
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.executemany(
+                    "INSERT INTO win (k, start, wend, seq, v) VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT (k, start) DO UPDATE SET v = excluded.v",
+                    [
+                        (encode_key(w[0]), w[1], w[1] + size, self._new.get(w, 0), MSGPACK.encode(list(v)))
+                        for w, v in self._data.items()
+                        if v is not _MISSING
+                    ],
+                )
+                db.executemany(
+                    "DELETE FROM win WHERE k = ? AND start = ?",
+                    [(encode_key(w[0]), w[1]) for w, v in self._data.items() if v is _MISSING],
+                )
+                self._write_meta(offset)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        self._data.clear()
+        self._new.clear()
+        self._ends.clear()  # the windows of the overlay are the file's now: found by its index
+        self._min_end = self._next_end(self._swept)
+        self.offset = offset
+
+    def _write_meta(self, offset: int) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+            [
+                ("offset", str(offset)),
+                ("changelog_id", self._changelog_id),
+                ("stream_time", str(self.stream_time)),
+            ],
+        )
+
+    # -- restore --------------------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Empty the file (it follows another changelog, or is ahead of it): rebuilt from offset 0."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM win")
+            self._db.execute("DELETE FROM meta")
+            self._db.execute("COMMIT")
+        self._data.clear()
+        self._dirty.clear()
+        self._ends.clear()
+        self._new = {}
+        self._swept = _MIN_TIME
+        self._min_end = None
+        self.offset = 0
+        self.stream_time = -1
+        self._time_dirty = False
+
+    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
+        latest = dict(zip(keys, values, strict=True))
+        self.restore_decoded(
+            [decode_key(k) for k in latest],
+            [None if v is None else MSGPACK.decode(v) for v in latest.values()],
+        )
+
+    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
+        """Changelog records (decoded) go straight to the file: they are committed already."""
+        latest = dict(zip(keys, values, strict=True))
+        time = latest.pop(STREAM_TIME_KEY, None)
+        if time is not None:
+            self.stream_time = max(self.stream_time, int(time))
+        size, seq = self.size_ms, self._seq
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT INTO win (k, start, wend, seq, v) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (k, start) DO UPDATE SET v = excluded.v",
+                [
+                    (encode_key(w[0]), w[1], w[1] + size, next(seq), MSGPACK.encode(v))
+                    for w, v in latest.items()
+                    if v is not None
+                ],
+            )
+            db.executemany(
+                "DELETE FROM win WHERE k = ? AND start = ?",
+                [(encode_key(w[0]), w[1]) for w, v in latest.items() if v is None],
+            )
+            db.execute("COMMIT")
+        self._dirty.clear()
+        self._time_dirty = False
+        self._min_end = self._next_end(self._swept)
+
+    def restored(self, offset: int) -> None:
+        """The restore read the changelog up to ``offset``: record it (and the stream time)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._write_meta(offset)
+            self._db.execute("COMMIT")
+        self.offset = offset
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.path!r})"
