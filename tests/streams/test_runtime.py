@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -176,6 +177,90 @@ def test_sqlite_state_dir_restarts_from_its_checkpoint(tmp_path: Path) -> None:
         _check(log, 2 * N)
         assert stores == dict(_pages(2 * N))
         assert metrics["restored-records"] == 0  # the files were at the changelog's end: nothing to read
+
+
+def _fill_timed(log: pylog.Log, start: int, stop: int) -> None:
+    producer = log.producer()
+    for i in range(start, stop):
+        producer.send("clicks", {"i": i, "page": f"/p{i % 7}"}, key=f"u{i % 11}", timestamp_ms=i * 10)
+    producer.close()
+
+
+def _define_windowed(app: App) -> None:
+    app.stream("clicks").group_by(lambda k, v: v["page"]).windowed_by(
+        pylog.streams.TumblingWindows(500, 100)
+    ).count(name="per-window").to_stream().to("window-counts")
+
+
+def _windows(stop: int) -> dict[tuple[str, int], int]:
+    """Every window of 500 ms of the records ``0 .. stop - 1`` (page, start), with its count."""
+    return dict(Counter((f"/p{i % 7}", i * 10 // 500 * 500) for i in range(stop)))
+
+
+def _file_windows(state: Path) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for file in sorted(state.rglob("per-window.sqlite")):
+        with sqlite3.connect(file) as db:
+            rows = db.execute("SELECT k, start, v FROM win").fetchall()
+        db.close()
+        for k, start, v in rows:
+            out[(decode_key(k), start)] = pylog.streams.serde.MSGPACK.decode(v)[0]
+    return out
+
+
+def test_window_store_in_sqlite_survives_a_restart_and_a_restore(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=1)  # event times in order: no record is late
+        log.create_topic("window-counts", partitions=2)
+        _fill_timed(log, 0, N)
+        app = App(log, "streams", commit_interval_ms=20, state_dir=state)
+        _define_windowed(app)
+        app.start(threads=2)
+        wait_for(lambda: len(committed_records(log, "window-counts")) == N, "the first run's counts")
+        wait_for(lambda: sum(app.lag().values()) == 0, "the first run's commits")
+        app.close()
+        files = sorted(p.relative_to(state).as_posix() for p in state.rglob("*.sqlite"))
+        assert files == ["streams/1_0/per-window.sqlite"]
+        every = _windows(N)
+        in_files = _file_windows(state)
+        committed = read_store(log, "streams", "per-window")
+        assert {k: v[0] for k, v in committed.items()} == in_files  # the files hold the committed state
+        assert in_files and all(every[w] == n for w, n in in_files.items())
+        # retention: the windows closed by the stream time (end + grace passed) left the files
+        assert {w for w in every if w[1] + 600 > (N - 1) * 10} == set(in_files)
+        assert len(in_files) < len(every)
+
+        _fill_timed(log, N, 2 * N)
+        again = App(log, "streams", commit_interval_ms=20, state_dir=state)
+        _define_windowed(again)
+        again.start(threads=1)
+        wait_for(lambda: len(committed_records(log, "window-counts")) == 2 * N, "the second run's counts")
+        wait_for(lambda: sum(again.lag().values()) == 0, "the second run's commits")
+        metrics = again.metrics()
+        queried = {
+            w: again.query("per-window", w) for w in _file_windows(state)
+        }  # interactive queries read the files
+        again.close()
+        assert metrics["restored-records"] == 0  # the files were at the changelogs' end: nothing to read
+        every = _windows(2 * N)
+        latest: dict[tuple[str, int], int] = {}
+        for r in committed_records(log, "window-counts"):
+            window = decode_key(r.key)
+            latest[(window[0], window[1])] = r.value
+        assert latest == every, "each window's last update is its count over both runs"
+        in_files = _file_windows(state)
+        assert set(in_files) == {w for w in every if w[1] + 600 > (2 * N - 1) * 10}
+        assert queried == in_files and all(every[w] == n for w, n in in_files.items())
+
+        fresh = tmp_path / "fresh"  # another instance with no files: restored from the changelogs
+        third = App(log, "streams", commit_interval_ms=20, state_dir=fresh)
+        _define_windowed(third)
+        third.start(threads=1)
+        wait_for(lambda: len(third.tasks()) == 2, "the tasks")
+        wait_for(lambda: third.metrics().get("restored-records", 0) > 0, "the restore")
+        third.close()
+        assert _file_windows(fresh) == in_files
 
 
 def test_interactive_queries(tmp_path: Path) -> None:

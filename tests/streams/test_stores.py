@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 from pathlib import Path
 
 import msgpack
@@ -11,7 +12,7 @@ import pytest
 
 from pylog.streams.runtime import _decode_column
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY
-from pylog.streams.sqlite import SqliteStore
+from pylog.streams.sqlite import SqliteStore, SqliteWindowStore
 from pylog.streams.stores import KeyValueStore, WindowStore, encode_key
 
 
@@ -103,4 +104,70 @@ def test_sqlite_store_keeps_committed_state_only(tmp_path: Path) -> None:
         "s", "app-s-changelog", path, "topic-id-2"
     )  # the changelog was created again: rebuild
     assert other.offset == 0 and other.to_dict() == {}
+    other.close()
+
+
+def _rows(path: str) -> list[tuple[object, int]]:
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT k, start FROM win ORDER BY start, k").fetchall()
+    db.close()
+    return [(MSGPACK_KEY.decode(k), start) for k, start in rows]
+
+
+def _count(key: object, value: object, old: object) -> int:
+    return 1 if not isinstance(old, int) else old + 1
+
+
+def test_sqlite_window_store_keeps_committed_windows_only_and_closes_from_the_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "state" / "1_0" / "w.sqlite")
+    memory = WindowStore("w", "c", 100)  # the model: the in-memory store fed the same calls
+    store = SqliteWindowStore("w", "c", 100, path, "topic-id-1")
+    for s in (memory, store):
+        s.advance(250)
+        for key, start in [("a", 0), ("a", 100), (("t", 1), 200), ("b", 0), ("a", 0)]:
+            s.fold((key, start), start + 5, key, None, _count)
+    assert (
+        store.to_dict() == memory.to_dict() == {("a", 0): 2, ("a", 100): 1, (("t", 1), 200): 1, ("b", 0): 1}
+    )
+    assert _rows(path) == []  # nothing committed yet
+    assert sorted(store.take_changes()) == sorted(memory.take_changes())
+    store.checkpoint(5)
+    assert store._data == {} and len(store) == 4  # the windows are in the file, not in memory
+    assert _rows(path) == [("a", 0), ("b", 0), ("a", 100), (("t", 1), 200)]
+    assert store.fetch("a") == memory.fetch("a") == [(0, 2), (100, 1)]
+    assert store.entry(("a", 0)) == (2, 5) and store.get(("b", 0)) == 1 and ("z", 0) not in store
+
+    # closing at 200: the windows ending at 100 and 200, by end then creation, from the file and the overlay
+    for s in (memory, store):
+        s.fold(("b", 100), 150, "b", None, _count)  # created in this interval: in the overlay only
+    assert store.closes_by(100) and not store.closes_by(99)
+    closed = store.closing(200)
+    assert closed == memory.closing(200)
+    assert [(k, s) for k, s, _ in closed] == [("a", 0), ("b", 0), ("a", 100), ("b", 100)]
+    assert store.to_dict() == memory.to_dict() == {(("t", 1), 200): 1}
+    assert sorted(store.take_changes()) == sorted(memory.take_changes())
+    store.fold(("c", 300), 301, "c", None, _count)  # not checkpointed: an aborted interval
+    store.close()
+    assert _rows(path) == [("a", 0), ("b", 0), ("a", 100), (("t", 1), 200)]
+
+    again = SqliteWindowStore("w", "c", 100, path, "topic-id-1")
+    assert again.offset == 5 and again.stream_time == 250
+    assert again.to_dict() == {("a", 0): 2, ("a", 100): 1, (("t", 1), 200): 1, ("b", 0): 1}
+    # the changelog after offset 5 (the closings, "b"@100 created then closed, the stream time) is replayed
+    again.restore_decoded(
+        [("a", 0), ("b", 0), ("a", 100), ("b", 100), "\x00stream-time"], [None, None, None, None, 320]
+    )
+    again.restored(9)
+    assert again.to_dict() == {(("t", 1), 200): 1} and again.stream_time == 320
+    assert _rows(path) == [(("t", 1), 200)]  # retention: the closed windows left the file
+    assert [(k, s) for k, s, _ in again.closing(300)] == [(("t", 1), 200)]
+    again.checkpoint(10)
+    assert _rows(path) == [] and len(again) == 0
+    again.close()
+    third = SqliteWindowStore("w", "c", 100, path, "topic-id-1")
+    assert third.offset == 10 and third.stream_time == 320 and third.to_dict() == {}
+    third.close()
+
+    other = SqliteWindowStore("w", "c", 100, path, "topic-id-2")  # the changelog was created again: rebuild
+    assert other.offset == 0 and other.stream_time == -1 and other.to_dict() == {}
     other.close()
