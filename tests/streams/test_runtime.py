@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -179,10 +180,15 @@ def test_sqlite_state_dir_restarts_from_its_checkpoint(tmp_path: Path) -> None:
         assert metrics["restored-records"] == 0  # the files were at the changelog's end: nothing to read
 
 
+BASE_MS = int(time.time()) * 1000  # event times near now (not past any retention), windows aligned to it
+
+
 def _fill_timed(log: pylog.Log, start: int, stop: int) -> None:
     producer = log.producer()
     for i in range(start, stop):
-        producer.send("clicks", {"i": i, "page": f"/p{i % 7}"}, key=f"u{i % 11}", timestamp_ms=i * 10)
+        producer.send(
+            "clicks", {"i": i, "page": f"/p{i % 7}"}, key=f"u{i % 11}", timestamp_ms=BASE_MS + i * 10
+        )
     producer.close()
 
 
@@ -194,7 +200,7 @@ def _define_windowed(app: App) -> None:
 
 def _windows(stop: int) -> dict[tuple[str, int], int]:
     """Every window of 500 ms of the records ``0 .. stop - 1`` (page, start), with its count."""
-    return dict(Counter((f"/p{i % 7}", i * 10 // 500 * 500) for i in range(stop)))
+    return dict(Counter((f"/p{i % 7}", BASE_MS + i * 10 // 500 * 500) for i in range(stop)))
 
 
 def _file_windows(state: Path) -> dict[tuple[str, int], int]:
@@ -228,7 +234,7 @@ def test_window_store_in_sqlite_survives_a_restart_and_a_restore(tmp_path: Path)
         assert {k: v[0] for k, v in committed.items()} == in_files  # the files hold the committed state
         assert in_files and all(every[w] == n for w, n in in_files.items())
         # retention: the windows closed by the stream time (end + grace passed) left the files
-        assert {w for w in every if w[1] + 600 > (N - 1) * 10} == set(in_files)
+        assert {w for w in every if w[1] + 600 > BASE_MS + (N - 1) * 10} == set(in_files)
         assert len(in_files) < len(every)
 
         _fill_timed(log, N, 2 * N)
@@ -250,7 +256,7 @@ def test_window_store_in_sqlite_survives_a_restart_and_a_restore(tmp_path: Path)
             latest[(window[0], window[1])] = r.value
         assert latest == every, "each window's last update is its count over both runs"
         in_files = _file_windows(state)
-        assert set(in_files) == {w for w in every if w[1] + 600 > (2 * N - 1) * 10}
+        assert set(in_files) == {w for w in every if w[1] + 600 > BASE_MS + (2 * N - 1) * 10}
         assert queried == in_files and all(every[w] == n for w, n in in_files.items())
 
         fresh = tmp_path / "fresh"  # another instance with no files: restored from the changelogs

@@ -19,11 +19,13 @@ from streams_helpers import committed_records, wait_for
 
 import pylog
 from pylog.idempotent import IdempotentProducer
-from pylog.streams import App
-from pylog.streams.sqlite import SqliteStore
+from pylog.streams import App, TumblingWindows
+from pylog.streams.admin import read_store
+from pylog.streams.sqlite import SqliteStore, SqliteWindowStore
 from pylog.streams.stores import decode_key
 
 INPUT = 2000
+BASE_MS = int(time.time()) * 1000  # event times near now (not past any retention), windows aligned to it
 KILLS = 4
 CHUNK = INPUT // (KILLS + 1)
 
@@ -37,11 +39,13 @@ def _app_process(
     state_dir: str | None = None,
     crash_at_commit: int = 0,
     crash_in_restore: bool = False,
+    windowed: bool = False,
 ) -> None:
     """Runs in a forked child until SIGTERM, ``delay`` seconds per record; writes its metrics to ``out`` when it
-    stops cleanly. With ``crash_at_commit=n``, the process dies (exit 17) at its n-th commit, after the
-    transaction's records and offsets were written and before it commits; with ``crash_in_restore``, after
-    the first batch of a SQLite store's restore reached its file."""
+        stops cleanly. With ``crash_at_commit=n``, the process dies (exit 17) at its n-th commit, after the
+        transaction's records and offsets were written and before it commits; with ``crash_in_restore``, after
+        the first batch of a SQLite store's restore reached its file; ``windowed``: also a tumbling-window count
+    per user (100 ms, grace 1 s; late records to ``late-w``) to ``windowed-out``."""
     if crash_in_restore:
         real_restore = SqliteStore.restore_decoded
 
@@ -68,6 +72,10 @@ def _app_process(
         events = app.stream("in")
         events.peek(lambda k, v: time.sleep(delay)).map_values(lambda v: v["i"]).to("echo")
         events.group_by(lambda k, v: v["user"]).count(name="counts").to_stream().to("counts-out")
+        if windowed:
+            events.group_by(lambda k, v: v["user"]).windowed_by(
+                TumblingWindows(100, 1000), late_topic="late-w"
+            ).count(name="windowed").to_stream().to("windowed-out")
         app.run(threads=threads)
         with open(out, "w") as f:
             json.dump(app.metrics(), f)
@@ -76,8 +84,8 @@ def _app_process(
 def _produce(path: str, start: int, stop: int) -> None:
     with pylog.open(path) as log:
         producer = log.producer()
-        for i in range(start, stop):
-            producer.send("in", {"i": i, "user": f"u{i % 37}"}, key=f"k{i % 101}")
+        for i in range(start, stop):  # event time i ms on: windows of 100 ms close as the input goes on
+            producer.send("in", {"i": i, "user": f"u{i % 37}"}, key=f"k{i % 101}", timestamp_ms=BASE_MS + i)
         producer.close()
 
 
@@ -90,12 +98,15 @@ def _fork(
     state_dir: str | None = None,
     crash_at_commit: int = 0,
     crash_in_restore: bool = False,
+    windowed: bool = False,
 ) -> int:
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest
         code = 1
         try:
-            _app_process(path, out, delay, instance, threads, state_dir, crash_at_commit, crash_in_restore)
+            _app_process(
+                path, out, delay, instance, threads, state_dir, crash_at_commit, crash_in_restore, windowed
+            )
             code = 0
         except BaseException:
             traceback.print_exc()  # the test's output shows why the process failed
@@ -259,6 +270,72 @@ def test_a_crash_at_the_commit_point_loses_and_doubles_nothing(tmp_path: Path, s
     _check(
         path, f"{stores} stores, 3 crashes at a commit", json.loads((tmp_path / "metrics.json").read_text())
     )
+
+
+def test_crashes_at_the_commit_point_with_sqlite_window_stores(tmp_path: Path) -> None:
+    """As above with a tumbling-window count kept in SQLite files: windows close (and leave the files) while
+    the process dies at commits several times; every input is then counted in exactly one window or written
+    once as late, each window's updates are 1..n once and in order, and the files hold the committed open
+    windows (the changelog's table), nothing of the aborted transactions."""
+    path = str(tmp_path / "log")
+    state_dir = str(tmp_path / "state")
+    with pylog.open(path) as log:
+        for topic in ("in", "echo", "counts-out", "windowed-out", "late-w"):
+            log.create_topic(topic, partitions=2)
+    _produce(path, 0, INPUT)
+    pid = 0
+    try:
+        for n in (3, 2, 5):
+            pid = _fork(
+                path,
+                str(tmp_path / "unused.json"),
+                0.0005,
+                "worker",
+                1,
+                state_dir,
+                crash_at_commit=n,
+                windowed=True,
+            )
+            _, status = os.waitpid(pid, 0)
+            pid = 0
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
+        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir, windowed=True)
+        with pylog.open(path) as log:
+            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
+            wait_for(lambda: sum(log.group_lag("eos").values()) == 0, "the last run's commits")
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    _check(
+        path,
+        "sqlite window stores, 3 crashes at a commit",
+        json.loads((tmp_path / "metrics.json").read_text()),
+    )
+    with pylog.open(path) as log:
+        updates: dict[tuple[str, int], list[int]] = {}
+        for r in committed_records(log, "windowed-out"):
+            user, start, _ = decode_key(r.key)
+            updates.setdefault((user, start), []).append(r.value)
+        late = [r.value["i"] for r in committed_records(log, "late-w")]
+        table = {w: v[0] for w, v in read_store(log, "eos", "windowed").items()}
+        topic_id = str(log.topic("eos-windowed-changelog").topic_id)
+    assert all(counts == list(range(1, len(counts) + 1)) for counts in updates.values()), (
+        "updates once, in order"
+    )
+    assert len(late) == len(set(late)) and sum(len(c) for c in updates.values()) + len(late) == INPUT
+    held: dict[tuple[str, int], int] = {}
+    for file in sorted(Path(state_dir).rglob("windowed.sqlite")):
+        store = SqliteWindowStore("windowed", "eos-windowed-changelog", 100, str(file), topic_id)
+        held.update(store.to_dict())
+        store.close()
+    assert held == table and all(len(updates[w]) == n for w, n in held.items())
+    assert held and len(held) < len(updates), "windows closed and left the files"
+    print(f"{len(updates)} windows, {len(held)} open in the files, {len(late)} late records")
 
 
 def test_a_crash_in_the_middle_of_a_restore_is_repaired(tmp_path: Path) -> None:
