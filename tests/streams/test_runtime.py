@@ -14,6 +14,7 @@ import pylog
 import pylog.streams
 from pylog.streams import App
 from pylog.streams.admin import read_store
+from pylog.streams.serde import MSGPACK
 from pylog.streams.stores import decode_key
 
 N = 600
@@ -193,9 +194,13 @@ def _fill_timed(log: pylog.Log, start: int, stop: int) -> None:
 
 
 def _define_windowed(app: App) -> None:
-    app.stream("clicks").group_by(lambda k, v: v["page"]).windowed_by(
-        pylog.streams.TumblingWindows(500, 100)
-    ).count(name="per-window").to_stream().to("window-counts")
+    clicks = app.stream("clicks")
+    clicks.group_by(lambda k, v: v["page"]).windowed_by(pylog.streams.TumblingWindows(500, 100)).count(
+        name="per-window"
+    ).to_stream().to("window-counts")
+    clicks.group_by(lambda k, v: v["page"]).windowed_by(
+        pylog.streams.SessionWindows(100)  # a page's records are 70 ms apart: one session per page
+    ).count(name="per-session")
 
 
 def _windows(stop: int) -> dict[tuple[str, int], int]:
@@ -210,7 +215,7 @@ def _file_windows(state: Path) -> dict[tuple[str, int], int]:
             rows = db.execute("SELECT k, start, v FROM win").fetchall()
         db.close()
         for k, start, v in rows:
-            out[(decode_key(k), start)] = pylog.streams.serde.MSGPACK.decode(v)[0]
+            out[(decode_key(k), start)] = MSGPACK.decode(v)[0]
     return out
 
 
@@ -227,7 +232,7 @@ def test_window_store_in_sqlite_survives_a_restart_and_a_restore(tmp_path: Path)
         wait_for(lambda: sum(app.lag().values()) == 0, "the first run's commits")
         app.close()
         files = sorted(p.relative_to(state).as_posix() for p in state.rglob("*.sqlite"))
-        assert files == ["streams/1_0/per-window.sqlite"]
+        assert files == ["streams/1_0/per-window.sqlite", "streams/2_0/per-session.sqlite"]
         every = _windows(N)
         in_files = _file_windows(state)
         committed = read_store(log, "streams", "per-window")
@@ -263,10 +268,24 @@ def test_window_store_in_sqlite_survives_a_restart_and_a_restore(tmp_path: Path)
         third = App(log, "streams", commit_interval_ms=20, state_dir=fresh)
         _define_windowed(third)
         third.start(threads=1)
-        wait_for(lambda: len(third.tasks()) == 2, "the tasks")
+        wait_for(lambda: len(third.tasks()) == 3, "the tasks")
         wait_for(lambda: third.metrics().get("restored-records", 0) > 0, "the restore")
         third.close()
         assert _file_windows(fresh) == in_files
+        for where in (state, fresh):  # the sessions' files hold the committed sessions
+            [file] = where.rglob("per-session.sqlite")
+            with sqlite3.connect(file) as db:
+                rows = db.execute("SELECT k, start, send, v FROM sess").fetchall()
+            db.close()
+            sessions = {(decode_key(k), s): [MSGPACK.decode(v)[0], e] for k, s, e, v in rows}
+            assert sessions == read_store(log, "streams", "per-session")
+            assert sessions == {
+                (f"/p{p}", BASE_MS + p * 10): [
+                    len(range(p, 2 * N, 7)),
+                    BASE_MS + max(range(p, 2 * N, 7)) * 10,
+                ]
+                for p in range(7)
+            }
 
 
 def test_interactive_queries(tmp_path: Path) -> None:

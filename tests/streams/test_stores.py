@@ -12,8 +12,8 @@ import pytest
 
 from pylog.streams.runtime import _decode_column
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY
-from pylog.streams.sqlite import SqliteStore, SqliteWindowStore
-from pylog.streams.stores import KeyValueStore, WindowStore, encode_key
+from pylog.streams.sqlite import SqliteSessionStore, SqliteStore, SqliteWindowStore
+from pylog.streams.stores import KeyValueStore, SessionStore, WindowStore, encode_key
 
 
 def test_decode_column_matches_row_by_row_decoding() -> None:
@@ -171,3 +171,64 @@ def test_sqlite_window_store_keeps_committed_windows_only_and_closes_from_the_fi
     other = SqliteWindowStore("w", "c", 100, path, "topic-id-2")  # the changelog was created again: rebuild
     assert other.offset == 0 and other.stream_time == -1 and other.to_dict() == {}
     other.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sqlite_window_and_session_stores_follow_the_memory_stores(tmp_path: Path, seed: int) -> None:
+    """Random folds, session puts and deletes, and closings with checkpoints at random points (so that the file and the
+    overlay both hold windows when they close): the SQLite stores answer, close and log as the in-memory
+    stores do, and a store reopened from its file after the last checkpoint equals the memory one then."""
+    rng = random.Random(seed)
+    wpath, spath = str(tmp_path / "w.sqlite"), str(tmp_path / "s.sqlite")
+    windows, wfile = WindowStore("w", "c", 100), SqliteWindowStore("w", "c", 100, wpath, "id")
+    sessions, sfile = SessionStore("s", "c", 10), SqliteSessionStore("s", "c", 10, spath, "id")
+    closed_at = 0
+    for step in range(400):
+        key = rng.choice("abc")
+        op = rng.random()
+        if op < 0.45:
+            start = rng.randrange(closed_at // 100 * 100, closed_at + 600, 100)
+            ts = start + rng.randrange(100)
+            for w in (windows, wfile):
+                w.fold((key, start), ts, key, None, _count)
+            s0 = rng.randrange(closed_at, closed_at + 300)
+            value = (rng.randrange(10), s0 + rng.randrange(50))
+            for s in (sessions, sfile):
+                s.put((key, s0), value)
+        elif op < 0.6:
+            found = sessions.sessions(key)
+            if found:
+                start = rng.choice(found)[0]
+                for s in (sessions, sfile):
+                    s.delete((key, start))
+        elif op < 0.8:
+            closed_at += rng.randrange(60)
+            assert wfile.closes_by(closed_at) == windows.closes_by(closed_at)
+            assert wfile.closing(closed_at) == windows.closing(closed_at), step
+            assert sfile.closing(closed_at) == sessions.closing(closed_at), step
+        else:
+            for store in (windows, wfile, sessions, sfile):
+                store.advance(closed_at)
+            assert sorted(wfile.take_changes()) == sorted(windows.take_changes())
+            assert sorted(sfile.take_changes()) == sorted(sessions.take_changes())
+            wfile.checkpoint(step)
+            sfile.checkpoint(step)
+        assert wfile.to_dict() == windows.to_dict() and len(wfile) == len(windows)
+        assert sfile.to_dict() == sessions.to_dict() and len(sfile) == len(sessions)
+        assert wfile.entry((key, 0)) == windows.entry((key, 0)) and sfile.get((key, 0)) == sessions.get(
+            (key, 0)
+        )
+        assert sfile.sessions(key) == sessions.sessions(key) and wfile.fetch(key) == windows.fetch(key)
+    wfile.checkpoint(400)
+    sfile.checkpoint(400)
+    wfile.close()
+    sfile.close()
+    wagain, sagain = (
+        SqliteWindowStore("w", "c", 100, wpath, "id"),
+        SqliteSessionStore("s", "c", 10, spath, "id"),
+    )
+    assert wagain.to_dict() == windows.to_dict() and sagain.to_dict() == sessions.to_dict()
+    assert wagain.offset == sagain.offset == 400
+    assert _rows(wpath) == sorted(windows.to_dict(), key=lambda w: (w[1], MSGPACK_KEY.encode(w[0])))
+    wagain.close()
+    sagain.close()

@@ -23,7 +23,7 @@ from pylog.streams import (
     Windowed,
     WindowStore,
 )
-from pylog.streams.sqlite import SqliteWindowStore
+from pylog.streams.sqlite import SqliteSessionStore, SqliteWindowStore
 from pylog.streams.stores import JoinBufferStore
 from pylog.streams.windows import Windows
 
@@ -173,6 +173,7 @@ def _session_model(
     return out, late, {(s[0], s[1], s[2]): [s[3], s[4]] for s in sessions}
 
 
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
 @settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(
@@ -187,10 +188,17 @@ def _session_model(
     records=[("a", 0, 0), ("b", 0, 0), ("a", 0, 0), ("a", 0, 1)], gap=0, grace=0, emit="final", coarse=1
 )
 def test_session_windows_match_the_model(
-    records: list[tuple[str, int, int]], gap: int, grace: int, emit: str, coarse: int
+    stores: str, records: list[tuple[str, int, int]], gap: int, grace: int, emit: str, coarse: int
+) -> None:
+    with tempfile.TemporaryDirectory() as state_dir:
+        _session_case(None if stores == "memory" else state_dir, records, gap, grace, emit, coarse)
+
+
+def _session_case(
+    state_dir: str | None, records: list[tuple[str, int, int]], gap: int, grace: int, emit: str, coarse: int
 ) -> None:
     records = [(k, v, ts // coarse) for k, v, ts in records]  # coarse: many records at the same times
-    app = App(None, "model")
+    app = App(None, "model", state_dir=state_dir)
     sessions = (
         app.stream("in").group_by_key().windowed_by(SessionWindows(gap, grace), emit=emit, late_topic="late")
     )
@@ -215,6 +223,14 @@ def test_session_windows_match_the_model(
     restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
     assert restored.to_dict() == open_sessions
     assert isinstance(store, SessionStore) and restored.stream_time == store.stream_time
+    if state_dir is not None:  # the file holds the sessions (checkpointed after each record), not memory
+        assert isinstance(store, SqliteSessionStore) and store._data == {}
+        driver.close()
+        again = TestDriver(app)  # the file read again, as a restart does
+        reopened = again.store("s")
+        assert isinstance(reopened, SqliteSessionStore) and reopened.to_dict() == open_sessions
+        assert reopened.stream_time == store.stream_time
+        again.close()
 
 
 @settings(max_examples=100, deadline=None)

@@ -7,8 +7,8 @@ records, and the changelog of every store (flushed after each piped record, as i
 commit). Repartition topics are fed back at once, in the order written. Each sub-topology runs as a single
 task (partition 0), so every key's state is in one store.
 
-With the application's ``state_dir``, the stores the running application keeps in SQLite (key-value and
-tumbling/hopping window stores, :mod:`pylog.streams.sqlite`) are SQLite files under it here too, checkpointed
+With the application's ``state_dir``, the stores the running application keeps in SQLite (key-value,
+tumbling/hopping window and session stores, :mod:`pylog.streams.sqlite`) are SQLite files under it here too, checkpointed
 after each piped record; files left by an earlier driver of the same application are used as they are.
 
 Time: a record's event time is its ``timestamp_ms``, by default the driver's :class:`~pylog.clock.ManualClock`

@@ -46,7 +46,7 @@ import numpy as np
 
 from pylog.errors import CommitFailedError, ProducerFencedError
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
-from pylog.streams.sqlite import SqliteStore, SqliteWindowStore, make_sqlite_store
+from pylog.streams.sqlite import SqliteSessionStore, SqliteStore, SqliteWindowStore, make_sqlite_store
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.task import Task
 from pylog.streams.topology import GlobalSpec, StoreSpec, TaskId, Topology
@@ -236,8 +236,8 @@ class StreamThread(threading.Thread):
         self.assign(assigned)
 
     def _make_store(self, spec: StoreSpec, task_id: TaskId) -> KeyValueStore | None:
-        """A SQLite store for a key-value or tumbling/hopping window store when the application has a
-        ``state_dir``."""
+        """A SQLite store for a key-value, tumbling/hopping window or session store when the application has
+        a ``state_dir``."""
         if self.app.state_dir is None:
             return None
         path = os.path.join(self.app.state_dir, self.app.application_id, str(task_id), f"{spec.name}.sqlite")
@@ -248,7 +248,10 @@ class StreamThread(threading.Thread):
         ends: dict[str, dict[int, int]] = {}
         for task in self.tasks.values():
             for store in task.stores.values():
-                if isinstance(store, (SqliteStore, SqliteWindowStore)) and store.changelog is not None:
+                if (
+                    isinstance(store, (SqliteStore, SqliteWindowStore, SqliteSessionStore))
+                    and store.changelog is not None
+                ):
                     if store.changelog not in ends:
                         ends[store.changelog] = self.log.topic(store.changelog).end_offsets()
                     store.checkpoint(ends[store.changelog][task.task_id.partition])

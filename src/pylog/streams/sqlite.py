@@ -20,8 +20,9 @@ interactive queries may read from other threads (one connection, calls serialize
 :class:`SqliteWindowStore` does the same for tumbling and hopping windows: a table of ``(key, window_start)
 -> aggregate`` with the window's end indexed, so that closing the windows a stream time passes is a range
 scan of the file (retention: a closed window is deleted from the file at the next checkpoint), and the stream
-time kept beside the offset. Session, sliding and join-buffer stores, suppression buffers and foreign-key
-subscriptions stay in memory.
+time kept beside the offset. :class:`SqliteSessionStore` likewise for session windows (``(key, start) ->
+[aggregate, end]``, the end indexed; a key's sessions are a lookup by key). Sliding-window and join-buffer
+stores, suppression buffers and foreign-key subscriptions stay in memory.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pylog.streams.stores import (
     MISSING,
     STREAM_TIME_KEY,
     KeyValueStore,
+    SessionStore,
     WindowStore,
     decode_key,
     encode_key,
@@ -48,7 +50,7 @@ from pylog.streams.stores import (
 from pylog.streams.topology import StoreSpec
 from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows
 
-__all__ = ["CACHE_ENTRIES", "SqliteStore", "SqliteWindowStore", "make_sqlite_store"]
+__all__ = ["CACHE_ENTRIES", "SqliteSessionStore", "SqliteStore", "SqliteWindowStore", "make_sqlite_store"]
 
 _DELETED: Any = object()
 _ABSENT: Any = object()
@@ -247,13 +249,15 @@ class SqliteStore(KeyValueStore):
 
 
 def make_sqlite_store(spec: StoreSpec, path: str, changelog_id: str) -> KeyValueStore | None:
-    """The SQLite store of ``spec`` in the file ``path`` (a key-value store or a tumbling/hopping window
+    """The SQLite store of ``spec`` in the file ``path`` (a key-value, tumbling/hopping window or session
     store), or None for a store kind kept in memory."""
     if spec.kind != "kv":
         return None
     if spec.windows is None:
         return SqliteStore(spec.name, spec.changelog, path, changelog_id)
-    if isinstance(spec.windows, (SessionWindows, SlidingWindows, JoinWindows)):
+    if isinstance(spec.windows, SessionWindows):
+        return SqliteSessionStore(spec.name, spec.changelog, spec.windows.gap_ms, path, changelog_id)
+    if isinstance(spec.windows, (SlidingWindows, JoinWindows)):
         return None
     return SqliteWindowStore(spec.name, spec.changelog, spec.windows.size_ms, path, changelog_id)
 
@@ -551,6 +555,279 @@ class SqliteWindowStore(WindowStore):
         self._dirty.clear()
         self._time_dirty = False
         self._min_end = self._next_end(self._swept)
+
+    def restored(self, offset: int) -> None:
+        """The restore read the changelog up to ``offset``: record it (and the stream time)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._write_meta(offset)
+            self._db.execute("COMMIT")
+        self.offset = offset
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.path!r})"
+
+
+class SqliteSessionStore(SessionStore):
+    """Session aggregates in a SQLite file (see the module docstring): the table ``sess`` holds ``(key, start)
+    -> [aggregate, end]`` as of the changelog offset in ``meta``, with the session's end (indexed: the
+    sessions to close are a range scan) and the sequence of its latest change (sessions closing at the same
+    end close in that order, as in memory). The commit interval's changes are an overlay in memory (``_data``,
+    with ``_by_key`` indexing it), written to the file by :meth:`checkpoint` once their changelog records are
+    committed."""
+
+    def __init__(self, name: str, changelog: str, gap_ms: int, path: str, changelog_id: str) -> None:
+        super().__init__(name, changelog, gap_ms)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS sess (k BLOB NOT NULL, start INTEGER NOT NULL, send INTEGER NOT NULL,"
+            " seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, start)) WITHOUT ROWID"
+        )
+        db.execute("CREATE INDEX IF NOT EXISTS sess_end ON sess (send, seq)")
+        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._changelog_id = changelog_id
+        meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+        self.offset = int(meta.get("offset", 0))
+        self.stream_time = int(meta.get("stream_time", -1))
+        if meta.get("changelog_id", changelog_id) != changelog_id:
+            self.clear()
+        self._swept = _MIN_TIME  # the file's sessions ending before this are closed (in the overlay)
+        (top,) = db.execute("SELECT MAX(seq) FROM sess").fetchone()
+        self._seq = itertools.count(0 if top is None else int(top) + 1)
+        self._min_end = self._next_end()
+
+    def _next_end(self) -> int | None:
+        with self._lock:
+            (end,) = self._db.execute("SELECT MIN(send) FROM sess WHERE send >= ?", (self._swept,)).fetchone()
+        return None if end is None else int(end)
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    def _stored(self, session: Any) -> tuple[Any, int] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT v FROM sess WHERE k = ? AND start = ?", (encode_key(session[0]), session[1])
+            ).fetchone()
+        if row is None:
+            return None
+        agg, end = MSGPACK.decode(row[0])
+        return agg, end
+
+    def _live(self, session: Any) -> tuple[Any, int] | None:
+        value = self._data.get(session, _ABSENT)
+        if value is _ABSENT:
+            return self._stored(session)
+        return None if value is _MISSING else value
+
+    def _all(self) -> list[tuple[Any, tuple[Any, int]]]:
+        overlay = dict(self._data)
+        with self._lock:
+            rows = self._db.execute("SELECT k, start, v FROM sess").fetchall()
+        out = []
+        for raw_key, start, raw in rows:
+            session = (decode_key(raw_key), start)
+            if session not in overlay:
+                agg, end = MSGPACK.decode(raw)
+                out.append((session, (agg, end)))
+        out.extend((s, v) for s, v in overlay.items() if v is not _MISSING)
+        return out
+
+    def sessions(self, key: Any) -> list[tuple[int, int, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT start, v FROM sess WHERE k = ?", (encode_key(key),)).fetchall()
+        found = {start: MSGPACK.decode(raw) for start, raw in rows}
+        for start in list(self._by_key.get(key, ())):
+            value = self._data.get((key, start), _MISSING)
+            if value is _MISSING:
+                found.pop(start, None)
+            else:
+                found[start] = value
+        return sorted((start, v[1], v[0]) for start, v in found.items())
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        entry = self._live(key)
+        return default if entry is None else entry[0]
+
+    def __getitem__(self, key: Any) -> Any:
+        entry = self._live(key)
+        if entry is None:
+            raise KeyError(key)
+        return entry
+
+    def __contains__(self, key: Any) -> bool:
+        return self._live(key) is not None
+
+    def __len__(self) -> int:
+        with self._lock:
+            (n,) = self._db.execute("SELECT COUNT(*) FROM sess").fetchone()
+        for session, value in list(self._data.items()):
+            n += (value is not _MISSING) - (self._stored(session) is not None)
+        return int(n)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([s for s, _ in self._all()])
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [((k, start, entry[1]), entry[0]) for (k, start), entry in self._all()]
+
+    def range(self, low: Any = None, high: Any = None) -> list[tuple[Any, Any]]:
+        found = [(s, e) for s, e in self._all() if (low is None or s >= low) and (high is None or s <= high)]
+        return sorted(found, key=lambda kv: kv[0])
+
+    # -- writes ---------------------------------------------------------------------------------------
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self.delete(key)
+            return
+        k, start = key
+        self._by_key.setdefault(k, set()).add(start)
+        seq = next(self._seq)
+        self._latest[key] = seq
+        heapq.heappush(self._ends, (value[1], seq, k, start))
+        self._data[key] = (value[0], value[1])
+        self._dirty.add(key)
+
+    def delete(self, key: Any) -> None:
+        if self._live(key) is not None:
+            self._latest.pop(key, None)
+            self._by_key.setdefault(key[0], set()).add(key[1])  # the overlay's deletion, found by sessions()
+            self._data[key] = _MISSING
+            self._dirty.add(key)
+
+    def closing(self, end_before: int) -> list[tuple[Any, int, Any]]:
+        found = []
+        ends = self._ends
+        while ends and ends[0][0] < end_before:
+            end, seq, key, start = heapq.heappop(ends)
+            if self._latest.get((key, start)) == seq:
+                found.append((end, seq, key, start))
+        if self._min_end is not None and self._min_end < end_before:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT send, seq, k, start FROM sess WHERE send >= ? AND send < ?",
+                    (self._swept, end_before),
+                ).fetchall()
+            for end, seq, raw_key, start in rows:
+                session = (decode_key(raw_key), start)
+                if session not in self._data:  # else the overlay's entry decides (and its heap entry)
+                    found.append((end, seq, *session))
+            self._swept = max(self._swept, end_before)
+            self._min_end = self._next_end()
+        found.sort(key=lambda f: (f[0], f[1]))
+        out = []
+        for _, _, key, start in found:
+            entry = self._live((key, start))
+            if entry is not None:
+                self.delete((key, start))
+                out.append((key, start, entry))
+        return out
+
+    # -- commit ---------------------------------------------------------------------------------------
+
+    def checkpoint(self, offset: int) -> None:
+        """Write the overlay (and the stream time) to the file with the changelog ``offset`` it is committed
+        up to, atomically; called after the pylog transaction holding its changelog records committed."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.executemany(
+                    "INSERT OR REPLACE INTO sess (k, start, send, seq, v) VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (encode_key(s[0]), s[1], v[1], self._latest.get(s, 0), MSGPACK.encode(list(v)))
+                        for s, v in self._data.items()
+                        if v is not _MISSING
+                    ],
+                )
+                db.executemany(
+                    "DELETE FROM sess WHERE k = ? AND start = ?",
+                    [(encode_key(s[0]), s[1]) for s, v in self._data.items() if v is _MISSING],
+                )
+                self._write_meta(offset)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        self._data.clear()
+        self._by_key.clear()
+        self._latest.clear()
+        self._ends.clear()  # the overlay's sessions are the file's now: found by its index
+        self._min_end = self._next_end()
+        self.offset = offset
+
+    def _write_meta(self, offset: int) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+            [
+                ("offset", str(offset)),
+                ("changelog_id", self._changelog_id),
+                ("stream_time", str(self.stream_time)),
+            ],
+        )
+
+    # -- restore --------------------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Empty the file (it follows another changelog, or is ahead of it): rebuilt from offset 0."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM sess")
+            self._db.execute("DELETE FROM meta")
+            self._db.execute("COMMIT")
+        self._data.clear()
+        self._dirty.clear()
+        self._by_key.clear()
+        self._latest.clear()
+        self._ends.clear()
+        self._swept = _MIN_TIME
+        self._min_end = None
+        self.offset = 0
+        self.stream_time = -1
+        self._time_dirty = False
+
+    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
+        latest = dict(zip(keys, values, strict=True))
+        self.restore_decoded(
+            [decode_key(k) for k in latest],
+            [None if v is None else MSGPACK.decode(v) for v in latest.values()],
+        )
+
+    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
+        """Changelog records (decoded) go straight to the file: they are committed already."""
+        latest = dict(zip(keys, values, strict=True))
+        time = latest.pop(STREAM_TIME_KEY, None)
+        if time is not None:
+            self.stream_time = max(self.stream_time, int(time))
+        seq = self._seq
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT OR REPLACE INTO sess (k, start, send, seq, v) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (encode_key(s[0]), s[1], v[1], next(seq), MSGPACK.encode(v))
+                    for s, v in latest.items()
+                    if v is not None
+                ],
+            )
+            db.executemany(
+                "DELETE FROM sess WHERE k = ? AND start = ?",
+                [(encode_key(s[0]), s[1]) for s, v in latest.items() if v is None],
+            )
+            db.execute("COMMIT")
+        self._dirty.clear()
+        self._time_dirty = False
+        self._min_end = self._next_end()
 
     def restored(self, offset: int) -> None:
         """The restore read the changelog up to ``offset``: record it (and the stream time)."""
