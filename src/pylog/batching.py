@@ -191,6 +191,13 @@ class Column:
         return cls(None, None, "nulls", None, n=n, width=-1)
 
     @classmethod
+    def of_bytes(cls, col: list[bytes | None]) -> Column:
+        """A column of a list whose items pylog itself made and knows to be ``bytes`` or None (the records a
+        broker decoded from a Kafka batch): no per-record type check and no copy of the list, which must not
+        change until written. Input from users goes through :meth:`of`."""
+        return cls(item_lengths(col)[0], None, "list", col, n=len(col), width=None)
+
+    @classmethod
     def of(cls, col: Any, what: str) -> Column:
         if col is None:
             return cls(np.zeros(0, dtype=np.int64), None, "none", None, n=0, width=None)

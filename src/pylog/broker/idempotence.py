@@ -54,9 +54,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from pylog.batching import Column
 from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import KafkaBatch
-from pylog.errors import ConfigError, OffsetOutOfRangeError
+from pylog.errors import ConfigError, InvalidRecordError, LogClosedError, OffsetOutOfRangeError
 from pylog.producer import Producer
 from pylog.record import ATTR_CONTROL, ATTR_TRANSACTIONAL, decode_header
 
@@ -302,6 +303,30 @@ class KafkaWriter(Producer):
             yield
         finally:
             self._stamp = None
+
+    def write_decoded(
+        self,
+        topic: str,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        partition: int,
+        timestamps: list[int],
+    ) -> int:
+        """``send_batch(topic, keys, values, partition=partition, timestamps=timestamps)`` for the columns of a
+        Kafka batch the broker decoded (lists of ``bytes`` or None of the same length, which it does not
+        change): the same checks of the records as a whole (sizes, nulls, timestamps, partition), without
+        :meth:`send_batch`'s check of each key's and value's type. The offset of the first record."""
+        if self._closed:
+            raise LogClosedError("the producer is closed")
+        t = self._topics.get(topic)
+        if t is None:
+            t = self.log.topic(topic)
+        if not keys or len(keys) != len(values):
+            raise InvalidRecordError(f"a record batch of {len(keys)} keys and {len(values)} values")
+        _, offsets = self._acc.write_columns(
+            t, Column.of_bytes(keys), Column.of_bytes(values), partition, timestamps
+        )
+        return int(offsets[0])
 
     def _batch_fields(self, tp: TopicPartition) -> Mapping[str, Any]:
         stamp = self._stamp

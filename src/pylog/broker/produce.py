@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from pylog.broker.context import Context
-from pylog.broker.idempotence import DUPLICATE, PARTIAL, rest_of
+from pylog.broker.idempotence import DUPLICATE, PARTIAL, KafkaWriter, rest_of
 from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import InvalidBatchError, KafkaBatch, decode_batches
 from pylog.errors import (
@@ -178,6 +178,8 @@ def _write_with(writer: Producer, topic: str, partition: int, batch: KafkaBatch)
     and a transaction's (which the record queue tags with the open transaction), go one by one; the others
     as columns."""
     if batch.headers is None and not batch.transactional:
+        if isinstance(writer, KafkaWriter):  # the broker's own decoded bytes: no per-record type check
+            return writer.write_decoded(topic, batch.keys, batch.values, partition, batch.timestamps)
         result = writer.send_batch(
             topic, batch.keys, batch.values, partition=partition, timestamps=batch.timestamps
         )
