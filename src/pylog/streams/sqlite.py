@@ -289,6 +289,9 @@ class SqliteWindowStore(WindowStore):
         db.execute("CREATE INDEX IF NOT EXISTS win_end ON win (wend, seq)")
         db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._changelog_id = changelog_id
+        self._cache: OrderedDict[Any, tuple[Any, int]] = (
+            OrderedDict()
+        )  # committed windows read or written lately
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         self.offset = int(meta.get("offset", 0))
         self.stream_time = int(meta.get("stream_time", -1))
@@ -299,11 +302,11 @@ class SqliteWindowStore(WindowStore):
         self._reload()
 
     def _reload(self) -> None:
-        """Sequence and next end from the file."""
+        """Sequence, latest start and next end from the file."""
         with self._lock:
-            (top,) = self._db.execute("SELECT MAX(seq) FROM win").fetchone()
-        self._seq = itertools.count(-1 if top is None else int(top) + 1)
-        next(self._seq)
+            top, latest = self._db.execute("SELECT MAX(seq), MAX(start) FROM win").fetchone()
+        self._seq = itertools.count(0 if top is None else int(top) + 1)
+        self._max_start = _MIN_TIME if latest is None else int(latest)  # a later window is not in the file
         self._min_end = self._next_end(self._swept)
 
     def _next_end(self, after: int) -> int | None:
@@ -314,14 +317,25 @@ class SqliteWindowStore(WindowStore):
     # -- reads ----------------------------------------------------------------------------------------
 
     def _stored(self, window: Any) -> tuple[Any, int] | None:
+        """The committed entry of ``window``: from the cache, else from the file (None when absent)."""
+        if window[1] > self._max_start:
+            return None
         with self._lock:
+            cache = self._cache
+            entry = cache.get(window)
+            if entry is not None:
+                cache.move_to_end(window)
+                return entry
             row = self._db.execute(
                 "SELECT v FROM win WHERE k = ? AND start = ?", (encode_key(window[0]), window[1])
             ).fetchone()
-        if row is None:
-            return None
-        agg, max_ts = MSGPACK.decode(row[0])
-        return agg, max_ts
+            if row is None:
+                return None
+            agg, max_ts = MSGPACK.decode(row[0])
+            cache[window] = entry = (agg, max_ts)
+            if len(cache) > CACHE_ENTRIES:
+                cache.popitem(last=False)
+            return entry
 
     def _live(self, window: Any) -> tuple[Any, int] | None:
         """The entry of ``window``: the overlay's, else the file's; None when absent."""
@@ -436,25 +450,31 @@ class SqliteWindowStore(WindowStore):
         )
 
     def closing(self, close_before: int) -> list[tuple[Any, int, Any]]:
-        found = []
+        found: list[tuple[int, int, Any, int, Any]] = []  # (end, seq, key, start, the file's value or None)
         ends = self._ends
         while ends and ends[0][0] <= close_before:
-            found.append(heapq.heappop(ends))
+            found.append((*heapq.heappop(ends), None))
         if self._min_end is not None and self._min_end <= close_before:
             with self._lock:
                 rows = self._db.execute(
-                    "SELECT wend, seq, k, start FROM win WHERE wend > ? AND wend <= ?",
+                    "SELECT wend, seq, k, start, v FROM win WHERE wend > ? AND wend <= ?",
                     (self._swept, close_before),
                 ).fetchall()
-            found.extend((end, seq, decode_key(raw_key), start) for end, seq, raw_key, start in rows)
+            found.extend((end, seq, decode_key(k), start, v) for end, seq, k, start, v in rows)
             self._swept = max(self._swept, close_before)
             self._min_end = self._next_end(self._swept)
         found.sort(key=lambda f: (f[0], f[1]))
         out = []
-        for _, _, key, start in found:
-            entry = self._live((key, start))
-            if entry is not None:
-                self.delete((key, start))
+        data, dirty = self._data, self._dirty
+        for _, _, key, start, raw in found:
+            window = (key, start)
+            entry = data.get(window, _ABSENT)  # the overlay's entry decides, else the file's
+            if entry is _ABSENT and raw is not None:
+                agg, max_ts = MSGPACK.decode(raw)
+                entry = (agg, max_ts)
+            if entry is not _ABSENT and entry is not _MISSING:
+                data[window] = _MISSING
+                dirty.add(window)
                 out.append((key, start, entry))
         return out
 
@@ -486,6 +506,17 @@ class SqliteWindowStore(WindowStore):
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+            cache = self._cache  # the overlay's windows are the file's now: cache them, forget the closed
+            for window, value in self._data.items():
+                if value is _MISSING:
+                    cache.pop(window, None)
+                else:
+                    cache[window] = value
+                    cache.move_to_end(window)
+                    if window[1] > self._max_start:
+                        self._max_start = window[1]
+            while len(cache) > CACHE_ENTRIES:
+                cache.popitem(last=False)
         self._data.clear()
         self._new.clear()
         self._ends.clear()  # the windows of the overlay are the file's now: found by its index
@@ -511,6 +542,8 @@ class SqliteWindowStore(WindowStore):
             self._db.execute("DELETE FROM win")
             self._db.execute("DELETE FROM meta")
             self._db.execute("COMMIT")
+            self._cache.clear()
+        self._max_start = _MIN_TIME
         self._data.clear()
         self._dirty.clear()
         self._ends.clear()
@@ -552,6 +585,9 @@ class SqliteWindowStore(WindowStore):
                 [(encode_key(w[0]), w[1]) for w, v in latest.items() if v is None],
             )
             db.execute("COMMIT")
+            for window in latest:
+                self._cache.pop(window, None)
+            self._max_start = max([self._max_start, *(w[1] for w, v in latest.items() if v is not None)])
         self._dirty.clear()
         self._time_dirty = False
         self._min_end = self._next_end(self._swept)
