@@ -741,30 +741,36 @@ class SqliteSessionStore(SessionStore):
             self._dirty.add(key)
 
     def closing(self, end_before: int) -> list[tuple[Any, int, Any]]:
-        found = []
+        found: list[tuple[int, int, Any, int, Any]] = []  # (end, seq, key, start, the file's entry or None)
         ends = self._ends
         while ends and ends[0][0] < end_before:
             end, seq, key, start = heapq.heappop(ends)
             if self._latest.get((key, start)) == seq:
-                found.append((end, seq, key, start))
+                found.append((end, seq, key, start, None))
         if self._min_end is not None and self._min_end < end_before:
             with self._lock:
                 rows = self._db.execute(
-                    "SELECT send, seq, k, start FROM sess WHERE send >= ? AND send < ?",
+                    "SELECT send, seq, k, start, v FROM sess WHERE send >= ? AND send < ?",
                     (self._swept, end_before),
                 ).fetchall()
-            for end, seq, raw_key, start in rows:
+            for end, seq, raw_key, start, raw in rows:
                 session = (decode_key(raw_key), start)
                 if session not in self._data:  # else the overlay's entry decides (and its heap entry)
-                    found.append((end, seq, *session))
+                    agg, send = MSGPACK.decode(raw)
+                    found.append((end, seq, *session, (agg, send)))
             self._swept = max(self._swept, end_before)
             self._min_end = self._next_end()
         found.sort(key=lambda f: (f[0], f[1]))
         out = []
-        for _, _, key, start in found:
-            entry = self._live((key, start))
-            if entry is not None:
-                self.delete((key, start))
+        data = self._data
+        for _, _, key, start, stored in found:
+            session = (key, start)
+            entry = data.get(session, stored)  # the overlay's entry, else the file's
+            if entry is not None and entry is not _MISSING:
+                self._latest.pop(session, None)
+                self._by_key.setdefault(key, set()).add(start)  # the deletion, found by sessions()
+                data[session] = _MISSING
+                self._dirty.add(session)
                 out.append((key, start, entry))
         return out
 
