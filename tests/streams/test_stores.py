@@ -10,6 +10,7 @@ import msgpack
 import pyarrow as pa
 import pytest
 
+import pylog.streams.sqlite as sqlite_module
 from pylog.streams.runtime import _decode_column
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY
 from pylog.streams.sqlite import SqliteSessionStore, SqliteStore, SqliteWindowStore
@@ -232,3 +233,28 @@ def test_sqlite_window_and_session_stores_follow_the_memory_stores(tmp_path: Pat
     assert _rows(wpath) == sorted(windows.to_dict(), key=lambda w: (w[1], MSGPACK_KEY.encode(w[0])))
     wagain.close()
     sagain.close()
+
+
+def test_sqlite_window_store_memory_stays_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many open windows: after each checkpoint the store holds in memory no window beyond its read cache
+    (CACHE_ENTRIES, made 50 here) and no index entry, while the file has them all and reads them back."""
+    monkeypatch.setattr(sqlite_module, "CACHE_ENTRIES", 50)
+    path = str(tmp_path / "w.sqlite")
+    store = SqliteWindowStore("w", "c", 1000, path, "id")
+    for batch in range(10):
+        for i in range(500):
+            key = f"k{batch * 500 + i}"
+            store.fold((key, 0), 5, key, None, _count)
+        store.take_changes()
+        store.checkpoint(batch + 1)
+        assert store._data == {} and store._ends == [] and len(store._cache) <= 50
+    assert len(store) == 5000 and len(_rows(path)) == 5000
+    assert store.fetch("k1234") == [(0, 1)] and store.entry(("k4999", 0)) == (1, 5)
+    store.fold(("k7", 0), 9, "k7", None, _count)  # a window read back from the file, not the cache
+    assert store.entry(("k7", 0)) == (2, 9)
+    closed = store.closing(1000)
+    assert len(closed) == 5000 and len(store) == 0
+    store.take_changes()
+    store.checkpoint(11)
+    assert _rows(path) == [] and store._data == {}
+    store.close()
