@@ -265,7 +265,87 @@ def make_sqlite_store(spec: StoreSpec, path: str, changelog_id: str) -> KeyValue
 _MIN_TIME = -(2**63)
 
 
-class SqliteWindowStore(WindowStore):
+class _SqliteTimed:
+    """What the SQLite window and session stores share: the file (the store's table ``_TABLE`` and ``meta``:
+    the changelog offset, the changelog's id and the stream time, written with each checkpoint), emptying it,
+    and the restore's bookkeeping."""
+
+    _TABLE = ""
+    offset: int
+    stream_time: int
+    _time_dirty: bool
+    _data: dict[Any, Any]
+    _dirty: set[Any]
+    name: str
+
+    def _open(self, path: str, changelog_id: str, schema: list[str]) -> bool:
+        """Open (or create) the file with ``schema``; returns whether it follows another changelog (then
+        :meth:`clear` it)."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        for statement in schema:
+            db.execute(statement)
+        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._changelog_id = changelog_id
+        meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+        self.offset = int(meta.get("offset", 0))
+        self.stream_time = int(meta.get("stream_time", -1))
+        return bool(meta.get("changelog_id", changelog_id) != changelog_id)
+
+    def _write_meta(self, offset: int) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+            [
+                ("offset", str(offset)),
+                ("changelog_id", self._changelog_id),
+                ("stream_time", str(self.stream_time)),
+            ],
+        )
+
+    def _wipe(self) -> None:
+        """Empty the file and forget the overlay, the offset and the stream time."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.execute(f"DELETE FROM {self._TABLE}")
+            self._db.execute("DELETE FROM meta")
+            self._db.execute("COMMIT")
+        self._data.clear()
+        self._dirty.clear()
+        self.offset = 0
+        self.stream_time = -1
+        self._time_dirty = False
+
+    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
+        raise NotImplementedError
+
+    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
+        latest = dict(zip(keys, values, strict=True))
+        self.restore_decoded(
+            [decode_key(k) for k in latest],
+            [None if v is None else MSGPACK.decode(v) for v in latest.values()],
+        )
+
+    def restored(self, offset: int) -> None:
+        """The restore read the changelog up to ``offset``: record it (and the stream time)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._write_meta(offset)
+            self._db.execute("COMMIT")
+        self.offset = offset
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.path!r})"
+
+
+class SqliteWindowStore(_SqliteTimed, WindowStore):
     """Tumbling and hopping window aggregates in a SQLite file (see the module docstring): the table ``win``
     holds ``(key, start) -> [aggregate, max_timestamp]`` as of the changelog offset in ``meta``, with the
     window's end (indexed: the windows to close are a range scan) and its creation sequence (windows closing
@@ -274,28 +354,21 @@ class SqliteWindowStore(WindowStore):
     by :meth:`checkpoint` once their changelog records are committed; an aborted interval's changes never
     reach the file."""
 
+    _TABLE = "win"
+
     def __init__(self, name: str, changelog: str, size_ms: int, path: str, changelog_id: str) -> None:
         super().__init__(name, changelog, size_ms)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.path = path
-        self._lock = threading.RLock()
-        self._db = db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS win (k BLOB NOT NULL, start INTEGER NOT NULL, wend INTEGER NOT NULL,"
-            " seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, start)) WITHOUT ROWID"
+        self._cache: OrderedDict[Any, tuple[Any, int]] = OrderedDict()  # committed windows used lately
+        other = self._open(
+            path,
+            changelog_id,
+            [
+                "CREATE TABLE IF NOT EXISTS win (k BLOB NOT NULL, start INTEGER NOT NULL, wend INTEGER NOT NULL,"
+                " seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, start)) WITHOUT ROWID",
+                "CREATE INDEX IF NOT EXISTS win_end ON win (wend, seq)",
+            ],
         )
-        db.execute("CREATE INDEX IF NOT EXISTS win_end ON win (wend, seq)")
-        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._changelog_id = changelog_id
-        self._cache: OrderedDict[Any, tuple[Any, int]] = (
-            OrderedDict()
-        )  # committed windows read or written lately
-        meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
-        self.offset = int(meta.get("offset", 0))
-        self.stream_time = int(meta.get("stream_time", -1))
-        if meta.get("changelog_id", changelog_id) != changelog_id:
+        if other:
             self.clear()
         self._new: dict[Any, int] = {}  # window created in the overlay -> its creation sequence
         self._swept = _MIN_TIME  # the file's windows ending at or before this are closed (in the overlay)
@@ -523,43 +596,18 @@ class SqliteWindowStore(WindowStore):
         self._min_end = self._next_end(self._swept)
         self.offset = offset
 
-    def _write_meta(self, offset: int) -> None:
-        self._db.executemany(
-            "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-            [
-                ("offset", str(offset)),
-                ("changelog_id", self._changelog_id),
-                ("stream_time", str(self.stream_time)),
-            ],
-        )
-
     # -- restore --------------------------------------------------------------------------------------
 
     def clear(self) -> None:
         """Empty the file (it follows another changelog, or is ahead of it): rebuilt from offset 0."""
+        self._wipe()
         with self._lock:
-            self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM win")
-            self._db.execute("DELETE FROM meta")
-            self._db.execute("COMMIT")
             self._cache.clear()
         self._max_start = _MIN_TIME
-        self._data.clear()
-        self._dirty.clear()
         self._ends.clear()
         self._new = {}
         self._swept = _MIN_TIME
         self._min_end = None
-        self.offset = 0
-        self.stream_time = -1
-        self._time_dirty = False
-
-    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
-        latest = dict(zip(keys, values, strict=True))
-        self.restore_decoded(
-            [decode_key(k) for k in latest],
-            [None if v is None else MSGPACK.decode(v) for v in latest.values()],
-        )
 
     def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
         """Changelog records (decoded) go straight to the file: they are committed already."""
@@ -592,23 +640,8 @@ class SqliteWindowStore(WindowStore):
         self._time_dirty = False
         self._min_end = self._next_end(self._swept)
 
-    def restored(self, offset: int) -> None:
-        """The restore read the changelog up to ``offset``: record it (and the stream time)."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._write_meta(offset)
-            self._db.execute("COMMIT")
-        self.offset = offset
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, {self.path!r})"
-
-
-class SqliteSessionStore(SessionStore):
+class SqliteSessionStore(_SqliteTimed, SessionStore):
     """Session aggregates in a SQLite file (see the module docstring): the table ``sess`` holds ``(key, start)
     -> [aggregate, end]`` as of the changelog offset in ``meta``, with the session's end (indexed: the
     sessions to close are a range scan) and the sequence of its latest change (sessions closing at the same
@@ -616,28 +649,23 @@ class SqliteSessionStore(SessionStore):
     with ``_by_key`` indexing it), written to the file by :meth:`checkpoint` once their changelog records are
     committed."""
 
+    _TABLE = "sess"
+
     def __init__(self, name: str, changelog: str, gap_ms: int, path: str, changelog_id: str) -> None:
         super().__init__(name, changelog, gap_ms)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.path = path
-        self._lock = threading.RLock()
-        self._db = db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS sess (k BLOB NOT NULL, start INTEGER NOT NULL, send INTEGER NOT NULL,"
-            " seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, start)) WITHOUT ROWID"
+        other = self._open(
+            path,
+            changelog_id,
+            [
+                "CREATE TABLE IF NOT EXISTS sess (k BLOB NOT NULL, start INTEGER NOT NULL, send INTEGER NOT NULL,"
+                " seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, start)) WITHOUT ROWID",
+                "CREATE INDEX IF NOT EXISTS sess_end ON sess (send, seq)",
+            ],
         )
-        db.execute("CREATE INDEX IF NOT EXISTS sess_end ON sess (send, seq)")
-        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._changelog_id = changelog_id
-        meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
-        self.offset = int(meta.get("offset", 0))
-        self.stream_time = int(meta.get("stream_time", -1))
-        if meta.get("changelog_id", changelog_id) != changelog_id:
+        if other:
             self.clear()
         self._swept = _MIN_TIME  # the file's sessions ending before this are closed (in the overlay)
-        (top,) = db.execute("SELECT MAX(seq) FROM sess").fetchone()
+        (top,) = self._db.execute("SELECT MAX(seq) FROM sess").fetchone()
         self._seq = itertools.count(0 if top is None else int(top) + 1)
         self._min_end = self._next_end()
 
@@ -807,42 +835,16 @@ class SqliteSessionStore(SessionStore):
         self._min_end = self._next_end()
         self.offset = offset
 
-    def _write_meta(self, offset: int) -> None:
-        self._db.executemany(
-            "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-            [
-                ("offset", str(offset)),
-                ("changelog_id", self._changelog_id),
-                ("stream_time", str(self.stream_time)),
-            ],
-        )
-
     # -- restore --------------------------------------------------------------------------------------
 
     def clear(self) -> None:
         """Empty the file (it follows another changelog, or is ahead of it): rebuilt from offset 0."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM sess")
-            self._db.execute("DELETE FROM meta")
-            self._db.execute("COMMIT")
-        self._data.clear()
-        self._dirty.clear()
+        self._wipe()
         self._by_key.clear()
         self._latest.clear()
         self._ends.clear()
         self._swept = _MIN_TIME
         self._min_end = None
-        self.offset = 0
-        self.stream_time = -1
-        self._time_dirty = False
-
-    def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
-        latest = dict(zip(keys, values, strict=True))
-        self.restore_decoded(
-            [decode_key(k) for k in latest],
-            [None if v is None else MSGPACK.decode(v) for v in latest.values()],
-        )
 
     def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
         """Changelog records (decoded) go straight to the file: they are committed already."""
@@ -870,18 +872,3 @@ class SqliteSessionStore(SessionStore):
         self._dirty.clear()
         self._time_dirty = False
         self._min_end = self._next_end()
-
-    def restored(self, offset: int) -> None:
-        """The restore read the changelog up to ``offset``: record it (and the stream time)."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._write_meta(offset)
-            self._db.execute("COMMIT")
-        self.offset = offset
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, {self.path!r})"
