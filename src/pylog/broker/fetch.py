@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from pylog.broker.context import Context
 from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import empty_batch, from_pylog
+from pylog.broker.waiting import Marks
 from pylog.errors import (
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -79,12 +80,20 @@ async def fetch(ctx: Context, request: Request) -> dict[str, Any]:
         for p in t.partitions
     ]
     while True:
-        marks = ctx.waiters.marks(await ctx.run(_directories, ctx, parts))
-        responses, size = await ctx.run(_read_all, ctx, parts, max_bytes, committed)
+        marks, responses, size = await ctx.run(_marked_read, ctx, parts, max_bytes, committed)
         left = deadline - loop.time()
         if size >= min_bytes or left <= 0 or ctx.waiters.released:
             return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
         await ctx.waiters.wait(marks, left)
+
+
+def _marked_read(
+    ctx: Context, parts: list[_Part], max_bytes: int, committed: bool
+) -> tuple[Marks | None, list[dict[str, Any]], int]:
+    """The doorbell marks of the partitions, taken before reading them (a publish after the read is then seen
+    by the wait), and the read: one trip to the thread pool."""
+    marks = ctx.waiters.marks(_directories(ctx, parts))
+    return (marks, *_read_all(ctx, parts, max_bytes, committed))
 
 
 def _directories(ctx: Context, parts: list[_Part]) -> list[str]:
