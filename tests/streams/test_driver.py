@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -356,4 +357,34 @@ def test_global_table_join() -> None:
     assert driver.store("products").to_dict() == {"p2": {"name": "cake"}}
     assert [sub.sources for sub in driver.topology.subtopologies] == [
         {"orders": driver.topology.subtopologies[0].sources["orders"]}
+    ]
+
+
+def test_state_dir_keeps_the_stores_in_sqlite_files(tmp_path: Path) -> None:
+    """With the app's state_dir, the driver's key-value and window stores are SQLite files, checkpointed after
+    each piped record: a second driver of the same application continues from them."""
+
+    def define() -> App:
+        app = App(None, "files", state_dir=tmp_path / "state")
+        words = app.stream("in").flat_map_values(lambda v: v.split())
+        words.group_by(lambda k, v: v).count(name="words")
+        words.group_by(lambda k, v: v).windowed_by(TumblingWindows(100, 1000)).count(name="windowed")
+        return app
+
+    records = _words(3, 60)
+    model: Counter[str] = Counter()
+    windows: Counter[tuple[str, int]] = Counter()
+    for half in (records[:30], records[30:]):
+        driver = TestDriver(define())
+        for key, value, ts in half:
+            driver.pipe("in", value, key=key, timestamp_ms=ts)
+            model.update(value.split())
+            windows.update((w, ts // 100 * 100) for w in value.split())
+        words, windowed = driver.store("words"), driver.store("windowed")
+        assert type(words).__name__ == "SqliteStore" and type(windowed).__name__ == "SqliteWindowStore"
+        assert words.to_dict() == dict(model) and windowed.to_dict() == dict(windows)
+        driver.close()
+    assert sorted(p.name for p in (tmp_path / "state" / "files").rglob("*.sqlite")) == [
+        "windowed.sqlite",
+        "words.sqlite",
     ]
