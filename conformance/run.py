@@ -475,7 +475,8 @@ def main() -> int:
                 )
         runs.append(run)
         WORK.mkdir(parents=True, exist_ok=True)
-        (WORK / f"results-{broker}-{version}.json").write_text(json.dumps(asdict(run), indent=1))
+        suffix = "-selected" if chosen else ""  # a run of some tests leaves the last full run's results alone
+        (WORK / f"results-{broker}-{version}{suffix}.json").write_text(json.dumps(asdict(run), indent=1))
         print(f"== {run.version}: {totals_of(run)}")
 
     result = markdown(runs)
