@@ -287,11 +287,6 @@ def test_kcat_offsets_by_timestamp(kcat_path: str, broker: Broker) -> None:
     assert kcat(kcat_path, broker, "-Q", "-t", f"timed:0:{base + 99_000}").stdout.split()[-1] == "-1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Fetch answer with OFFSET_OUT_OF_RANGE carries null records, which librdkafka cannot parse "
-    "('invalid MessageSetSize -1'): it never sees the error and never applies auto.offset.reset",
-)
 def test_kcat_offset_out_of_range_is_reset(kcat_path: str, broker: Broker) -> None:
     """``kcat -C -o 50`` on a topic of 3 records: the broker answers OFFSET_OUT_OF_RANGE and kcat resets to the
     earliest offset (``auto.offset.reset=earliest``) and reads the 3 records (librdkafka's conformance test 0034

@@ -225,7 +225,7 @@ async def _fetch(check: _Check, ctx: Context, request: Request, handler: Handler
                             "log_start_offset": -1,
                             "aborted_transactions": None,
                             "preferred_read_replica": -1,
-                            "records": None,
+                            "records": b"",
                         }
                         for p in t.partitions
                     ],

@@ -132,7 +132,7 @@ def _read_partition(ctx: Context, p: _Part, limit: int, visibility: Visibility |
         "log_start_offset": -1,
         "aborted_transactions": None,
         "preferred_read_replica": -1,
-        "records": None,
+        "records": b"",  # an error is answered with no records, not null ones: librdkafka cannot parse null
     }
     try:
         plog = ctx.log.topic(p.topic).partition(p.partition)
