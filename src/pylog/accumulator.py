@@ -708,11 +708,14 @@ class RecordAccumulator:
         vcol: Column,
         partition: int | None,
         timestamps: npt.ArrayLike | None,
+        *,
+        null_records: bool = False,
     ) -> tuple[int | npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
         """Check ``send_batch``'s records (raising at once, writing nothing, for bad input); returns their
-        sizes and their timestamps (None: each gets the clock's time when written)."""
+        sizes and their timestamps (None: each gets the clock's time when written). ``null_records``: see
+        :func:`pylog.batching.column_sizes`."""
         n = len(kcol)
-        sizes, largest = column_sizes(t, kcol, vcol)
+        sizes, largest = column_sizes(t, kcol, vcol, null_records=null_records)
         ts: npt.NDArray[np.int64] | None = None
         if timestamps is not None:
             ts = np.asarray(timestamps, dtype=np.int64)
@@ -739,10 +742,12 @@ class RecordAccumulator:
         vcol: Column,
         partition: int | None,
         timestamps: npt.ArrayLike | None,
+        *,
+        null_records: bool = False,
     ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]:
         """Append ``n`` records given as columns (``Producer.send_batch``), after what is queued for the topic;
         returns their partitions and offsets. Raises at once, writing nothing, for bad input."""
-        sizes, ts = self.check_columns(t, kcol, vcol, partition, timestamps)
+        sizes, ts = self.check_columns(t, kcol, vcol, partition, timestamps, null_records=null_records)
         with self.drain_lock:
             q = self.queue(t)
             if q.columns:

@@ -273,18 +273,22 @@ class Column:
         return partitions_for_keys(self.as_list(np.arange(len(self.lens))), n)
 
 
-def column_sizes(t: Topic, kcol: Column, vcol: Column) -> tuple[int | npt.NDArray[np.int64], int]:
+def column_sizes(
+    t: Topic, kcol: Column, vcol: Column, *, null_records: bool = False
+) -> tuple[int | npt.NDArray[np.int64], int]:
     """Check ``send_batch``'s records for nulls; returns their sizes (one int when all have the same) and the
-    largest."""
+    largest. ``null_records``: a record whose key and value are both None is allowed (Kafka accepts one on a
+    topic that is not compacted, and a broker stores what its clients send); pylog's own producers refuse it
+    as a likely mistake."""
     if kcol.width is not None and vcol.width is not None:
-        if kcol.width < 0 and vcol.width < 0:
+        if kcol.width < 0 and vcol.width < 0 and not null_records:
             raise InvalidRecordError("a record has both key and value None")
         if t.config.compacted and kcol.width < 0:
             raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")
         sizes: int | npt.NDArray[np.int64] = max(kcol.width, 0) + max(vcol.width, 0) + PER_RECORD_MAX
         return sizes, int(sizes)
     klens, vlens = kcol.lens, vcol.lens
-    if ((klens < 0) & (vlens < 0)).any():
+    if not null_records and ((klens < 0) & (vlens < 0)).any():
         raise InvalidRecordError("a record has both key and value None")
     if t.config.compacted and (klens < 0).any():
         raise InvalidRecordError(f"topic {t.name!r} is compacted: every record needs a key")

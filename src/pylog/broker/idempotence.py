@@ -315,7 +315,9 @@ class KafkaWriter(Producer):
         """``send_batch(topic, keys, values, partition=partition, timestamps=timestamps)`` for the columns of a
         Kafka batch the broker decoded (lists of ``bytes`` or None of the same length, which it does not
         change): the same checks of the records as a whole (sizes, nulls, timestamps, partition), without
-        :meth:`send_batch`'s check of each key's and value's type. The offset of the first record."""
+        :meth:`send_batch`'s check of each key's and value's type, and with Kafka's rule for nulls: a record
+        with a null key and a null value is stored (refused only on a compacted topic, for its null key). The
+        offset of the first record."""
         if self._closed:
             raise LogClosedError("the producer is closed")
         t = self._topics.get(topic)
@@ -324,7 +326,7 @@ class KafkaWriter(Producer):
         if not keys or len(keys) != len(values):
             raise InvalidRecordError(f"a record batch of {len(keys)} keys and {len(values)} values")
         _, offsets = self._acc.write_columns(
-            t, Column.of_bytes(keys), Column.of_bytes(values), partition, timestamps
+            t, Column.of_bytes(keys), Column.of_bytes(values), partition, timestamps, null_records=True
         )
         return int(offsets[0])
 
