@@ -107,6 +107,7 @@ class Coordinator:
         # group id -> descriptor holding the group's kafka.lock while Kafka clients are its members
         self._claims: dict[str, int] = {}
         self._deleting: set[str] = set()  # groups being deleted: a JoinGroup waits for the deletion
+        self._claiming: dict[str, asyncio.Future[ErrorCode]] = {}  # group id -> its claim being taken
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -156,20 +157,15 @@ class Coordinator:
         if group_id in self._deleting:  # the client retries (a retriable error, as for a group unloading)
             return _join_error(ErrorCode.coordinator_load_in_progress)
         if group_id not in self._claims:
-            fd, embedded = await ctx.run(_claim, ctx, group_id)
-            if fd is None:
-                _log.warning(
-                    "refusing a Kafka client in consumer group %r: it has %d live pylog consumer(s) (%s); a "
-                    "group's members are either pylog consumers or Kafka clients",
-                    group_id,
-                    len(embedded),
-                    ", ".join(embedded[:3]),
-                )
-                return _join_error(ErrorCode.inconsistent_group_protocol)
-            if group_id in self._claims:  # claimed meanwhile by another join of the group
-                os.close(fd)
-            else:
-                self._claims[group_id] = fd
+            # joins of the group that arrive together share one claim: a second claim would find the first's
+            # kafka.lock held and take it for another broker's
+            claiming = self._claiming.get(group_id)
+            if claiming is None:
+                claiming = self._claiming[group_id] = asyncio.ensure_future(self._take_claim(ctx, group_id))
+                claiming.add_done_callback(lambda _: self._claiming.pop(group_id, None))
+            code = await asyncio.shield(claiming)
+            if code != ErrorCode.none:
+                return _join_error(code)
         group = self._group(group_id)
         if group.protocol_type is not None and group.members and body.protocol_type != group.protocol_type:
             return _join_error(ErrorCode.inconsistent_group_protocol)
@@ -219,6 +215,24 @@ class Coordinator:
             return answer
         except asyncio.CancelledError:
             return _join_error(ErrorCode.rebalance_in_progress, member_id)
+
+    async def _take_claim(self, ctx: Context, group_id: str) -> ErrorCode:
+        """Claim the group for Kafka members (see :func:`_claim`): NONE, or INCONSISTENT_GROUP_PROTOCOL while
+        it has live pylog consumers."""
+        if group_id in self._claims:
+            return ErrorCode.none
+        fd, embedded = await ctx.run(_claim, ctx, group_id)
+        if fd is None:
+            _log.warning(
+                "refusing a Kafka client in consumer group %r: it has %d live pylog consumer(s) (%s); a "
+                "group's members are either pylog consumers or Kafka clients",
+                group_id,
+                len(embedded),
+                ", ".join(embedded[:3]),
+            )
+            return ErrorCode.inconsistent_group_protocol
+        self._claims[group_id] = fd
+        return ErrorCode.none
 
     def _static_rejoin(
         self,
