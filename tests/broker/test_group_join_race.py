@@ -1,6 +1,7 @@
 """Kafka clients joining a new consumer group at the same moment: every one of them joins (the group's claim
 for Kafka members, taken by the first join, is the broker's own and does not refuse the others), while a
-group with a live pylog consumer still refuses them."""
+group with a live pylog consumer still refuses them; and offsets committed for partitions that do not exist
+answered UNKNOWN_TOPIC_OR_PARTITION and not stored, as Kafka does."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
-from kio.schema.types import GroupId
+from kio.schema.offset_commit.v7.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i64
 from kio_client import RawClient
 
+import pylog
 from pylog.broker.broker import Broker
 
 MEMBERS = 4
@@ -75,3 +84,58 @@ def test_kafka_clients_joining_at_once_are_refused_by_a_group_of_pylog_consumers
         assert [a.error_code for a in answers] == [ErrorCode.inconsistent_group_protocol] * MEMBERS
     finally:
         embedded.close()
+
+
+def _commit(
+    broker: Broker, group: str, offsets: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], ErrorCode]:
+    """A simple commit (generation -1, no member) of ``offsets``: each partition's answered error."""
+    topics: dict[str, list[OffsetCommitRequestPartition]] = {}
+    for (topic, partition), offset in offsets.items():
+        topics.setdefault(topic, []).append(
+            OffsetCommitRequestPartition(
+                partition_index=i32(partition),
+                committed_offset=i64(offset),
+                committed_leader_epoch=i32(-1),
+                committed_metadata="",
+            )
+        )
+    request = OffsetCommitRequest(
+        group_id=GroupId(group),
+        generation_id_or_member_epoch=i32(-1),
+        member_id="",
+        group_instance_id=None,
+        topics=tuple(
+            OffsetCommitRequestTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items()
+        ),
+    )
+    client = RawClient(broker.host, broker.port)
+    try:
+        answer = client.call(8, 7, request)
+    finally:
+        client.close()
+    return {(str(t.name), int(p.partition_index)): p.error_code for t in answer.topics for p in t.partitions}
+
+
+def test_a_commit_for_a_partition_that_does_not_exist_is_refused(broker: Broker) -> None:
+    broker.log.create_topic("work", partitions=2)
+    codes = _commit(
+        broker, "g", {("work", 0): 3, ("work", 1): 5, ("work", 2): 7, ("work", -1): 1, ("nope", 0): 9}
+    )
+    assert codes == {
+        ("work", 0): ErrorCode.none,
+        ("work", 1): ErrorCode.none,
+        ("work", 2): ErrorCode.unknown_topic_or_partition,
+        ("work", -1): ErrorCode.unknown_topic_or_partition,
+        ("nope", 0): ErrorCode.unknown_topic_or_partition,
+    }
+    committed = {(tp.topic, tp.partition): om.offset for tp, om in broker.log.group_offsets("g").items()}
+    assert committed == {("work", 0): 3, ("work", 1): 5}  # the unknown partitions' offsets are not stored
+    assert not broker.log.has_topic("nope")  # a commit does not create a topic
+
+
+def test_a_commit_of_unknown_partitions_only_stores_nothing(broker: Broker) -> None:
+    codes = _commit(broker, "g", {("nope", 0): 9})
+    assert codes == {("nope", 0): ErrorCode.unknown_topic_or_partition}
+    with pytest.raises(pylog.errors.UnknownGroupError):
+        broker.log.group_offsets("g")

@@ -20,7 +20,8 @@ The protocol, as Kafka's ``GroupCoordinator`` runs it (simplified to one node):
   UNKNOWN_MEMBER_ID to a fenced member. A member whose last heartbeat is older than its session timeout is
   removed, which starts a rebalance.
 - OffsetCommit checks the member and generation (a commit with generation -1 and no member id is a
-  "simple" commit of a consumer that uses ``assign()``); OffsetFetch reads the committed offsets.
+  "simple" commit of a consumer that uses ``assign()``); a partition that does not exist is answered
+  UNKNOWN_TOPIC_OR_PARTITION and its offset is not stored. OffsetFetch reads the committed offsets.
 
 DeleteGroups deletes a group with no member (neither Kafka clients nor live pylog consumers: NON_EMPTY_GROUP)
 and its committed offsets, the files ``pylog groups delete`` removes (GROUP_ID_NOT_FOUND for a group that
@@ -460,20 +461,15 @@ class Coordinator:
         generation = int(getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)))
         member_id = str(body.member_id)
         code = self._check_commit(group_id, generation, member_id)
-        entries: list[tuple[str, int, int, str]] = []
+        codes: dict[tuple[str, int], ErrorCode] = {}
         if code == ErrorCode.none:
-            for t in body.topics:
-                for p in t.partitions:
-                    entries.append(
-                        (
-                            str(t.name),
-                            int(p.partition_index),
-                            int(p.committed_offset),
-                            p.committed_metadata or "",
-                        )
-                    )
+            entries = [
+                (str(t.name), int(p.partition_index), int(p.committed_offset), p.committed_metadata or "")
+                for t in body.topics
+                for p in t.partitions
+            ]
             try:
-                await ctx.run(_commit, ctx, group_id, entries, generation, member_id)
+                codes = await ctx.run(_commit, ctx, group_id, entries, generation, member_id)
             except PylogError as exc:
                 _log.warning("commit of group %r failed: %s", group_id, exc)
                 code = ErrorCode.kafka_storage_error
@@ -483,7 +479,11 @@ class Coordinator:
                 {
                     "name": t.name,
                     "partitions": [
-                        {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": codes.get((str(t.name), int(p.partition_index)), code),
+                        }
+                        for p in t.partitions
                     ],
                 }
                 for t in body.topics
@@ -671,14 +671,28 @@ def _offset_delete_answer(code: ErrorCode, results: list[tuple[str, int, ErrorCo
 
 def _commit(
     ctx: Context, group_id: str, entries: list[tuple[str, int, int, str]], generation: int, member_id: str
-) -> None:
-    store = GroupStore(groups_root(ctx.log), group_id)
-    try:
-        store.append_offsets(
-            entries, generation=generation, member_id=member_id, now_ms=ctx.log.clock.time_ms()
-        )
-    finally:
-        store.close()
+) -> dict[tuple[str, int], ErrorCode]:
+    """Store the committed offsets ``entries`` of partitions that exist; UNKNOWN_TOPIC_OR_PARTITION for the
+    others (not stored), as Kafka answers."""
+    counts: dict[str, int] = {}  # topic -> its partition count (0: no such topic)
+    for topic, _, _, _ in entries:
+        if topic not in counts:
+            counts[topic] = ctx.log.topic(topic).num_partitions if ctx.log.has_topic(topic) else 0
+    unknown = {
+        (topic, partition): ErrorCode.unknown_topic_or_partition
+        for topic, partition, _, _ in entries
+        if not 0 <= partition < counts[topic]
+    }
+    known = [e for e in entries if (e[0], e[1]) not in unknown]
+    if known:
+        store = GroupStore(groups_root(ctx.log), group_id)
+        try:
+            store.append_offsets(
+                known, generation=generation, member_id=member_id, now_ms=ctx.log.clock.time_ms()
+            )
+        finally:
+            store.close()
+    return unknown
 
 
 def _committed(ctx: Context, group_id: str) -> dict[tuple[str, int], tuple[int, str]]:
