@@ -10,15 +10,22 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from kio.schema.end_txn.v3.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v3.request import InitProducerIdRequest
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.offset_commit.v7.request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i32, i64
+from kio.schema.txn_offset_commit.v3.request import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+)
+from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32, i64
 from kio_client import RawClient
 
 import pylog
@@ -139,3 +146,61 @@ def test_a_commit_of_unknown_partitions_only_stores_nothing(broker: Broker) -> N
     assert codes == {("nope", 0): ErrorCode.unknown_topic_or_partition}
     with pytest.raises(pylog.errors.UnknownGroupError):
         broker.log.group_offsets("g")
+
+
+def test_a_transactional_commit_for_a_partition_that_does_not_exist_is_refused(broker: Broker) -> None:
+    broker.log.create_topic("work", partitions=1)
+    client = RawClient(broker.host, broker.port)
+    try:
+        init = client.call(
+            22,
+            3,
+            InitProducerIdRequest(
+                transactional_id=TransactionalId("t"),
+                transaction_timeout=timedelta(seconds=60),
+                producer_id=ProducerId(-1),
+                producer_epoch=i16(-1),
+            ),
+        )
+        assert init.error_code == ErrorCode.none
+        ids = {"transactional_id": TransactionalId("t"), "producer_id": init.producer_id}
+        ids["producer_epoch"] = init.producer_epoch
+
+        def partition(index: int, offset: int) -> TxnOffsetCommitRequestPartition:
+            return TxnOffsetCommitRequestPartition(
+                partition_index=i32(index),
+                committed_offset=i64(offset),
+                committed_leader_epoch=i32(-1),
+                committed_metadata="",
+            )
+
+        answer = client.call(
+            28,
+            3,
+            TxnOffsetCommitRequest(
+                group_id=GroupId("g"),
+                generation_id=i32(-1),
+                member_id="",
+                group_instance_id=None,
+                topics=(
+                    TxnOffsetCommitRequestTopic(
+                        name=TopicName("work"), partitions=(partition(0, 0), partition(1, 2))
+                    ),
+                    TxnOffsetCommitRequestTopic(name=TopicName("nope"), partitions=(partition(0, 9),)),
+                ),
+                **ids,
+            ),
+        )
+        codes = {
+            (str(t.name), int(p.partition_index)): p.error_code for t in answer.topics for p in t.partitions
+        }
+        assert codes == {
+            ("work", 0): ErrorCode.none,
+            ("work", 1): ErrorCode.unknown_topic_or_partition,
+            ("nope", 0): ErrorCode.unknown_topic_or_partition,
+        }
+        assert client.call(26, 3, EndTxnRequest(committed=True, **ids)).error_code == ErrorCode.none
+    finally:
+        client.close()
+    committed = {(tp.topic, tp.partition): om.offset for tp, om in broker.log.group_offsets("g").items()}
+    assert committed == {("work", 0): 0}

@@ -20,7 +20,8 @@ EndTxn(commit / abort)        ``commit_transaction()`` / ``abort_transaction()``
 So embedded ``read_committed`` consumers and Kafka ``read_committed`` consumers see the same thing: the broker's
 Fetch applies pylog's visibility rule (:mod:`pylog.broker.fetch`). A request with an older epoch than the
 id's current one is answered PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before the versions that know it); one
-for an id the broker has not initialized, INVALID_PRODUCER_ID_MAPPING.
+for an id the broker has not initialized, INVALID_PRODUCER_ID_MAPPING. TxnOffsetCommit answers a partition that
+does not exist UNKNOWN_TOPIC_OR_PARTITION and does not stage its offset.
 
 Thread-safety: the producers are used from the thread pool, one call at a time per transactional id (a lock
 per id).
@@ -196,11 +197,23 @@ async def txn_offset_commit(ctx: Context, request: Request) -> dict[str, Any]:
     }
     group_id = str(body.group_id)
 
-    def send(producer: IdempotentProducer) -> None:
+    def send(producer: IdempotentProducer) -> set[TopicPartition]:
+        """Stage the offsets of partitions that exist; the others (not staged), UNKNOWN_TOPIC_OR_PARTITION
+        as Kafka answers."""
+        counts: dict[str, int] = {}  # topic -> its partition count (0: no such topic)
+        for tp in offsets:
+            if tp.topic not in counts:
+                counts[tp.topic] = (
+                    ctx.log.topic(tp.topic).num_partitions if ctx.log.has_topic(tp.topic) else 0
+                )
+        unknown = {tp for tp in offsets if not 0 <= tp.partition < counts[tp.topic]}
         _begin(producer)
-        producer.send_offsets_to_transaction(offsets, group_id)
+        producer.send_offsets_to_transaction(
+            {tp: om for tp, om in offsets.items() if tp not in unknown}, group_id
+        )
+        return unknown
 
-    code, _ = await ctx.run(
+    code, unknown = await ctx.run(
         ctx.transactions.call,
         str(body.transactional_id),
         int(body.producer_id),
@@ -214,7 +227,13 @@ async def txn_offset_commit(ctx: Context, request: Request) -> dict[str, Any]:
             {
                 "name": t.name,
                 "partitions": [
-                    {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": ErrorCode.unknown_topic_or_partition
+                        if unknown and TopicPartition(str(t.name), int(p.partition_index)) in unknown
+                        else code,
+                    }
+                    for p in t.partitions
                 ],
             }
             for t in body.topics
