@@ -8,7 +8,11 @@ partition the client chose and the records' own timestamps. ``acks``:
 - ``1``: answered once the records are written to the operating system (they survive a crash of the
   broker's process, not a power loss);
 - ``-1`` (``all``): answered once they are fsynced (pylog's ``acks="all"``), so an acknowledged record survives
-  a power loss too: the single node is the whole in-sync replica set.
+  a power loss too: the single node is the whole in-sync replica set. The fsync runs after the broker's write
+  lock is released (other requests write meanwhile) and is a group commit
+  (:meth:`pylog.partition.log.PartitionLog.flush`): the acks=all requests of a partition written while an
+  fsync runs share the next one, and each is answered once an fsync that started after its records were
+  written has completed.
 
 The broker writes a Kafka batch as one write of consecutive offsets (one partition write at a time), and
 answers with the offset of its first record, as Kafka does. The records of an idempotent producer's batch
@@ -129,13 +133,16 @@ def _produce_partition(
                                 return code, -1, -1, None
                             first = _write_with(txn, topic, partition, batch)
                         else:
-                            at = _write_idempotent(ctx, topic, partition, batch, done, durable=acks == -1)
+                            at = _write_idempotent(ctx, topic, partition, batch, done)
                             first = first if verdict == PARTIAL else at
                         ctx.sequences.written(topic, partition, batch, first)
                 else:
-                    first = _write(ctx, topic, partition, batch, durable=acks == -1)
+                    first = _write(ctx, topic, partition, batch)
                 if base < 0:
                     base = first
+            end = plog.log_end_offset  # covers every record of this request (a duplicate's too)
+        if acks == -1:
+            plog.flush(end)  # without the write lock: the requests written meanwhile share the fsync
         return ErrorCode.none, base, plog.log_start_offset, None
     except RecordTooLargeError as exc:
         return ErrorCode.message_too_large, -1, -1, str(exc)
@@ -151,15 +158,13 @@ def _produce_partition(
         return ErrorCode.unknown_server_error, -1, -1, f"{type(exc).__name__}: {exc}"
 
 
-def _write_idempotent(
-    ctx: Context, topic: str, partition: int, batch: KafkaBatch, done: int, *, durable: bool
-) -> int:
+def _write_idempotent(ctx: Context, topic: str, partition: int, batch: KafkaBatch, done: int) -> int:
     """Append an idempotent batch's records from the ``done``-th on (0: all of them; more when a write of it
     failed part way before), in batches stamped with its producer id, epoch and sequences; the offset of the
     first record appended. After a failure the producers' state of the partition is rebuilt from the log at
     its next batch, so that a retry writes only what this write left out."""
     rest = rest_of(batch, done) if done else batch
-    writer = ctx.writer(durable)
+    writer = ctx.writer(False)  # acks=all: fsynced by the caller, after the write lock
     try:
         with writer.stamped(batch.producer_id, batch.producer_epoch, rest.base_sequence):
             return _write_with(writer, topic, partition, rest)
@@ -168,9 +173,9 @@ def _write_idempotent(
         raise
 
 
-def _write(ctx: Context, topic: str, partition: int, batch: KafkaBatch, *, durable: bool) -> int:
-    """Append one Kafka batch's records; the offset of the first."""
-    return _write_with(ctx.writer(durable), topic, partition, batch)
+def _write(ctx: Context, topic: str, partition: int, batch: KafkaBatch) -> int:
+    """Append one Kafka batch's records (not fsynced); the offset of the first."""
+    return _write_with(ctx.writer(False), topic, partition, batch)
 
 
 def _write_with(writer: Producer, topic: str, partition: int, batch: KafkaBatch) -> int:
