@@ -150,6 +150,9 @@ def test_a_commit_of_unknown_partitions_only_stores_nothing(broker: Broker) -> N
 
 def test_a_transactional_commit_for_a_partition_that_does_not_exist_is_refused(broker: Broker) -> None:
     broker.log.create_topic("work", partitions=1)
+    broker.log.create_topic("ahead", partitions=1)
+    with broker.log.producer() as producer:
+        producer.send("ahead", b"only").get()
     client = RawClient(broker.host, broker.port)
     try:
         init = client.call(
@@ -186,6 +189,7 @@ def test_a_transactional_commit_for_a_partition_that_does_not_exist_is_refused(b
                     TxnOffsetCommitRequestTopic(
                         name=TopicName("work"), partitions=(partition(0, 0), partition(1, 2))
                     ),
+                    TxnOffsetCommitRequestTopic(name=TopicName("ahead"), partitions=(partition(0, 5),)),
                     TxnOffsetCommitRequestTopic(name=TopicName("nope"), partitions=(partition(0, 9),)),
                 ),
                 **ids,
@@ -198,6 +202,7 @@ def test_a_transactional_commit_for_a_partition_that_does_not_exist_is_refused(b
             ("work", 0): ErrorCode.none,
             ("work", 1): ErrorCode.unknown_topic_or_partition,
             ("nope", 0): ErrorCode.unknown_topic_or_partition,
+            ("ahead", 0): ErrorCode.offset_out_of_range,  # past its end (1 record): it would fail the commit
         }
         assert client.call(26, 3, EndTxnRequest(committed=True, **ids)).error_code == ErrorCode.none
     finally:

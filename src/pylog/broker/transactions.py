@@ -197,23 +197,34 @@ async def txn_offset_commit(ctx: Context, request: Request) -> dict[str, Any]:
     }
     group_id = str(body.group_id)
 
-    def send(producer: IdempotentProducer) -> set[TopicPartition]:
+    def send(producer: IdempotentProducer) -> dict[TopicPartition, ErrorCode]:
         """Stage the offsets of partitions that exist; the others (not staged), UNKNOWN_TOPIC_OR_PARTITION
-        as Kafka answers."""
+        as Kafka answers. An offset outside [0, the partition's end] is not staged either and answered
+        OFFSET_OUT_OF_RANGE: a commit may not pass a record that exists nowhere (pylog's rule; the transaction
+        could not commit with it)."""
         counts: dict[str, int] = {}  # topic -> its partition count (0: no such topic)
         for tp in offsets:
             if tp.topic not in counts:
                 counts[tp.topic] = (
                     ctx.log.topic(tp.topic).num_partitions if ctx.log.has_topic(tp.topic) else 0
                 )
-        unknown = {tp for tp in offsets if not 0 <= tp.partition < counts[tp.topic]}
+        refused = {
+            tp: ErrorCode.unknown_topic_or_partition
+            for tp in offsets
+            if not 0 <= tp.partition < counts[tp.topic]
+        }
+        for tp, om in offsets.items():
+            if tp not in refused:
+                end = ctx.log.topic(tp.topic).partition(tp.partition).log_end_offset
+                if not 0 <= om.offset <= end:
+                    refused[tp] = ErrorCode.offset_out_of_range
         _begin(producer)
         producer.send_offsets_to_transaction(
-            {tp: om for tp, om in offsets.items() if tp not in unknown}, group_id
+            {tp: om for tp, om in offsets.items() if tp not in refused}, group_id
         )
-        return unknown
+        return refused
 
-    code, unknown = await ctx.run(
+    code, refused = await ctx.run(
         ctx.transactions.call,
         str(body.transactional_id),
         int(body.producer_id),
@@ -229,9 +240,9 @@ async def txn_offset_commit(ctx: Context, request: Request) -> dict[str, Any]:
                 "partitions": [
                     {
                         "partition_index": p.partition_index,
-                        "error_code": ErrorCode.unknown_topic_or_partition
-                        if unknown and TopicPartition(str(t.name), int(p.partition_index)) in unknown
-                        else code,
+                        "error_code": (refused or {}).get(
+                            TopicPartition(str(t.name), int(p.partition_index)), code
+                        ),
                     }
                     for p in t.partitions
                 ],
