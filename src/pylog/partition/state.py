@@ -15,8 +15,8 @@ descriptor of the file never drops it, unlike ``fcntl.lockf``). Layout, little-e
     7     session             the log session that last validated this partition (see pylog.log; 0: none)
     8     waiting             byte 64: 1 when a reader waits for a publish (the doorbell, see below);
                                   bytes 65-71 reserved, 0
-    9     deleted             byte 72: 1 once the partition's topic was deleted (see below); bytes 73-127
-                                  reserved, 0
+    9     deleted             bytes 72-79: b"PLDELETE" once the partition's topic was deleted (see below),
+                                  anything else (0 when never set) otherwise; bytes 80-127 reserved, 0
 
 The file is 128 bytes; one of 64 bytes (written before the doorbell existed) is extended with zeros when it is
 opened. The doorbell (:mod:`pylog.partition.doorbell`): a reader waiting for records sets ``waiting`` and sleeps
@@ -26,7 +26,8 @@ after changing ``seq``, reads ``waiting`` and, only when it is set, clears it an
 
 The deletion marker: a process deleting a topic (``pylog.directory``, after the manifest no longer lists it)
 calls :func:`mark_deleted` on each partition's state before it removes the partition's files: under the
-writer lock, it sets ``deleted``. An appender checks the byte under the same lock (:meth:`PartitionState.deleted`)
+writer lock, it sets ``deleted`` (eight bytes, so that a page torn by a power loss, which may hold junk, is
+never read as a marker: a partition is never refused by chance). An appender checks it under the same lock (:meth:`PartitionState.deleted`)
 and refuses to write, so no append is acknowledged into files that are about to be unlinked, or already are: a
 byte read of the shared map instead of an ``fstat`` per append. The file is unlinked only after the marker is
 set, and after every other file of the partition, so a process that opens it (again) before the unlink sees
@@ -61,6 +62,7 @@ from pylog.speedups import core as _core
 
 __all__ = [
     "DELETED_AT",
+    "DELETED_MARK",
     "FrozenState",
     "PartitionState",
     "Snapshot",
@@ -78,6 +80,7 @@ _FIELDS_AT = 16
 _SPINS = 10_000
 #: the deletion marker's byte (slot 9: see the table above)
 DELETED_AT = 72
+DELETED_MARK = b"PLDELETE"
 _MARK_WAIT_S = 5.0  # how long mark_deleted waits for the writer lock
 _fence_in, _fence_out = FENCE.acquire, FENCE.release  # doorbell.fence(), inlined on the publish path
 _publish = (
@@ -155,7 +158,7 @@ def mark_deleted(path: str, wait_s: float = _MARK_WAIT_S) -> None:
                     break
                 time.sleep(0.001)
         try:
-            os.pwrite(fd, b"\x01", DELETED_AT)
+            os.pwrite(fd, DELETED_MARK, DELETED_AT)
         finally:
             if locked:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -215,7 +218,7 @@ class PartitionState:
     def deleted(self) -> bool:
         """True when the partition's topic was deleted (the marker, see the module docstring; read with the
         lock held): appends then would go to files nobody can read again."""
-        return self._map[DELETED_AT] != 0
+        return self._map[DELETED_AT : DELETED_AT + len(DELETED_MARK)] == DELETED_MARK
 
     def torn(self) -> bool:
         """True when a writer died in the middle of publishing (call with the lock held)."""

@@ -871,3 +871,21 @@ def test_the_deletion_marker_refuses_appends_and_is_set_even_past_a_held_lock(lo
     with pytest.raises(UnknownTopicError, match="deleted"):
         append(plog, model, 1)
     assert plog.log_end_offset == end and os.path.getsize(plog.segments[-1].path) == plog.segments[-1].size
+
+
+@pytest.mark.parametrize("junk", [b"\x01", bytes(range(1, 57)), b"\xff" * 56, b"PLDELET"])
+def test_a_torn_state_page_is_never_read_as_the_deletion_marker(log: pylog.Log, junk: bytes) -> None:
+    """A power loss may leave junk in the unsynced page of ``partition.state``: the partition stays writable
+    (only the whole eight-byte marker written by a topic deletion refuses appends)."""
+    from pylog.partition.state import DELETED_AT
+
+    plog, model, _ = make(log)
+    append(plog, model, 2)
+    path = os.path.join(plog.directory, files.STATE)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, junk, DELETED_AT)  # what a torn write may leave where the marker lives
+    finally:
+        os.close(fd)
+    append(plog, model, 1)
+    assert plog.log_end_offset == 3
