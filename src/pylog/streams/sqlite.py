@@ -265,6 +265,48 @@ def make_sqlite_store(spec: StoreSpec, path: str, changelog_id: str) -> KeyValue
 _MIN_TIME = -(2**63)
 
 
+class _Sweep:
+    """The expiry scan of one table of a store's file by an indexed time column: the rows whose time is at or
+    before a bound that only grows (a stream time less the grace), each returned once. The rows it returned are
+    deleted in the store's overlay, and from the file at the next checkpoint; ``swept`` remembers how far it
+    went, so a row is never returned twice, and ``next`` (the earliest time after it) tells whether a scan has
+    work without one. The window, session and sliding-window stores close by it; the sliding-window and
+    join-buffer stores purge their records by it. Runs under the store's lock."""
+
+    def __init__(self, store: Any, table: str, column: str, columns: str) -> None:
+        self._store = store
+        self._select = f"SELECT {columns} FROM {table} WHERE {column} > ? AND {column} <= ?"
+        self._min = f"SELECT MIN({column}) FROM {table} WHERE {column} > ?"
+        self.swept = _MIN_TIME
+        self.next: int | None = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read ``next`` again (after the file changed: a checkpoint, a restore)."""
+        with self._store._lock:
+            (first,) = self._store._db.execute(self._min, (self.swept,)).fetchone()
+        self.next = None if first is None else int(first)
+
+    def reset(self) -> None:
+        """Start again from the earliest time (the file was emptied)."""
+        self.swept = _MIN_TIME
+        self.refresh()
+
+    def due(self, through: int) -> bool:
+        """Whether a row not returned yet has its time at or before ``through``."""
+        return self.next is not None and self.next <= through
+
+    def scan(self, through: int) -> list[Any]:
+        """The rows (their ``columns``) not returned yet whose time is at or before ``through``."""
+        if not self.due(through):
+            return []
+        with self._store._lock:
+            rows: list[Any] = self._store._db.execute(self._select, (self.swept, through)).fetchall()
+        self.swept = max(self.swept, through)
+        self.refresh()
+        return rows
+
+
 class _SqliteTimed:
     """What the SQLite window and session stores share: the file (the store's table ``_TABLE`` and ``meta``:
     the changelog offset, the changelog's id and the stream time, written with each checkpoint), emptying it,
@@ -368,10 +410,10 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
                 "CREATE INDEX IF NOT EXISTS win_end ON win (wend, seq)",
             ],
         )
+        self._new: dict[Any, int] = {}  # window created in the overlay -> its creation sequence
+        self._sweep = _Sweep(self, "win", "wend", "wend, seq, k, start, v")  # closes the file's windows
         if other:
             self.clear()
-        self._new: dict[Any, int] = {}  # window created in the overlay -> its creation sequence
-        self._swept = _MIN_TIME  # the file's windows ending at or before this are closed (in the overlay)
         self._reload()
 
     def _reload(self) -> None:
@@ -380,12 +422,7 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
             top, latest = self._db.execute("SELECT MAX(seq), MAX(start) FROM win").fetchone()
         self._seq = itertools.count(0 if top is None else int(top) + 1)
         self._max_start = _MIN_TIME if latest is None else int(latest)  # a later window is not in the file
-        self._min_end = self._next_end(self._swept)
-
-    def _next_end(self, after: int) -> int | None:
-        with self._lock:
-            (end,) = self._db.execute("SELECT MIN(wend) FROM win WHERE wend > ?", (after,)).fetchone()
-        return None if end is None else int(end)
+        self._sweep.refresh()
 
     # -- reads ----------------------------------------------------------------------------------------
 
@@ -518,24 +555,16 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
         return agg
 
     def closes_by(self, close_before: int) -> bool:
-        return (bool(self._ends) and self._ends[0][0] <= close_before) or (
-            self._min_end is not None and self._min_end <= close_before
-        )
+        return (bool(self._ends) and self._ends[0][0] <= close_before) or self._sweep.due(close_before)
 
     def closing(self, close_before: int) -> list[tuple[Any, int, Any]]:
         found: list[tuple[int, int, Any, int, Any]] = []  # (end, seq, key, start, the file's value or None)
         ends = self._ends
         while ends and ends[0][0] <= close_before:
             found.append((*heapq.heappop(ends), None))
-        if self._min_end is not None and self._min_end <= close_before:
-            with self._lock:
-                rows = self._db.execute(
-                    "SELECT wend, seq, k, start, v FROM win WHERE wend > ? AND wend <= ?",
-                    (self._swept, close_before),
-                ).fetchall()
-            found.extend((end, seq, decode_key(k), start, v) for end, seq, k, start, v in rows)
-            self._swept = max(self._swept, close_before)
-            self._min_end = self._next_end(self._swept)
+        found.extend(
+            (end, seq, decode_key(k), start, v) for end, seq, k, start, v in self._sweep.scan(close_before)
+        )
         found.sort(key=lambda f: (f[0], f[1]))
         out = []
         data, dirty = self._data, self._dirty
@@ -593,7 +622,7 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
         self._data.clear()
         self._new.clear()
         self._ends.clear()  # the windows of the overlay are the file's now: found by its index
-        self._min_end = self._next_end(self._swept)
+        self._sweep.refresh()
         self.offset = offset
 
     # -- restore --------------------------------------------------------------------------------------
@@ -606,8 +635,7 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
         self._max_start = _MIN_TIME
         self._ends.clear()
         self._new = {}
-        self._swept = _MIN_TIME
-        self._min_end = None
+        self._sweep.reset()
 
     def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
         """Changelog records (decoded) go straight to the file: they are committed already."""
@@ -638,7 +666,7 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
             self._max_start = max([self._max_start, *(w[1] for w, v in latest.items() if v is not None)])
         self._dirty.clear()
         self._time_dirty = False
-        self._min_end = self._next_end(self._swept)
+        self._sweep.refresh()
 
 
 class SqliteSessionStore(_SqliteTimed, SessionStore):
@@ -662,17 +690,11 @@ class SqliteSessionStore(_SqliteTimed, SessionStore):
                 "CREATE INDEX IF NOT EXISTS sess_end ON sess (send, seq)",
             ],
         )
+        self._sweep = _Sweep(self, "sess", "send", "send, seq, k, start, v")  # closes the file's sessions
         if other:
             self.clear()
-        self._swept = _MIN_TIME  # the file's sessions ending before this are closed (in the overlay)
         (top,) = self._db.execute("SELECT MAX(seq) FROM sess").fetchone()
         self._seq = itertools.count(0 if top is None else int(top) + 1)
-        self._min_end = self._next_end()
-
-    def _next_end(self) -> int | None:
-        with self._lock:
-            (end,) = self._db.execute("SELECT MIN(send) FROM sess WHERE send >= ?", (self._swept,)).fetchone()
-        return None if end is None else int(end)
 
     # -- reads ----------------------------------------------------------------------------------------
 
@@ -775,19 +797,11 @@ class SqliteSessionStore(_SqliteTimed, SessionStore):
             end, seq, key, start = heapq.heappop(ends)
             if self._latest.get((key, start)) == seq:
                 found.append((end, seq, key, start, None))
-        if self._min_end is not None and self._min_end < end_before:
-            with self._lock:
-                rows = self._db.execute(
-                    "SELECT send, seq, k, start, v FROM sess WHERE send >= ? AND send < ?",
-                    (self._swept, end_before),
-                ).fetchall()
-            for end, seq, raw_key, start, raw in rows:
-                session = (decode_key(raw_key), start)
-                if session not in self._data:  # else the overlay's entry decides (and its heap entry)
-                    agg, send = MSGPACK.decode(raw)
-                    found.append((end, seq, *session, (agg, send)))
-            self._swept = max(self._swept, end_before)
-            self._min_end = self._next_end()
+        for end, seq, raw_key, start, raw in self._sweep.scan(end_before - 1):
+            session = (decode_key(raw_key), start)
+            if session not in self._data:  # else the overlay's entry decides (and its heap entry)
+                agg, send = MSGPACK.decode(raw)
+                found.append((end, seq, *session, (agg, send)))
         found.sort(key=lambda f: (f[0], f[1]))
         out = []
         data = self._data
@@ -832,7 +846,7 @@ class SqliteSessionStore(_SqliteTimed, SessionStore):
         self._by_key.clear()
         self._latest.clear()
         self._ends.clear()  # the overlay's sessions are the file's now: found by its index
-        self._min_end = self._next_end()
+        self._sweep.refresh()
         self.offset = offset
 
     # -- restore --------------------------------------------------------------------------------------
@@ -843,8 +857,7 @@ class SqliteSessionStore(_SqliteTimed, SessionStore):
         self._by_key.clear()
         self._latest.clear()
         self._ends.clear()
-        self._swept = _MIN_TIME
-        self._min_end = None
+        self._sweep.reset()
 
     def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
         """Changelog records (decoded) go straight to the file: they are committed already."""
@@ -871,4 +884,4 @@ class SqliteSessionStore(_SqliteTimed, SessionStore):
             db.execute("COMMIT")
         self._dirty.clear()
         self._time_dirty = False
-        self._min_end = self._next_end()
+        self._sweep.refresh()
