@@ -56,7 +56,6 @@ __all__ = ["fetch", "last_stable_offset", "list_offsets"]
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3  # ListOffsets v7+: the record with the largest timestamp (KIP-734)
-_SCAN_BYTES = 4 << 20
 
 
 @dataclass
@@ -253,21 +252,10 @@ def last_stable_offset(ctx: Context, plog: PartitionLog, visibility: Visibility 
             stable.open.clear()
         stable.open = {k: o for k, o in stable.open.items() if visibility.status(*k) == OPEN}
         offset = max(stable.scanned, start)
-        while offset < end:
-            try:
-                chunk = plog.read_raw(offset, _SCAN_BYTES)
-            except OffsetOutOfRangeError:  # retention moved the log start meanwhile
-                if offset >= plog.log_start_offset:
-                    raise
-                offset = plog.log_start_offset
-                continue
-            if not chunk:
-                break
-            for buf, at in chunk:
-                h = decode_header(buf, at)
-                offset = h.next_offset
-                if visibility.classify(h) == OPEN:
-                    stable.open.setdefault((h.producer_id, h.producer_epoch, h.base_sequence), h.base_offset)
+        for h in plog.headers(offset, end):
+            offset = h.next_offset
+            if visibility.classify(h) == OPEN:
+                stable.open.setdefault((h.producer_id, h.producer_epoch, h.base_sequence), h.base_offset)
         stable.scanned = offset
         return max(min(stable.open.values(), default=offset), plog.log_start_offset)
 

@@ -89,7 +89,6 @@ _KEPT = 5
 # may hold one Kafka batch, so more than five, to cover the last five Kafka batches
 _KEPT_REBUILT = 64
 _MAX_SEQ = 0x7FFFFFFF
-_SCAN_BYTES = 4 << 20
 _PROBE_OFFSETS = 10_000
 _PROBE_BYTES = 1 << 20
 
@@ -243,30 +242,18 @@ def _window_start(plog: PartitionLog, end: int, window: int, batches: int) -> in
 def _scan(plog: PartitionLog, offset: int, end: int, out: dict[int, _Partition]) -> None:
     """Add to ``out``, per producer id, the epoch and last batches of the idempotent (not transactional)
     batches of ``plog`` from ``offset`` to ``end``: batch headers only."""
-    while offset < end:
-        try:
-            chunk = plog.read_raw(offset, _SCAN_BYTES)
-        except OffsetOutOfRangeError:  # retention moved the log start meanwhile
-            if offset >= plog.log_start_offset:
-                raise
-            offset = plog.log_start_offset
+    for h in plog.headers(offset, end):
+        if h.producer_id < 0 or h.base_sequence < 0 or h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
             continue
-        if not chunk:
-            break
-        for buf, at in chunk:
-            h = decode_header(buf, at)
-            offset = h.next_offset
-            if h.producer_id < 0 or h.base_sequence < 0 or h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
-                continue
-            state = out.get(h.producer_id)
-            if state is None or h.producer_epoch > state.epoch:
-                state = out[h.producer_id] = _Partition(
-                    h.producer_epoch, deque(maxlen=_KEPT_REBUILT), pieces=True
-                )
-            elif h.producer_epoch < state.epoch:
-                continue
-            span = h.last_offset - h.base_offset
-            state.batches.append((h.base_sequence, _add(h.base_sequence, span), h.base_offset))
+        state = out.get(h.producer_id)
+        if state is None or h.producer_epoch > state.epoch:
+            state = out[h.producer_id] = _Partition(
+                h.producer_epoch, deque(maxlen=_KEPT_REBUILT), pieces=True
+            )
+        elif h.producer_epoch < state.epoch:
+            continue
+        span = h.last_offset - h.base_offset
+        state.batches.append((h.base_sequence, _add(h.base_sequence, span), h.base_offset))
 
 
 def rest_of(batch: KafkaBatch, n: int) -> KafkaBatch:

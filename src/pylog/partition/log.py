@@ -500,14 +500,15 @@ class PartitionLog:
     def _append_locked(self, buf: bytearray, rest: memoryview | None = None) -> AppendInfo:
         now = self.clock.time_ms()
         c = self.config
+        newest = now  # the batch's largest timestamp once stamped (LogAppendTime: now)
         if c.message_timestamp_type == "CreateTime":
-            low, high = _TIMESTAMPS.unpack_from(buf, BASE_TIMESTAMP_AT)  # smallest and largest in the batch
-            if high - now > c.message_timestamp_after_max_ms or now - low > c.message_timestamp_before_max_ms:
-                self._check_timestamps(buf, now, low, high)
+            low, newest = _TIMESTAMPS.unpack_from(buf, BASE_TIMESTAMP_AT)  # smallest and largest in the batch
+            if newest - now > c.message_timestamp_after_max_ms or now - low > c.message_timestamp_before_max_ms:
+                self._check_timestamps(buf, now, low, newest)
         last_delta = _I32.unpack_from(buf, LAST_DELTA_AT)[0]
         active = self._segments[-1]
         size = len(buf) if rest is None else len(buf) + len(rest)
-        if self._should_roll(active, size, last_delta, now):
+        if self._should_roll(active, size, last_delta, newest):
             active = self._roll()
         base = active.next_offset
         _I64.pack_into(buf, BASE_OFFSET_AT, base)
@@ -535,14 +536,18 @@ class PartitionLog:
                 low, high, now, f"the batch of {self.topic}-{self.partition} holding it"
             )
 
-    def _should_roll(self, active: Segment, size: int, last_delta: int, now: int) -> bool:
+    def _should_roll(self, active: Segment, size: int, last_delta: int, newest: int) -> bool:
+        """Kafka's ``LogSegment.shouldRoll``: the batch would overflow ``segment_bytes`` or the relative
+        offsets, or it is ``segment_ms`` newer than the segment's first batch. Time is measured between record
+        timestamps (``newest`` is the incoming batch's largest), as Kafka does, not from the wall clock: a log
+        fed old records (a replay, a migration) fills its segments instead of rolling one per batch."""
         if active.size == 0:
             return False
         if active.size + size > self.config.segment_bytes:
             return True
         if active.next_offset + last_delta - active.base_offset > _MAX_REL:
             return True
-        return active.first_timestamp >= 0 and now - active.first_timestamp >= self.config.segment_ms
+        return active.first_timestamp >= 0 and newest - active.first_timestamp >= self.config.segment_ms
 
     def roll(self) -> Segment:
         """Close the active segment and start a new one at the log end offset (no-op if it is empty)."""
@@ -828,6 +833,28 @@ class PartitionLog:
                 return
             yield from got
             offset = got[-1].header.next_offset
+
+    def headers(self, start_offset: int, end_offset: int, max_bytes: int = 4 << 20) -> Iterator[BatchHeader]:
+        """The header of every batch from the one holding ``start_offset`` until ``end_offset`` is passed,
+        read ``max_bytes`` at a time (not CRC-checked; the records are not decoded). The last read may yield
+        batches past ``end_offset`` (written meanwhile). A start below the log start, or one that retention
+        or ``delete_records`` moves the log start past meanwhile, reads on from the log start. Thread-safe
+        (each read is); the batches read are those of the moment of each read."""
+        offset = start_offset
+        while offset < end_offset:
+            try:
+                chunk = self.read_raw(offset, max_bytes)
+            except OffsetOutOfRangeError:
+                if offset >= self.log_start_offset:
+                    raise
+                offset = self.log_start_offset
+                continue
+            if not chunk:
+                return
+            for buf, at in chunk:
+                h = decode_header(buf, at)
+                offset = h.next_offset
+                yield h
 
     def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
         """The earliest (offset, timestamp) whose timestamp is >= ``timestamp``, or None (remote segments

@@ -138,6 +138,40 @@ def test_read_rejects_bad_offsets(log: pylog.Log) -> None:
             plog.read(bad)  # type: ignore[arg-type]
 
 
+def test_headers_walk_every_batch_and_read_on_from_a_log_start_moved_meanwhile(log: pylog.Log) -> None:
+    """headers(start, end) yields the header of each batch from the one holding start until end is passed,
+    whatever the read size; a start below the log start, or a log start that delete_records moves past the
+    walk between two reads, reads on from the log start."""
+    plog, model, bounds = make(log, segment_bytes=700)
+    for i in range(40):
+        append(plog, model, 1 + i % 3, bounds=bounds)
+    assert len(plog.segments) > 3
+
+    def walk(start: int, end: int, max_bytes: int) -> list[tuple[int, int]]:
+        return [(h.base_offset, h.next_offset) for h in plog.headers(start, end, max_bytes)]
+
+    for start, end in ((0, len(model)), (5, 30), (len(model) - 1, len(model)), (7, 7)):
+        first = next(i for i, b in enumerate(bounds) if b[1] > start)
+        for max_bytes in (1, 500, 1 << 20):
+            got = walk(start, end, max_bytes)
+            assert got == bounds[first : first + len(got)]  # consecutive, from the batch holding start
+            if start == end:
+                assert got == []
+                continue
+            assert got[-1][1] >= end  # until end is passed
+            if max_bytes == 1:  # one batch a read: no further
+                assert len(got) == 1 or got[-2][1] < end
+
+    walker = plog.headers(0, len(model), 1)  # one batch a read
+    seen = [next(walker).base_offset for _ in range(3)]
+    moved = bounds[20][0] + 1  # within a batch, two segments or more ahead of the walk
+    plog.delete_records(moved)
+    rest = [(h.base_offset, h.next_offset) for h in walker]
+    assert seen == [b[0] for b in bounds[:3]]
+    assert rest == bounds[20:]  # on from the batch holding the new log start
+    assert walk(0, len(model), 1 << 20) == bounds[20:]  # a start below the log start
+
+
 def test_too_large_batch_changes_nothing(log: pylog.Log) -> None:
     plog, model, _ = make(log, max_message_bytes=1000)
     append(plog, model, 2)
@@ -197,6 +231,22 @@ def test_roll_by_age(log: pylog.Log, clock: pylog.ManualClock) -> None:
     clock.advance(1)
     append(plog, model, 1)
     assert [s.base_offset for s in plog.segments] == [0, 2]
+
+
+def test_old_records_fill_a_segment_instead_of_rolling_one_per_batch(
+    log: pylog.Log, clock: pylog.ManualClock
+) -> None:
+    """Kafka measures ``segment.ms`` between the segment's first timestamp and the appended batch's newest
+    (``LogSegment.timeWaitedForRoll``): records a year old, appended now, go on filling one segment."""
+    plog, model, _ = make(log, segment_ms=10_000)
+    year_ago = clock.time_ms() - 365 * 24 * 3600 * 1000
+    for i in range(20):
+        append(plog, model, 1, ts=year_ago + i * 100)
+    assert [s.base_offset for s in plog.segments] == [0]
+    append(plog, model, 1, ts=year_ago + 10_000)  # segment_ms past the first batch's timestamp
+    append(plog, model, 1, ts=year_ago + 10_001)
+    assert [s.base_offset for s in plog.segments] == [0, 20]
+    assert read_all(plog) == list(enumerate(model))
 
 
 # -- flushing ---------------------------------------------------------------------------------------------
