@@ -25,6 +25,7 @@ from pylog.streams.dsl import (
     Table,
     WindowedStream,
 )
+from pylog.streams.runtime import StateRestoreListener
 from pylog.streams.serde import BYTES, JSON, MSGPACK, STRING, Serde
 from pylog.streams.stores import KeyValueStore, SessionStore, SlidingStore, WindowStore
 from pylog.streams.topology import TaskId, Topology
@@ -57,6 +58,7 @@ __all__ = [
     "SessionWindowedStream",
     "SessionWindows",
     "SlidingWindows",
+    "StateRestoreListener",
     "Stream",
     "Table",
     "TaskId",

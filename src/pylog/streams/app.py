@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pylog.errors import ConfigError, IllegalStateError, TopicExistsError
 from pylog.streams.dsl import GlobalTable, Stream, Table
 from pylog.streams.nodes import SourceNode, TableSourceNode
-from pylog.streams.runtime import GlobalThread, StreamThread
+from pylog.streams.runtime import GlobalThread, StateRestoreListener, StreamThread
 from pylog.streams.serde import MSGPACK, STRING, Serde
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.topology import Builder, GlobalSpec, Topology
@@ -55,7 +55,9 @@ class App:
     deserialization exception handler): ``"raise"`` (default: the application stops with a
     :class:`~pylog.errors.DeserializationError` naming it), ``"skip"`` (counted: ``skipped-records``) or
     ``"dead_letter"`` (its bytes written to ``dead_letter_topic``, created if missing, with pylog's dead-letter
-    headers, in the same transaction as the rest: exactly once; counted: ``dead-lettered-records``). Thread-safety: define the
+    headers, in the same transaction as the rest: exactly once; counted: ``dead-lettered-records``).
+    ``restore_listener``: a :class:`~pylog.streams.runtime.StateRestoreListener` told when each store's restore
+    starts, progresses and ends (Kafka Streams' global state restore listener). Thread-safety: define the
     topology on one thread; ``start``, ``close``, ``store``, ``metrics`` may be called from any thread."""
 
     def __init__(
@@ -74,6 +76,7 @@ class App:
         state_dir: str | os.PathLike[str] | None = None,
         on_deserialization_error: str = "raise",
         dead_letter_topic: str | None = None,
+        restore_listener: StateRestoreListener | None = None,
     ) -> None:
         if not isinstance(application_id, str) or not _ID.fullmatch(application_id):
             raise ConfigError(
@@ -115,6 +118,11 @@ class App:
             raise ConfigError(
                 'dead_letter_topic goes with on_deserialization_error="dead_letter" (both or neither)'
             )
+        if restore_listener is not None and not isinstance(restore_listener, StateRestoreListener):
+            raise ConfigError(
+                f"restore_listener must be a pylog.streams StateRestoreListener, got {restore_listener!r}"
+            )
+        self.restore_listener = restore_listener
         self.builder = Builder(application_id)
         self.builder.on_deserialization_error = on_deserialization_error
         self.builder.dead_letter_topic = dead_letter_topic

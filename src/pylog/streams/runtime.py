@@ -58,10 +58,33 @@ if TYPE_CHECKING:
     from pylog.producer import Producer
     from pylog.streams.app import App
 
-__all__ = ["GlobalThread", "StreamThread", "restore_tasks"]
+__all__ = ["GlobalThread", "StateRestoreListener", "StreamThread", "restore_tasks"]
 
 _log = logging.getLogger("pylog.streams")
 _RESTORE_POLL_MS = 100
+
+
+class StateRestoreListener:
+    """Told about each store's restore (Kafka Streams' ``StateRestoreListener``): give an instance to
+    ``App(restore_listener=...)`` and override the methods wanted (each does nothing here).
+
+    ``changelog`` is the changelog partition read (its partition is the task's), ``store`` the store's name.
+    The methods run on the stream thread doing the restore, inside its rebalance: a slow one delays the
+    restore, and one that raises stops the application (nothing is committed by a restore)."""
+
+    def on_restore_start(
+        self, changelog: TopicPartition, store: str, start_offset: int, end_offset: int
+    ) -> None:
+        """Before the first record: the store is rebuilt from ``start_offset`` up to ``end_offset``."""
+
+    def on_batch_restored(
+        self, changelog: TopicPartition, store: str, batch_end_offset: int, num_restored: int
+    ) -> None:
+        """After a batch of ``num_restored`` records reached the store; the next one starts at
+        ``batch_end_offset``."""
+
+    def on_restore_end(self, changelog: TopicPartition, store: str, total_restored: int) -> None:
+        """The store holds its changelog's committed state (``total_restored`` records read)."""
 
 
 class StreamThread(threading.Thread):
@@ -272,7 +295,7 @@ class StreamThread(threading.Thread):
             tasks[task_id] = task
             fresh.append(task)
         self._drop(list(self._suspended.values()))
-        restored = restore_tasks(self.log, fresh)
+        restored = restore_tasks(self.log, fresh, self.app.restore_listener)
         for task in fresh:
             task.start()
         self.metrics["restored-records"] += restored
@@ -336,9 +359,9 @@ def _changelog_ends(log: Log, task: Task) -> dict[TopicPartition, int]:
     }
 
 
-def restore_tasks(log: Log, tasks: list[Task]) -> int:
+def restore_tasks(log: Log, tasks: list[Task], listener: StateRestoreListener | None = None) -> int:
     """Rebuild the stores of ``tasks`` from their changelog partitions (read_committed, up to the end offsets
-    of now); returns the number of changelog records read."""
+    of now), telling ``listener``; returns the number of changelog records read."""
     where: dict[TopicPartition, Any] = {}
     for task in tasks:
         for store in task.stores.values():
@@ -359,6 +382,8 @@ def restore_tasks(log: Log, tasks: list[Task]) -> int:
         max_poll_records=100_000,
     )
     read = 0
+    listener = listener if listener is not None else _NO_LISTENER
+    count = dict.fromkeys(where, 0)
     try:
         reader.assign(list(where))
         ends = reader.end_offsets(list(where))
@@ -367,24 +392,34 @@ def restore_tasks(log: Log, tasks: list[Task]) -> int:
             if store.offset > ends[tp]:  # a file ahead of its changelog: rebuild it
                 store.clear()
             reader.seek(tp, max(store.offset, starts[tp]))
+            listener.on_restore_start(tp, store.name, reader.position(tp), ends[tp])
         pending = {tp for tp in where if reader.position(tp) < ends[tp]}
         while pending:
+            done: dict[TopicPartition, int] = {}
             if arrow:
                 got = reader.poll_arrow(timeout_ms=_RESTORE_POLL_MS)
                 for tp, batch in got.items():
                     keys = _decode_column(batch.column("key"), MSGPACK_KEY)
                     where[tp].restore_decoded(keys, _decode_column(batch.column("value"), MSGPACK))
-                    read += batch.num_rows
+                    done[tp] = batch.num_rows
             else:
                 for tp, recs in reader.poll(timeout_ms=_RESTORE_POLL_MS).items():
                     where[tp].restore([r.key for r in recs], [r.value for r in recs])
-                    read += len(recs)
+                    done[tp] = len(recs)
+            for tp, n in done.items():
+                read += n
+                count[tp] += n
+                listener.on_batch_restored(tp, where[tp].name, reader.position(tp), n)
             pending = {tp for tp in pending if reader.position(tp) < ends[tp]}
         for tp, store in where.items():
             store.restored(reader.position(tp))
+            listener.on_restore_end(tp, store.name, count[tp])
     finally:
         reader.close(autocommit=False)
     return read
+
+
+_NO_LISTENER = StateRestoreListener()
 
 
 def _decode_column(column: Any, serde: Serde) -> list[Any]:
