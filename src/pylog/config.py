@@ -6,7 +6,7 @@ Kafka's broker defaults except where an embedded log needs another one; each suc
 | name | default | meaning |
 |---|---|---|
 | ``segment_bytes`` | 1 GiB | roll the active segment when it would grow past this |
-| ``segment_ms`` | 7 days | roll the active segment when its first record is this old |
+| ``segment_ms`` | 7 days | roll the active segment when a batch is this much newer than its first record |
 | ``retention_ms`` | 7 days (-1: keep forever) | delete a segment when its largest timestamp is older |
 | ``retention_bytes`` | -1 (no limit) | per partition: delete oldest segments until the rest fit |
 | ``cleanup_policy`` | ``"delete"`` | ``"delete"``, ``"compact"`` or ``"compact,delete"`` |

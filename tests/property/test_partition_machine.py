@@ -1,7 +1,7 @@
 """A Hypothesis state machine of one partition against a model.
 
 The model is a list of records plus the segment layout the documented rules produce: a roll when the next batch
-would not fit in ``segment_bytes`` or the active segment's first batch is ``segment_ms`` old, retention of whole
+would not fit in ``segment_bytes`` or it is ``segment_ms`` newer than the active segment's first batch, retention of whole
 segments judged on their largest timestamp and on ``retention_bytes``, truncation on batch boundaries, and the
 recovery point (only moved by flush, roll and reopen, lowered by truncation). Steps: appends of random batches
 (keys and values may be None, timestamps from a ManualClock or explicitly older or newer), reads at random
@@ -173,7 +173,7 @@ class PartitionMachine(RuleBasedStateMachine):
         active = self.segs[-1]
         if active.size and (
             active.size + len(raw) > self.config.segment_bytes
-            or now - active.first_ts >= self.config.segment_ms
+            or max(stamps) - active.first_ts >= self.config.segment_ms
         ):
             self.model_roll()
         info = self.plog.append(raw)
