@@ -15,6 +15,7 @@ import pylog
 from pylog.errors import ConfigError
 from pylog.streams import App, JoinWindows, TestDriver
 from pylog.streams.admin import describe_application, read_store, reset_application
+from pylog.streams.sqlite_buffers import SqliteSubscriptionStore
 
 
 def _join(order: dict[str, Any], customer: dict[str, Any] | None) -> list[Any]:
@@ -66,10 +67,13 @@ def _apply(tables: dict[str, dict[str, Any]], topic: str, key: str, value: Any) 
         tables[topic][key] = value
 
 
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
 @pytest.mark.parametrize("left", [False, True])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_foreign_key_join_equals_a_recomputation_after_every_record(seed: int, left: bool) -> None:
-    app = App(None, "fk")
+def test_foreign_key_join_equals_a_recomputation_after_every_record(
+    tmp_path: Path, seed: int, left: bool, stores: str
+) -> None:
+    app = App(None, "fk", state_dir=tmp_path / "state" if stores == "sqlite" else None)
     _define(app, left)
     driver = TestDriver(app)
     tables: dict[str, dict[str, Any]] = {"orders": {}, "customers": {}}
@@ -88,6 +92,14 @@ def test_foreign_key_join_equals_a_recomputation_after_every_record(seed: int, l
         for k, order in tables["orders"].items()
         if order["customer"] is not None
     }, "exactly the live subscriptions"
+    if stores == "sqlite":
+        store = driver.store("enriched-subscriptions")
+        assert isinstance(store, SqliteSubscriptionStore) and store._overlay == {}
+        for fk in {fk for fk, _ in subscriptions}:  # the prefix scan of the file finds every subscriber
+            assert sorted(store.subscribers(fk)) == sorted(
+                (k, v) for (f, k), v in subscriptions.items() if f == fk
+            )
+    driver.close()
 
 
 def test_a_foreign_key_change_retracts_the_old_match() -> None:

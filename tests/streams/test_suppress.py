@@ -14,6 +14,7 @@ from streams_helpers import committed_records, suppress_model, wait_for
 import pylog
 from pylog.errors import ConfigError, IllegalStateError
 from pylog.streams import App, TestDriver, TumblingWindows, Windowed
+from pylog.streams.sqlite_buffers import SqliteSuppressBuffer
 from pylog.streams.stores import SuppressBuffer
 
 
@@ -29,20 +30,26 @@ def _records(seed: int, n: int, keys: int = 6, spread: int = 400) -> list[tuple[
     return out
 
 
-def _suppressed_app(limit: int, max_records: int | None, app_id: str = "suppress", log: Any = None) -> App:
-    app = App(log, app_id, commit_interval_ms=20)
+def _suppressed_app(
+    limit: int, max_records: int | None, app_id: str = "suppress", log: Any = None, state_dir: Any = None
+) -> App:
+    app = App(log, app_id, commit_interval_ms=20, state_dir=state_dir)
     app.table("in", name="in").suppress(
         until_time_limit=limit, max_records=max_records, name="held"
     ).to_stream().to("out")
     return app
 
 
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
 @pytest.mark.parametrize(
     ("seed", "limit", "max_records"), [(1, 100, None), (2, 0, None), (3, 250, 3), (4, 50, 1)]
 )
-def test_until_time_limit_matches_a_model(seed: int, limit: int, max_records: int | None) -> None:
+def test_until_time_limit_matches_a_model(
+    tmp_path: Path, stores: str, seed: int, limit: int, max_records: int | None
+) -> None:
     records = _records(seed, 400)
-    driver = TestDriver(_suppressed_app(limit, max_records))
+    state_dir = tmp_path / "state" if stores == "sqlite" else None
+    driver = TestDriver(_suppressed_app(limit, max_records, state_dir=state_dir))
     for key, value, ts in records:
         driver.pipe("in", value, key=key, timestamp_ms=ts)
     got = [(r.key, r.value, r.timestamp_ms) for r in driver.read_output("out")]
@@ -56,6 +63,14 @@ def test_until_time_limit_matches_a_model(seed: int, limit: int, max_records: in
     assert seen == table
     if max_records is not None:
         assert len(driver.store("held")) <= max_records
+    if state_dir is not None:  # the file holds the buffer (checkpointed after each record), not memory
+        held = driver.store("held")
+        assert isinstance(held, SqliteSuppressBuffer) and held._data == {} and held._heap == []
+        expected, size = held.to_dict(), held.bytes
+        driver.close()
+        again = TestDriver(_suppressed_app(limit, max_records, state_dir=state_dir))
+        assert again.store("held").to_dict() == expected and again.store("held").bytes == size  # type: ignore[attr-defined]
+        again.close()
 
 
 def test_the_buffer_is_restored_from_its_changelog_in_order() -> None:

@@ -24,6 +24,7 @@ from pylog.streams import (
     WindowStore,
 )
 from pylog.streams.sqlite import SqliteSessionStore, SqliteWindowStore
+from pylog.streams.sqlite_buffers import SqliteJoinBufferStore, SqliteSlidingStore
 from pylog.streams.stores import JoinBufferStore
 from pylog.streams.windows import Windows
 
@@ -233,6 +234,7 @@ def _session_case(
         again.close()
 
 
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
 @settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(
@@ -253,10 +255,22 @@ def _session_case(
     how="inner",
 )
 def test_stream_stream_join_matches_the_model(
-    records: list[tuple[str, str, int, int]], diff: int, grace: int, coarse: int, how: str
+    stores: str, records: list[tuple[str, str, int, int]], diff: int, grace: int, coarse: int, how: str
+) -> None:
+    with tempfile.TemporaryDirectory() as state_dir:
+        _join_case(None if stores == "memory" else state_dir, records, diff, grace, coarse, how)
+
+
+def _join_case(
+    state_dir: str | None,
+    records: list[tuple[str, str, int, int]],
+    diff: int,
+    grace: int,
+    coarse: int,
+    how: str,
 ) -> None:
     records = [(side, k, v, ts // coarse) for side, k, v, ts in records]  # coarse: equal and close times
-    app = App(None, "model")
+    app = App(None, "model", state_dir=state_dir)
     left, right = app.stream("left"), app.stream("right")
     joiner = lambda lv, rv: [lv, rv]  # noqa: E731
     if how == "outer":
@@ -300,6 +314,14 @@ def test_stream_stream_join_matches_the_model(
         restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
         assert restored.to_dict() == store.to_dict()
         assert isinstance(store, JoinBufferStore) and restored.stream_time == store.stream_time
+        if state_dir is not None:  # the file holds the records (checkpointed after each one), not memory
+            assert isinstance(store, SqliteJoinBufferStore) and store._data == {} and store._by_key == {}
+    if state_dir is not None:
+        expected = {name: driver.store(name).to_dict() for name in ("j-left", "j-right")}
+        driver.close()
+        again = TestDriver(app)  # the files read again, as a restart does
+        assert {name: again.store(name).to_dict() for name in expected} == expected
+        again.close()
 
 
 def _sliding_model(
@@ -347,6 +369,7 @@ def _sliding_model(
     return out, late, {w: agg(*w)[0] for w in windows}
 
 
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
 @settings(max_examples=100, deadline=None)
 @given(
     records=st.lists(
@@ -361,10 +384,17 @@ def _sliding_model(
     records=[("b", 0, 9), ("a", 0, 60), ("b", 0, 10)], d=50, grace=0, emit="final", coarse=1
 )
 def test_sliding_windows_match_the_model(
-    records: list[tuple[str, int, int]], d: int, grace: int, emit: str, coarse: int
+    stores: str, records: list[tuple[str, int, int]], d: int, grace: int, emit: str, coarse: int
+) -> None:
+    with tempfile.TemporaryDirectory() as state_dir:
+        _sliding_case(None if stores == "memory" else state_dir, records, d, grace, emit, coarse)
+
+
+def _sliding_case(
+    state_dir: str | None, records: list[tuple[str, int, int]], d: int, grace: int, emit: str, coarse: int
 ) -> None:
     records = [(k, v, ts // coarse) for k, v, ts in records]
-    app = App(None, "model")
+    app = App(None, "model", state_dir=state_dir)
     sliding = (
         app.stream("in").group_by_key().windowed_by(SlidingWindows(d, grace), emit=emit, late_topic="late")
     )
@@ -382,3 +412,11 @@ def test_sliding_windows_match_the_model(
     restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
     assert restored.to_dict() == open_windows
     assert isinstance(store, SlidingStore) and restored.stream_time == store.stream_time
+    if state_dir is not None:  # the file holds the windows and records (checkpointed after each record)
+        assert isinstance(store, SqliteSlidingStore) and store._data == {} and store._records == {}
+        driver.close()
+        again = TestDriver(app)  # the file read again, as a restart does
+        reopened = again.store("s")
+        assert isinstance(reopened, SqliteSlidingStore) and reopened.to_dict() == open_windows
+        assert reopened.stream_time == store.stream_time
+        again.close()

@@ -7,9 +7,9 @@ records, and the changelog of every store (flushed after each piped record, as i
 commit). Repartition topics are fed back at once, in the order written. Each sub-topology runs as a single
 task (partition 0), so every key's state is in one store.
 
-With the application's ``state_dir``, the stores the running application keeps in SQLite (key-value,
-tumbling/hopping window and session stores, :mod:`pylog.streams.sqlite`) are SQLite files under it here too, checkpointed
-after each piped record; files left by an earlier driver of the same application are used as they are.
+With the application's ``state_dir``, every store is a SQLite file under it here too, as in the running
+application (:mod:`pylog.streams.sqlite`, :mod:`pylog.streams.sqlite_buffers`), checkpointed after each piped
+record; files left by an earlier driver of the same application are used as they are.
 
 Time: a record's event time is its ``timestamp_ms``, by default the driver's :class:`~pylog.clock.ManualClock`
 (which only moves with :meth:`TestDriver.advance_wall_clock`).
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pylog.clock import ManualClock
 from pylog.errors import ConfigError
 from pylog.streams.serde import BYTES, MSGPACK, MSGPACK_KEY, Serde
-from pylog.streams.sqlite import make_sqlite_store
+from pylog.streams.sqlite_buffers import make_sqlite_store
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.task import Task
 from pylog.streams.topology import StoreSpec, TaskId

@@ -46,7 +46,7 @@ import numpy as np
 
 from pylog.errors import CommitFailedError, ProducerFencedError
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
-from pylog.streams.sqlite import SqliteSessionStore, SqliteStore, SqliteWindowStore, make_sqlite_store
+from pylog.streams.sqlite_buffers import make_sqlite_store
 from pylog.streams.stores import KeyValueStore
 from pylog.streams.task import Task
 from pylog.streams.topology import GlobalSpec, StoreSpec, TaskId, Topology
@@ -271,10 +271,7 @@ class StreamThread(threading.Thread):
         ends: dict[str, dict[int, int]] = {}
         for task in self.tasks.values():
             for store in task.stores.values():
-                if (
-                    isinstance(store, (SqliteStore, SqliteWindowStore, SqliteSessionStore))
-                    and store.changelog is not None
-                ):
+                if store.persistent and store.changelog is not None:
                     if store.changelog not in ends:
                         ends[store.changelog] = self.log.topic(store.changelog).end_offsets()
                     store.checkpoint(ends[store.changelog][task.task_id.partition])

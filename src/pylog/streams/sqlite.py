@@ -21,8 +21,9 @@ interactive queries may read from other threads (one connection, calls serialize
 -> aggregate`` with the window's end indexed, so that closing the windows a stream time passes is a range
 scan of the file (retention: a closed window is deleted from the file at the next checkpoint), and the stream
 time kept beside the offset. :class:`SqliteSessionStore` likewise for session windows (``(key, start) ->
-[aggregate, end]``, the end indexed; a key's sessions are a lookup by key). Sliding-window and join-buffer
-stores, suppression buffers and foreign-key subscriptions stay in memory.
+[aggregate, end]``, the end indexed; a key's sessions are a lookup by key). The sliding-window, join-buffer,
+suppression-buffer and foreign-key subscription stores are in :mod:`pylog.streams.sqlite_buffers`, which also
+chooses the SQLite store of each store kind (:func:`~pylog.streams.sqlite_buffers.make_sqlite_store`).
 """
 
 from __future__ import annotations
@@ -47,10 +48,8 @@ from pylog.streams.stores import (
     decode_key,
     encode_key,
 )
-from pylog.streams.topology import StoreSpec
-from pylog.streams.windows import JoinWindows, SessionWindows, SlidingWindows
 
-__all__ = ["CACHE_ENTRIES", "SqliteSessionStore", "SqliteStore", "SqliteWindowStore", "make_sqlite_store"]
+__all__ = ["CACHE_ENTRIES", "SqliteSessionStore", "SqliteStore", "SqliteWindowStore"]
 
 _DELETED: Any = object()
 _ABSENT: Any = object()
@@ -60,6 +59,8 @@ CACHE_ENTRIES = 100_000  # committed values kept in memory per store, most recen
 class SqliteStore(KeyValueStore):
     """A key-value store in a SQLite file (see the module docstring). ``changelog_id`` identifies the changelog
     topic the file follows (its topic id)."""
+
+    persistent = True
 
     def __init__(self, name: str, changelog: str, path: str, changelog_id: str) -> None:
         super().__init__(name, changelog)
@@ -248,20 +249,6 @@ class SqliteStore(KeyValueStore):
             self._db.close()
 
 
-def make_sqlite_store(spec: StoreSpec, path: str, changelog_id: str) -> KeyValueStore | None:
-    """The SQLite store of ``spec`` in the file ``path`` (a key-value, tumbling/hopping window or session
-    store), or None for a store kind kept in memory."""
-    if spec.kind != "kv":
-        return None
-    if spec.windows is None:
-        return SqliteStore(spec.name, spec.changelog, path, changelog_id)
-    if isinstance(spec.windows, SessionWindows):
-        return SqliteSessionStore(spec.name, spec.changelog, spec.windows.gap_ms, path, changelog_id)
-    if isinstance(spec.windows, (SlidingWindows, JoinWindows)):
-        return None
-    return SqliteWindowStore(spec.name, spec.changelog, spec.windows.size_ms, path, changelog_id)
-
-
 _MIN_TIME = -(2**63)
 
 
@@ -308,11 +295,12 @@ class _Sweep:
 
 
 class _SqliteTimed:
-    """What the SQLite window and session stores share: the file (the store's table ``_TABLE`` and ``meta``:
+    """What the SQLite timed stores share: the file (the store's tables ``_TABLES`` and ``meta``:
     the changelog offset, the changelog's id and the stream time, written with each checkpoint), emptying it,
     and the restore's bookkeeping."""
 
-    _TABLE = ""
+    _TABLES: tuple[str, ...] = ()
+    persistent = True
     offset: int
     stream_time: int
     _time_dirty: bool
@@ -338,6 +326,22 @@ class _SqliteTimed:
         self.stream_time = int(meta.get("stream_time", -1))
         return bool(meta.get("changelog_id", changelog_id) != changelog_id)
 
+    def _apply(self, writes: list[tuple[str, list[Any]]], offset: int | None) -> None:
+        """Run the statements of ``writes`` (each with its rows) in one SQLite transaction, with the changelog
+        ``offset`` reached (None: keep the offset; a restore's batch)."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                for statement, rows in writes:
+                    db.executemany(statement, rows)
+                if offset is not None:
+                    self._write_meta(offset)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
     def _write_meta(self, offset: int) -> None:
         self._db.executemany(
             "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
@@ -352,7 +356,8 @@ class _SqliteTimed:
         """Empty the file and forget the overlay, the offset and the stream time."""
         with self._lock:
             self._db.execute("BEGIN")
-            self._db.execute(f"DELETE FROM {self._TABLE}")
+            for table in self._TABLES:
+                self._db.execute(f"DELETE FROM {table}")
             self._db.execute("DELETE FROM meta")
             self._db.execute("COMMIT")
         self._data.clear()
@@ -396,7 +401,7 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
     by :meth:`checkpoint` once their changelog records are committed; an aborted interval's changes never
     reach the file."""
 
-    _TABLE = "win"
+    _TABLES = ("win",)
 
     def __init__(self, name: str, changelog: str, size_ms: int, path: str, changelog_id: str) -> None:
         super().__init__(name, changelog, size_ms)
@@ -677,7 +682,7 @@ class SqliteSessionStore(_SqliteTimed, SessionStore):
     with ``_by_key`` indexing it), written to the file by :meth:`checkpoint` once their changelog records are
     committed."""
 
-    _TABLE = "sess"
+    _TABLES = ("sess",)
 
     def __init__(self, name: str, changelog: str, gap_ms: int, path: str, changelog_id: str) -> None:
         super().__init__(name, changelog, gap_ms)

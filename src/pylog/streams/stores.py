@@ -58,6 +58,8 @@ class KeyValueStore:
 
     #: the changelog offset the store holds the state of (a restore reads from there); 0 in memory
     offset = 0
+    #: whether the store keeps its state in a file, written by :meth:`checkpoint` after each commit
+    persistent = False
 
     def __init__(self, name: str, changelog: str | None) -> None:
         self.name = name
