@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?= --durations=25
 
-.PHONY: install demo test lint typecheck docs unit unit-pure ext sanitize bench torture clean
+.PHONY: install demo test lint typecheck docs unit unit-pure ext sanitize bench quix-env torture clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,8 +73,17 @@ test: lint typecheck docs unit
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[peers]" || echo "Kafka peers not installable here: their cases are skipped"
+	$(MAKE) quix-env || echo "quixstreams not installable here: its cases are skipped"
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/render.py
+
+# Quix Streams, the peer of the pylog.streams cases, in a virtualenv of its own: it pins confluent-kafka (< 2.13),
+# pydantic and pydantic-settings below what .venv holds, so installing it there would downgrade them. The cases
+# run benchmarks/cases/quix_app.py with its interpreter (or PYLOG_BENCH_QUIX_PYTHON's) and skip without one.
+QUIX_VENV := build/quix-venv
+quix-env:
+	test -x $(QUIX_VENV)/bin/python || $(PYTHON) -m venv $(QUIX_VENV)
+	$(QUIX_VENV)/bin/python -m pip install --quiet "quixstreams>=3.28,<4"
 
 # librdkafka's own integration tests against `pylog serve`, and against Tansu for comparison (not part of
 # `make test`): downloads librdkafka's source (LIBRDKAFKA=X.Y.Z from GitHub, or debian for Debian 12's 2.0.2),

@@ -258,6 +258,17 @@ def notes_section(cases: list[dict[str, Any]]) -> list[str]:
                 f"files, {extra['all_files_bytes_per_record']:g} B/record counting every file (indexes, "
                 "checkpoints)"
             )
+        if "peer" in extra:
+            before = (
+                f"; {extra['startup_s']:g} s before its first record, not timed"
+                if "startup_s" in extra
+                else ""
+            )
+            out.append(f"- `{s['name']}`: {extra['peer']}{before}")
+        if "open_s" in extra:
+            out.append(
+                f"- `{s['name']}`: opening the log after the kill took {extra['open_s']:g} s (not timed)"
+            )
         if "warmup_seconds" in extra:
             reps = ", ".join(f"{t:g}" for t in extra.get("query_seconds", []))
             out.append(
