@@ -1,20 +1,36 @@
-"""A raw Kafka protocol client for tests that must send exact requests (kio's messages over a socket)."""
+"""A raw Kafka protocol client for tests that must send exact requests (kio's messages over a socket), and
+the requests and record batches those tests send: one builder of each, shared by the broker tests."""
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import struct
+from collections.abc import Sequence
 from typing import Any
 
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.serial import entity_reader, entity_writer
+
+TIMESTAMP = 1_700_000_000_000  # the records' timestamp unless a test asks for another (None: now)
 
 
 class RawClient:
-    def __init__(self, host: str, port: int, timeout: float = 60.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = 60.0, *, client_id: str = "raw-test") -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.client_id = client_id
         self._correlation = 0
+
+    @classmethod
+    def to(cls, address: str, client_id: str = "raw-test") -> RawClient:
+        """A client of the broker at ``address`` (``host:port``) that names itself ``client_id``."""
+        host, _, port = address.rpartition(":")
+        return cls(host, int(port), client_id=client_id)
 
     def call(self, api_key: int, version: int, body: Any) -> Any:
         """Send ``body`` (a kio request entity of ``api_key``/``version``), return the decoded response."""
@@ -27,7 +43,7 @@ class RawClient:
             "correlation_id": self._correlation,
         }
         if "client_id" in header_schema.__dataclass_fields__:
-            fields["client_id"] = "raw-test"
+            fields["client_id"] = self.client_id
         out = io.BytesIO()
         entity_writer(header_schema)(out, header_schema(**fields))
         entity_writer(schema)(out, body)
@@ -51,3 +67,77 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def record_batch(
+    values: Sequence[bytes | None],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    timestamp: int | None = TIMESTAMP,
+    headers: bool = False,
+    compression: int = 0,
+) -> bytes:
+    """A Kafka record batch (v2) as kafka-python builds it: ``values`` (with ``keys``, default None) at
+    ``timestamp``; ``headers``: record ``i`` has the header ``("h", b"i")``."""
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=1 << 30,
+    )
+    for i, v in enumerate(values):
+        key = None if keys is None else keys[i]
+        b.append(i, timestamp=timestamp, key=key, value=v, headers=[("h", b"%d" % i)] if headers else [])
+    return bytes(b.build())
+
+
+def idempotent_batch(
+    pid: int, epoch: int, sequence: int, values: Sequence[bytes | None], **options: Any
+) -> bytes:
+    """A batch of producer ``pid`` at ``epoch`` from ``sequence`` (the other options of :func:`record_batch`)."""
+    return record_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=sequence, **options)
+
+
+def produce_request(client: RawClient, topic: str, records: bytes, partition: int = 0, acks: int = -1) -> Any:
+    """The answer to one Produce v9 of ``records`` to ``topic``-``partition``."""
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            TopicProduceData(
+                name=topic, partition_data=(PartitionProduceData(index=partition, records=records),)
+            ),
+        ),
+    )
+    return client.call(0, 9, request)
+
+
+def produce(
+    client: RawClient, topic: str, records: bytes, partition: int = 0, acks: int = -1
+) -> tuple[ErrorCode, int]:
+    """``(error code, base offset)`` of one Produce v9 of ``records`` to ``topic``-``partition``."""
+    part = produce_request(client, topic, records, partition, acks).responses[0].partition_responses[0]
+    return part.error_code, part.base_offset
+
+
+def init_producer_id(client: RawClient, pid: int = -1, epoch: int = -1) -> tuple[ErrorCode, int, int]:
+    """``(error code, producer id, epoch)`` of an InitProducerId v4 without a transactional id (``pid`` and
+    ``epoch``: the producer's current ones, to bump its epoch, KIP-360)."""
+    r = client.call(
+        22,
+        4,
+        InitProducerIdRequest(
+            transactional_id=None,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=pid,
+            producer_epoch=epoch,
+        ),
+    )
+    return r.error_code, r.producer_id, r.producer_epoch

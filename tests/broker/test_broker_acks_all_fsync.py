@@ -5,15 +5,11 @@ covered; every answered record must end within it at the moment the answer arriv
 
 from __future__ import annotations
 
-import datetime
 import os
 import threading
-from typing import Any
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio_client import RawClient
+from kio_client import RawClient, produce, record_batch
 
 from pylog import fs
 from pylog.broker.broker import Broker
@@ -21,35 +17,6 @@ from pylog.record import decode_header
 
 CLIENTS = 4
 REQUESTS = 15
-
-
-def _batch(values: list[bytes]) -> bytes:
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    for i, v in enumerate(values):
-        b.append(i, timestamp=None, key=None, value=v, headers=[])
-    return bytes(b.build())
-
-
-def _produce(client: RawClient, records: bytes) -> Any:
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            TopicProduceData(
-                name="durable", partition_data=(PartitionProduceData(index=0, records=records),)
-            ),
-        ),
-    )
-    return client.call(0, 9, request).responses[0].partition_responses[0]
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="maps fds to files through /proc")
@@ -78,13 +45,13 @@ def test_acks_all_is_answered_after_an_fsync_covering_its_records(
         try:
             for r in range(REQUESTS):
                 values = [f"{c}-{r}-{i}".encode() * 20 for i in range(1 + (c + r) % 3)]
-                part = _produce(conn, _batch(values))
-                if part.error_code != 0:
-                    failures.append(f"error {part.error_code}")
+                code, base = produce(conn, "durable", record_batch(values, timestamp=None))
+                if code != 0:
+                    failures.append(f"error {code}")
                     continue
                 with lock:
                     covered = dict(durable)
-                last = part.base_offset + len(values) - 1
+                last = base + len(values) - 1
                 seg = max((s for s in plog.segments if s.base_offset <= last), key=lambda s: s.base_offset)
                 buf, at = plog.read_raw(last, 1)[0]
                 end = at + decode_header(buf, at).batch_length  # the batch's end in the segment file

@@ -3,25 +3,18 @@ answered with throttle_time_ms, DescribeClientQuotas/AlterClientQuotas, the quot
 
 from __future__ import annotations
 
-import datetime
-import io
 import itertools
 import json
 import os
 import random
-import socket
-import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntryData, OpData
 from kio.schema.alter_client_quotas.v1.request import EntityData as AlterEntity
 from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.serial import entity_reader, entity_writer
+from kio_client import RawClient, produce_request, record_batch
 
 import pylog
 from pylog.broker.credentials import CredentialStore
@@ -31,74 +24,10 @@ from pylog.cli import main
 from pylog.clock import ManualClock
 from pylog.errors import ConfigError
 
-# -- a raw Kafka client with a chosen client id ------------------------------------------------------------
 
-
-class Raw:
-    def __init__(self, address: str, client_id: str) -> None:
-        host, _, port = address.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=60)
-        self.client_id = client_id
-        self._correlation = 0
-
-    def call(self, api_key: int, version: int, body: Any) -> Any:
-        schema = load_request_schema(api_key, version)
-        self._correlation += 1
-        header = schema.__header_schema__(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=self._correlation,
-            client_id=self.client_id,
-        )
-        out = io.BytesIO()
-        entity_writer(schema.__header_schema__)(out, header)
-        entity_writer(schema)(out, body)
-        self.sock.sendall(struct.pack(">i", len(out.getvalue())) + out.getvalue())
-        data = self._read(struct.unpack(">i", self._read(4))[0])
-        response = load_response_schema(api_key, version)
-        head, at = entity_reader(response.__header_schema__)(data, 0)
-        assert head.correlation_id == self._correlation
-        return entity_reader(response)(data, at)[0]
-
-    def _read(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            buf += chunk
-        return buf
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def batch(values: list[bytes]) -> bytes:
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 22,
-    )
-    for i, v in enumerate(values):
-        b.append(i, timestamp=1_700_000_000_000, key=None, value=v, headers=[])
-    return bytes(b.build())
-
-
-def produce(client: Raw, topic: str, records: bytes) -> tuple[int, int]:
+def produce(client: RawClient, topic: str, records: bytes) -> tuple[int, int]:
     """(error code, throttle_time_ms) of one Produce v9."""
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=records),)),
-        ),
-    )
-    answer = client.call(0, 9, request)
+    answer = produce_request(client, topic, records)
     ms = int(answer.throttle_time.total_seconds() * 1000)
     return int(answer.responses[0].partition_responses[0].error_code), ms
 
@@ -109,7 +38,7 @@ def expected_throttle(in_window: int, rate: int) -> int:
 
 
 def alter(
-    client: Raw, entity: dict[str, str | None], validate_only: bool = False, **ops: float | None
+    client: RawClient, entity: dict[str, str | None], validate_only: bool = False, **ops: float | None
 ) -> Any:
     request = AlterClientQuotasRequest(
         entries=(
@@ -126,7 +55,7 @@ def alter(
     return client.call(49, 1, request).entries[0]
 
 
-def describe(client: Raw, strict: bool = False, **components: tuple[int, str | None]) -> Any:
+def describe(client: RawClient, strict: bool = False, **components: tuple[int, str | None]) -> Any:
     request = DescribeClientQuotasRequest(
         components=tuple(
             ComponentData(entity_type=t.replace("_", "-"), match_type=m, match=n)
@@ -232,16 +161,16 @@ def test_client_ids_are_throttled_apart(log_dir: Path) -> None:
     clock = ManualClock()
     log = pylog.open_log(log_dir, clock=clock)
     log.create_topic("q")
-    records = batch([bytes([i]) * 1000 for i in range(6)])  # about 6 kB: 60 % of the window's 10 kB
+    records = record_batch([bytes([i]) * 1000 for i in range(6)])  # about 6 kB: 60 % of the window's 10 kB
     try:
         with pylog.serve(log) as broker:
-            fast = Raw(broker.bootstrap_servers, "fast")
+            fast = RawClient.to(broker.bootstrap_servers, "fast")
             for _ in range(5):
                 assert produce(fast, "q", records) == (0, 0)
             fast.close()
             in_window = 0
             for expected_zero in (True, False):  # a new connection each time: a throttled one is muted
-                slow = Raw(broker.bootstrap_servers, "slow")
+                slow = RawClient.to(broker.bootstrap_servers, "slow")
                 in_window += len(records)
                 code, ms = produce(slow, "q", records)
                 slow.close()
@@ -249,14 +178,14 @@ def test_client_ids_are_throttled_apart(log_dir: Path) -> None:
                 assert ms == expected_throttle(in_window, 1000)
                 assert (ms == 0) == expected_zero
             clock.advance(WINDOW_MS)  # the window has passed: the quota is back
-            slow = Raw(broker.bootstrap_servers, "slow")
+            slow = RawClient.to(broker.bootstrap_servers, "slow")
             assert produce(slow, "q", records) == (0, 0)
             slow.close()
             # a quota set while the broker runs (as 'pylog quotas set' from another process) applies at once
             QuotaStore(str(log_dir)).alter([(QuotaEntity(None, "fast"), {"producer_byte_rate": 1000})])
             answers = []
             for _ in range(2):
-                fast = Raw(broker.bootstrap_servers, "fast")
+                fast = RawClient.to(broker.bootstrap_servers, "fast")
                 answers.append(produce(fast, "q", records))
                 fast.close()
             assert answers == [(0, 0), (0, expected_throttle(2 * len(records), 1000))]
@@ -277,12 +206,12 @@ def test_user_quota_is_shared_by_its_clients(log_dir: Path) -> None:
     quotas.alter([(QuotaEntity("alice", None), {"producer_byte_rate": 1000})])
     log = pylog.open_log(log_dir, clock=ManualClock())
     log.create_topic("q")
-    records = batch([b"x" * 1000] * 6)
+    records = record_batch([b"x" * 1000] * 6)
     try:
         with pylog.serve(log, sasl="PLAIN", super_users="User:alice") as broker:
             seen = []
             for client_id in ("a1", "a2"):
-                client = Raw(broker.bootstrap_servers, client_id)
+                client = RawClient.to(broker.bootstrap_servers, client_id)
                 assert client.call(17, 1, _handshake("PLAIN")).error_code == 0
                 auth = client.call(36, 2, _authenticate(b"\0alice\0pw"))
                 assert auth.error_code == 0
@@ -311,7 +240,7 @@ def _authenticate(token: bytes) -> Any:
 
 def test_alter_and_describe_client_quotas(log_dir: Path) -> None:
     with pylog.serve(log_dir) as broker:
-        admin = Raw(broker.bootstrap_servers, "admin")
+        admin = RawClient.to(broker.bootstrap_servers, "admin")
         assert alter(admin, {"user": "alice"}, producer_byte_rate=5000).error_code == 0
         assert alter(admin, {"user": "alice", "client-id": None}, consumer_byte_rate=7000).error_code == 0
         assert alter(admin, {"client-id": None}, producer_byte_rate=100).error_code == 0
@@ -371,7 +300,7 @@ def test_a_failed_write_is_answered(log_dir: Path, monkeypatch: pytest.MonkeyPat
         raise OSError(28, "No space left on device")
 
     with pylog.serve(log_dir) as broker:
-        admin = Raw(broker.bootstrap_servers, "admin")
+        admin = RawClient.to(broker.bootstrap_servers, "admin")
         with monkeypatch.context() as m:
             m.setattr(quota_store, "write_private", full)
             result = alter(admin, {"user": "alice"}, producer_byte_rate=10)
@@ -391,7 +320,7 @@ def test_a_failed_write_is_answered(log_dir: Path, monkeypatch: pytest.MonkeyPat
 def test_quotas_need_configs_operations_on_the_cluster(log_dir: Path) -> None:
     CredentialStore(str(log_dir)).add("bob", "pw", ("PLAIN",))
     with pylog.serve(log_dir, sasl="PLAIN") as broker:
-        client = Raw(broker.bootstrap_servers, "c")
+        client = RawClient.to(broker.bootstrap_servers, "c")
         client.call(17, 1, _handshake("PLAIN"))
         assert client.call(36, 2, _authenticate(b"\0bob\0pw")).error_code == 0
         assert describe(client).error_code == 31  # CLUSTER_AUTHORIZATION_FAILED
@@ -450,15 +379,15 @@ def test_a_running_broker_keeps_its_quotas_when_the_file_breaks(log_dir: Path) -
 
 def test_quotas_survive_a_restart(log_dir: Path) -> None:
     with pylog.serve(log_dir) as broker:
-        admin = Raw(broker.bootstrap_servers, "admin")
+        admin = RawClient.to(broker.bootstrap_servers, "admin")
         assert alter(admin, {"client-id": "slow"}, producer_byte_rate=1000).error_code == 0
         admin.close()
     log = pylog.open_log(log_dir, clock=ManualClock())
     log.create_topic("q")
     try:
         with pylog.serve(log) as broker:
-            slow = Raw(broker.bootstrap_servers, "slow")
-            records = batch([b"y" * 1000] * 12)  # over the window's 10 kB at once
+            slow = RawClient.to(broker.bootstrap_servers, "slow")
+            records = record_batch([b"y" * 1000] * 12)  # over the window's 10 kB at once
             assert produce(slow, "q", records) == (0, expected_throttle(len(records), 1000))
             slow.close()
     finally:

@@ -3,15 +3,12 @@ without the per-record type check that ``Producer.send_batch`` makes of user inp
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio_client import RawClient
+from kio_client import RawClient, produce, record_batch
 
 from pylog.batching import Column
 from pylog.broker.broker import Broker
@@ -24,32 +21,8 @@ def _model(n: int, seed: int) -> list[tuple[bytes | None, bytes | None]]:
     ]
 
 
-def _batch(records: list[tuple[bytes | None, bytes | None]], pid: int = -1, sequence: int = -1) -> bytes:
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=pid,
-        producer_epoch=0 if pid >= 0 else -1,
-        base_sequence=sequence,
-        batch_size=1 << 20,
-    )
-    for i, (key, value) in enumerate(records):
-        b.append(i, timestamp=None, key=key, value=value, headers=[])
-    return bytes(b.build())
-
-
-def _produce(client: RawClient, topic: str, records: bytes, acks: int) -> tuple[ErrorCode, int]:
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=acks,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=records),)),
-        ),
-    )
-    part = client.call(0, 9, request).responses[0].partition_responses[0]
-    return part.error_code, part.base_offset
+def _batch(records: list[tuple[bytes | None, bytes | None]], **options: Any) -> bytes:
+    return record_batch([v for _, v in records], keys=[k for k, _ in records], timestamp=None, **options)
 
 
 def _stored(broker: Broker, topic: str) -> list[tuple[bytes | None, bytes | None]]:
@@ -83,11 +56,13 @@ def test_decoded_records_are_stored_as_sent_without_the_user_checks(
         sent: list[tuple[bytes | None, bytes | None]] = []
         for seed, n in enumerate([1, 7, 300]):
             records = [(k, v) for k, v in _model(n, seed) if k is not None or v is not None]
-            code, base = _produce(client, "w", _batch(records), acks)
+            code, base = produce(client, "w", _batch(records), acks=acks)
             assert (code, base) == (ErrorCode.none, len(sent))
             sent += records
         idem = _model(5, 9)[1:]
-        code, base = _produce(client, "w", _batch(idem, pid=7, sequence=0), acks)
+        code, base = produce(
+            client, "w", _batch(idem, producer_id=7, producer_epoch=0, base_sequence=0), acks=acks
+        )
         assert (code, base) == (ErrorCode.none, len(sent))
         sent += idem
     finally:

@@ -3,61 +3,17 @@ and fenced epochs refused (raw requests), and kafka-python 3's and confluent-kaf
 
 from __future__ import annotations
 
-import datetime
-
 import confluent_kafka as ck
 import pytest
 from kafka import KafkaProducer
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_support import WAIT_S
 from kio.schema.errors import ErrorCode
-from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio_client import RawClient
+from kio_client import idempotent_batch as _batch
+from kio_client import init_producer_id as _init
+from kio_client import produce as _produce
 
 from pylog.broker.broker import Broker
-
-
-def _batch(pid: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=sequence,
-        batch_size=1 << 20,
-    )
-    for i, v in enumerate(values):
-        b.append(i, timestamp=1_700_000_000_000, key=None, value=v, headers=[])
-    return bytes(b.build())
-
-
-def _produce(client: RawClient, topic: str, records: bytes) -> tuple[ErrorCode, int]:
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=records),)),
-        ),
-    )
-    part = client.call(0, 9, request).responses[0].partition_responses[0]
-    return part.error_code, part.base_offset
-
-
-def _init(client: RawClient, pid: int = -1, epoch: int = -1) -> tuple[ErrorCode, int, int]:
-    r = client.call(
-        22,
-        4,
-        InitProducerIdRequest(
-            transactional_id=None,
-            transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=pid,
-            producer_epoch=epoch,
-        ),
-    )
-    return r.error_code, r.producer_id, r.producer_epoch
 
 
 def _values(broker: Broker, topic: str) -> list[bytes]:

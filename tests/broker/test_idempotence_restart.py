@@ -6,7 +6,6 @@ down."""
 
 from __future__ import annotations
 
-import datetime
 import signal
 import socket
 import struct
@@ -17,12 +16,12 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_support import WAIT_S, BrokerProcess
 from kio.schema.errors import ErrorCode
-from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio_client import RawClient
+from kio_client import idempotent_batch as _batch
+from kio_client import init_producer_id as _init
+from kio_client import produce as _produce
 
 import pylog
 from pylog.broker.broker import Broker
@@ -31,60 +30,7 @@ from pylog.broker.records import decode_batches
 from pylog.errors import StorageError
 from pylog.record import encode_batch, encode_one
 
-_TS = 1_700_000_000_000
 _REFUSED = ("127.0.0.1", 1)  # nothing listens on port 1
-
-
-def _batch(
-    pid: int,
-    epoch: int,
-    sequence: int,
-    values: list[bytes],
-    *,
-    headers: bool = False,
-    compression: int = 0,
-) -> bytes:
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=compression,
-        is_transactional=False,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=sequence,
-        batch_size=16 << 20,
-    )
-    for i, v in enumerate(values):
-        b.append(i, timestamp=_TS, key=None, value=v, headers=[("h", b"%d" % i)] if headers else [])
-    return bytes(b.build())
-
-
-def _produce(client: RawClient, topic: str, records: bytes, partition: int = 0) -> tuple[ErrorCode, int]:
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            TopicProduceData(
-                name=topic, partition_data=(PartitionProduceData(index=partition, records=records),)
-            ),
-        ),
-    )
-    part = client.call(0, 9, request).responses[0].partition_responses[0]
-    return part.error_code, part.base_offset
-
-
-def _init(client: RawClient, pid: int = -1, epoch: int = -1) -> tuple[ErrorCode, int, int]:
-    r = client.call(
-        22,
-        4,
-        InitProducerIdRequest(
-            transactional_id=None,
-            transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=pid,
-            producer_epoch=epoch,
-        ),
-    )
-    return r.error_code, r.producer_id, r.producer_epoch
 
 
 def _partition(directory: Path, topic: str, partition: int) -> list[bytes]:

@@ -187,26 +187,11 @@ def test_an_invalid_topic_name_is_answered_not_dropped(broker: Broker) -> None:
     import datetime
 
     from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-    from kio_client import RawClient
+    from kio_client import RawClient, produce
 
     client = RawClient(broker.host, broker.port)
     try:
-        produced = client.call(
-            0,
-            9,
-            ProduceRequest(
-                transactional_id=None,
-                acks=1,
-                timeout=datetime.timedelta(seconds=30),
-                topic_data=(
-                    TopicProduceData(
-                        name="a/b", partition_data=(PartitionProduceData(index=0, records=b""),)
-                    ),
-                ),
-            ),
-        )
-        assert produced.responses[0].partition_responses[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
+        assert produce(client, "a/b", b"", acks=1)[0] == 17  # INVALID_TOPIC_EXCEPTION
         fetched = client.call(
             1,
             12,
