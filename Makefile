@@ -98,7 +98,7 @@ conformance: $(STAMP)
 
 # The long modes of the reliability tests: thousands of SIGKILLs, minutes of multi-process chaos.
 torture: $(STAMP)
-	PYLOG_TORTURE=1 $(VENV)/bin/pytest -q -s tests/fault/test_sigkill_loop.py tests/fault/test_exactly_once.py tests/fault/test_chaos.py tests/fault/test_crash_points.py tests/fault/test_compaction_crash.py tests/fault/test_bit_flips.py
+	PYLOG_TORTURE=1 $(VENV)/bin/pytest -q -s tests/fault/test_sigkill_loop.py tests/fault/test_exactly_once.py tests/fault/test_chaos.py tests/fault/test_crash_points.py tests/fault/test_compaction_crash.py tests/fault/test_bit_flips.py tests/fault/test_broker_soak.py
 
 clean:
 	rm -rf $(VENV) build src/pylog/_speedups*.so pylog-data pylog-data-remote .pytest_cache .mypy_cache .ruff_cache .hypothesis
