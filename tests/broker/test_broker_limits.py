@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import tracemalloc
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -117,3 +118,65 @@ def test_request_bytes_are_bounded(log_dir: Path) -> None:
             head = _read(big, 8)
             assert struct.unpack(">i", head[4:])[0] == 99
         assert budget.peak > 1 << 20
+
+
+def _api_versions_frame(correlation: int, padding: int) -> bytes:
+    """ApiVersions v0 followed by ``padding`` zero bytes (read and held by the broker, then ignored)."""
+    payload = struct.pack(">hhih", 18, 0, correlation, 1) + b"t" + b"\0" * padding
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _answered(sock: socket.socket) -> int:
+    head = _read(sock, 8)
+    _read(sock, struct.unpack(">i", head[:4])[0] - 4)
+    return int(struct.unpack(">i", head[4:])[0])
+
+
+def test_a_client_stalled_in_the_middle_of_a_request_is_closed_and_blocks_no_other(log_dir: Path) -> None:
+    """A client that sends half a request and then nothing holds its share of the request budget; after
+    connections_max_idle_ms without a byte its connection is closed and the budget given back, so a request
+    that did not fit beside it is read and answered."""
+    with pylog.serve(
+        log_dir, queued_max_request_bytes=1 << 20, max_request_bytes=4 << 20, connections_max_idle_ms=1000
+    ) as broker:
+        address = (broker.host, broker.port)
+        budget = broker.limits.budget
+        with socket.create_connection(address) as stalled:
+            frame = _api_versions_frame(1, 600 << 10)
+            stalled.sendall(frame[: len(frame) // 2])
+            wait_until(lambda: budget.in_use == len(frame) - 4, "the stalled request's bytes reserved")
+            other = socket.create_connection(address)
+            other.sendall(_api_versions_frame(2, 600 << 10))  # does not fit beside it: waits its turn
+            other.settimeout(WAIT_S)
+            assert _answered(other) == 2
+            assert closed(stalled)
+            other.close()
+        wait_until(lambda: budget.in_use == 0, "every request's bytes given back")
+
+
+def test_an_answered_request_is_not_held_while_its_connection_waits_for_the_next(log_dir: Path) -> None:
+    """The bytes of a request are freed once it is answered, although its connection stays open: 20
+    connections of one 1 MiB request each hold nothing of them afterwards (the broker's memory follows the
+    request budget, not the connections times the largest request)."""
+    tracemalloc.start()
+    try:
+        with pylog.serve(log_dir, queued_max_request_bytes=1 << 20, max_request_bytes=4 << 20) as broker:
+            address = (broker.host, broker.port)
+            socks = [socket.create_connection(address) for _ in range(20)]
+            try:
+                for i, s in enumerate(socks):  # every connection's first request, then the baseline
+                    s.sendall(_api_versions_frame(i, 0))
+                    assert _answered(s) == i
+                before, _ = tracemalloc.get_traced_memory()
+                for i, s in enumerate(socks):
+                    s.sendall(_api_versions_frame(100 + i, 1 << 20))
+                for i, s in enumerate(socks):
+                    assert _answered(s) == 100 + i
+                wait_until(lambda: broker.limits.budget.in_use == 0, "every request's bytes given back")
+                held, _ = tracemalloc.get_traced_memory()
+            finally:
+                for s in socks:
+                    s.close()
+    finally:
+        tracemalloc.stop()
+    assert held - before < 4 << 20, f"{(held - before) >> 20} MiB held after 20 answered 1 MiB requests"

@@ -6,13 +6,18 @@
   line (Kafka closes a connection over the per-address limit the same way; over the total it stops accepting
   for a while, which a closed connection tells a client as clearly).
 - A connection that sends no request for ``connections_max_idle_ms`` (10 minutes by default) between two
-  requests is closed. The time spent handling a request (a long-polling fetch) does not count.
+  requests is closed, and so is one that sends no byte of a request it has begun for that long (Kafka's
+  idle check counts from the last byte read, whether or not a request is complete): a stalled client gives
+  its share of the request budget back. The time spent handling a request (a long-polling fetch) does not
+  count.
 - At most ``queued_max_request_bytes`` (512 MiB by default; Kafka's ``queued.max.request.bytes``) of requests
   are read and not yet answered at once, all connections together (:class:`RequestBudget`): a connection
   whose next request does not fit waits, its bytes left in the socket (asyncio stops reading a connection
   whose buffer holds 128 KiB), so many clients sending large requests at once make the broker read them in
   turn (first come, first served) instead of holding them all in memory. A request larger than the whole
-  budget is read when nothing else is.
+  budget is read when nothing else is. A request's bytes are counted from its size prefix until its answer
+  is ready (the answer is then written without holding budget, so a client that does not read its answers
+  holds none) and are freed then: a connection waiting for its next request holds nothing of the last.
 
 Thread-safety: used from the broker's event loop only.
 """

@@ -199,22 +199,38 @@ class Server:
             budget = self._security.limits.budget  # bytes of requests read and not yet answered
             await budget.acquire(size)
             try:
-                frame = await reader.readexactly(size)
-                self._connections[task] = True
-                answer = await self._answer(frame, peer, session)
-                if answer is False or answer is True:
-                    return
-                if answer is not None:
-                    writer.write(answer)
-                    await writer.drain()
+                answer = await self._request(reader, writer, size, peer, session)
             finally:
                 budget.release(size)
+            if answer is False or answer is True:
+                return
+            if answer is not None:
+                writer.write(answer)
+                del answer  # a connection waiting for its next request holds neither this one nor its answer
+                await writer.drain()
             if session.close_after:
                 return
             if session.muted_ms:  # over a byte-rate quota: the next request waits (KIP-219)
                 await asyncio.sleep(session.muted_ms / 1000)
                 session.muted_ms = 0
             self._connections[task] = False
+
+    async def _request(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        size: int,
+        peer: Any,
+        session: Session,
+    ) -> bytes | bool | None:
+        """Read the ``size`` bytes of a request and answer it (see :meth:`_answer`). Its bytes are freed when
+        this returns; its share of the request budget is given back by the caller before the answer is
+        written, so a client that does not read its answers holds no budget."""
+        frame = await _read_frame(reader, writer, size, self._security.limits.idle_s, peer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = True
+        return await self._answer(frame, peer, session)
 
     async def _answer(self, frame: bytes, peer: Any, session: Session) -> bytes | bool | None:
         """The response frame, None when the request expects none (acks=0), False to close the connection."""
@@ -239,6 +255,35 @@ class Server:
         if data is None:
             return None
         return encode_response(request, data)
+
+
+async def _read_frame(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int, idle_s: float, peer: Any
+) -> bytes:
+    """The ``size`` bytes of a request, read as they arrive. A client that sends none of them for
+    ``idle_s`` (connections.max.idle.ms: Kafka closes a connection idle in the middle of a request the same
+    way) has its connection closed, so a stalled client does not hold its share of the request budget, and
+    with it the requests of others, for ever. Raises :class:`asyncio.IncompleteReadError` when the
+    connection ends first."""
+    loop = asyncio.get_running_loop()
+    chunks: list[bytes] = []
+    left = size
+    while left:
+        idle = loop.call_later(idle_s, _close_stalled, writer, peer)
+        try:
+            chunk = await reader.read(left)
+        finally:
+            idle.cancel()
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", size)
+        chunks.append(chunk)
+        left -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _close_stalled(writer: asyncio.StreamWriter, peer: Any) -> None:
+    _log.info("closing the connection from %s: no byte of its request for connections_max_idle_ms", peer)
+    writer.close()
 
 
 def _close_idle(writer: asyncio.StreamWriter, peer: Any) -> None:
