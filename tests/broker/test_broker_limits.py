@@ -10,7 +10,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
-from kafka_support import WAIT_S, wait_until
+from kafka_support import WAIT_S, BrokerProcess, wait_until
 
 import pylog
 from pylog.errors import ConfigError
@@ -180,3 +180,21 @@ def test_an_answered_request_is_not_held_while_its_connection_waits_for_the_next
     finally:
         tracemalloc.stop()
     assert held - before < 4 << 20, f"{(held - before) >> 20} MiB held after 20 answered 1 MiB requests"
+
+
+def test_serve_max_request_bytes_option(tmp_path: Path) -> None:
+    """``pylog serve --max-request-bytes`` (socket.request.max.bytes): a request of that size is answered, a
+    larger one closes its connection unread."""
+    broker = BrokerProcess(tmp_path / "log", "--max-request-bytes", "4096")
+    try:
+        host, port = broker.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as ok:
+            frame = _api_versions_frame(7, 0)
+            ok.sendall(_api_versions_frame(7, 4096 - (len(frame) - 4)))  # exactly 4096 bytes after the size
+            ok.settimeout(WAIT_S)
+            assert _answered(ok) == 7
+        with socket.create_connection((host, int(port))) as big:
+            big.sendall(_api_versions_frame(8, 4097 - (len(frame) - 4))[:100])
+            assert closed(big)
+    finally:
+        broker.close()

@@ -129,6 +129,14 @@ def register(sub: Subparsers, parents: Parents) -> None:
         "(consumer_byte_rate; unlimited)",
     )
     p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=100 << 20,
+        metavar="BYTES",
+        help="largest request a client may send; a larger one closes its connection unread "
+        "(socket.request.max.bytes, 104857600)",
+    )
+    p.add_argument(
         "--queued-max-request-bytes",
         type=int,
         default=512 << 20,
@@ -170,6 +178,7 @@ def serve(args: argparse.Namespace) -> int:
             consumer_byte_rate=args.consumer_byte_rate,
             metrics=args.metrics,
             queued_max_request_bytes=args.queued_max_request_bytes,
+            max_request_bytes=args.max_request_bytes,
         ) as broker:
             sys.stdout.write(broker.bootstrap_servers + "\n")
             sys.stdout.flush()
