@@ -279,6 +279,12 @@ class _Sweep:
         self.swept = _MIN_TIME
         self.refresh()
 
+    def include(self, time: int) -> None:
+        """A row of ``time`` is added (to the overlay, the file's at the next checkpoint): scan it too, even
+        if the scan went past ``time`` already (the rows it returned then are deleted in the overlay)."""
+        if time <= self.swept:
+            self.swept = time - 1
+
     def due(self, through: int) -> bool:
         """Whether a row not returned yet has its time at or before ``through``."""
         return self.next is not None and self.next <= through

@@ -219,6 +219,7 @@ class SqliteSlidingStore(_SqliteTimed, SlidingStore):
         seq = self._seq
         self._records.setdefault(key, []).append((seq, timestamp))
         heapq.heappush(self._times, (timestamp, seq, key))
+        self._purges.include(timestamp)
         self._seq = seq + 1
         self._data[("r", key, timestamp, seq)] = value
         self._dirty.add(("r", key, timestamp, seq))
@@ -227,8 +228,9 @@ class SqliteSlidingStore(_SqliteTimed, SlidingStore):
         window = ("w", key, start)
         if self._live(window) is None:
             heapq.heappush(self._ends, (start + self.difference_ms, created, key, start))
+            self._closes.include(start + self.difference_ms)
+            self._seq = max(self._seq, created + 1)  # as in memory: a new window moves the sequence
         self._windows.setdefault(key, set()).add(start)
-        self._seq = max(self._seq, created + 1)
         self._data[window] = (agg, max_ts, created)
         self._dirty.add(window)
 
@@ -244,7 +246,8 @@ class SqliteSlidingStore(_SqliteTimed, SlidingStore):
         if self._live(key) is None:
             self._records.setdefault(key[1], []).append((key[3], key[2]))
             heapq.heappush(self._times, (key[2], key[3], key[1]))
-        self._seq = max(self._seq, key[3] + 1)
+            self._purges.include(key[2])
+            self._seq = max(self._seq, key[3] + 1)
         self._data[key] = value
         self._dirty.add(key)
 
@@ -394,7 +397,13 @@ class SqliteJoinBufferStore(_SqliteTimed, JoinBufferStore):
                 (encode_key(key), low, high),
             ).fetchall()
         data = self._data
-        found = {seq: (ts, seq, MSGPACK.decode(v)[0]) for seq, ts, v in rows if (key, ts, seq) not in data}
+        found = {}
+        for seq, ts, raw in rows:
+            entry = data.get((key, ts, seq), _ABSENT)  # the overlay's entry decides (marked, purged)
+            if entry is _ABSENT:
+                found[seq] = (ts, seq, MSGPACK.decode(raw)[0])
+            elif entry is not _MISSING:
+                found[seq] = (ts, seq, entry[0])
         for seq, ts in self._by_key.get(key, ()):
             entry = data.get((key, ts, seq), _MISSING)
             if low <= ts <= high and entry is not _MISSING:
@@ -454,6 +463,7 @@ class SqliteJoinBufferStore(_SqliteTimed, JoinBufferStore):
         if self._live(key) is None:
             self._by_key.setdefault(key[0], []).append((key[2], key[1]))
             heapq.heappush(self._times, (key[1], key[2], key[0]))
+            self._purges.include(key[1])
             self._next_seq = max(self._next_seq, key[2] + 1)
         self._data[key] = value
         self._dirty.add(key)
