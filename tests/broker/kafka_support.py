@@ -1,4 +1,5 @@
-"""Helpers of the broker tests: a broker started as a process, bounded waits."""
+"""Helpers of the broker tests: a broker started as a process, bounded waits, what the log stored, a
+confluent-kafka reader of partition 0, and a broker with SCRAM users and ACLs."""
 
 from __future__ import annotations
 
@@ -6,10 +7,20 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+
+import pylog
+from pylog.broker.acls import Acl, AclStore
+from pylog.broker.broker import Broker
+from pylog.broker.credentials import CredentialStore
 
 WAIT_S = 60.0  # longest any single wait may take before the test fails
+SCRAM = "SCRAM-SHA-256"
 
 
 class BrokerProcess:
@@ -64,3 +75,65 @@ def wait_until(predicate: Callable[[], object], what: str, timeout: float = WAIT
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def stored(log: pylog.Log, topic: str) -> list[pylog.ConsumerRecord]:
+    """Every record of ``topic`` from its log start, as pylog's own consumer reads it (keys and values as
+    bytes, as stored): what the Kafka clients sent through the broker."""
+    consumer = log.consumer(
+        topic, auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
+    )
+    try:
+        return list(consumer)
+    finally:
+        consumer.close()
+
+
+def stored_values(log: pylog.Log, topic: str) -> list[Any]:
+    """The values of :func:`stored`."""
+    return [r.value for r in stored(log, topic)]
+
+
+def confluent_values(broker: Broker, topic: str, isolation: str, n: int, group: str) -> list[bytes]:
+    """The values of partition 0 of ``topic`` from offset 0 as a confluent-kafka consumer with
+    ``isolation.level`` ``isolation`` reads them: ``n`` of them, then no more within a second."""
+    c = ck.Consumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "isolation.level": isolation}
+    )
+    c.assign([ck.TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+
+    def more() -> bool:
+        got.extend(m.value() for m in c.consume(1000, 0.5) if m.error() is None)
+        return len(got) >= n
+
+    try:
+        wait_until(more, f"{n} {isolation} records")
+        assert c.consume(1000, 1.0) == []  # and no more
+        return got
+    finally:
+        c.close()
+
+
+def sasl_config(broker: Broker, user: str) -> dict[str, Any]:
+    """A confluent-kafka configuration that logs in to ``broker`` as ``user`` (SCRAM, password
+    ``<user>-pw``, as :func:`secured_broker` creates them)."""
+    return {
+        "bootstrap.servers": broker.bootstrap_servers,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": SCRAM,
+        "sasl.username": user,
+        "sasl.password": f"{user}-pw",
+    }
+
+
+@contextmanager
+def secured_broker(log_dir: Path, users: Iterable[str], acls: Iterable[Acl]) -> Iterator[Broker]:
+    """A broker over ``log_dir`` that asks for SCRAM logins of ``users`` (password ``<user>-pw``), authorizes
+    by ``acls``, has ``User:admin`` as its super user and creates no topic on its own."""
+    credentials = CredentialStore(str(log_dir))
+    for name in users:
+        credentials.add(name, f"{name}-pw", (SCRAM,))
+    AclStore(str(log_dir)).add(list(acls))
+    with pylog.serve(log_dir, sasl=SCRAM, super_users="User:admin", auto_create_topics=False) as b:
+        yield b

@@ -24,13 +24,12 @@ from kafka.admin import ConfigResource as KafkaConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.structs import TopicPartition as KafkaTopicPartition
 from kafka.structs import TopicPartitionReplica
-from kafka_support import WAIT_S
+from kafka_support import WAIT_S, sasl_config, secured_broker
 
 import pylog
 from pylog import fs
 from pylog.broker.acls import Acl, AclStore
 from pylog.broker.broker import Broker
-from pylog.broker.credentials import CredentialStore
 
 SET, DELETE, APPEND, SUBTRACT = (
     AlterConfigOpType.SET,
@@ -334,33 +333,18 @@ def test_delete_records_moves_the_log_start(broker: Broker) -> None:
 # -- authorization ------------------------------------------------------------------------------------------
 
 
-def _sasl(broker: Broker, user: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": broker.bootstrap_servers,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-256",
-        "sasl.username": user,
-        "sasl.password": f"{user}-pw",
-    }
-
-
 @pytest.fixture
 def secured(log_dir: Path) -> Iterator[Broker]:
-    users = CredentialStore(str(log_dir))
-    for name in ("alice", "admin"):
-        users.add(name, f"{name}-pw", ("SCRAM-SHA-256",))
-    AclStore(str(log_dir)).add(
-        [
-            Acl("User:alice", "*", op, "ALLOW", rtype, "LITERAL", name)
-            for op, rtype, name in (
-                ("ALTER_CONFIGS", "TOPIC", "orders"),
-                ("DELETE", "TOPIC", "orders"),
-                ("READ", "TOPIC", "orders"),
-                ("DELETE", "GROUP", "g1"),
-            )
-        ]
-    )
-    with pylog.serve(log_dir, sasl="SCRAM-SHA-256", super_users="User:admin", auto_create_topics=False) as b:
+    acls = [
+        Acl("User:alice", "*", op, "ALLOW", rtype, "LITERAL", name)
+        for op, rtype, name in (
+            ("ALTER_CONFIGS", "TOPIC", "orders"),
+            ("DELETE", "TOPIC", "orders"),
+            ("READ", "TOPIC", "orders"),
+            ("DELETE", "GROUP", "g1"),
+        )
+    ]
+    with secured_broker(log_dir, ("alice", "admin"), acls) as b:
         for topic in ("orders", "secret"):
             b.log.create_topic(topic)
             _fill(b.log, topic, 0, 3)
@@ -372,11 +356,11 @@ def test_admin_changes_need_their_acls(secured: Broker) -> None:
     group for DeleteGroups and OffsetDelete (with READ on the topic); refused ones change nothing."""
     log = secured.log
     for group in ("g1", "g2"):
-        consumer = ck.Consumer({**_sasl(secured, "admin"), "group.id": group})
+        consumer = ck.Consumer({**sasl_config(secured, "admin"), "group.id": group})
         offsets = [ck.TopicPartition("orders", 0, 1), ck.TopicPartition("secret", 0, 2)]
         consumer.commit(offsets=offsets, asynchronous=False)
         consumer.close()
-    alice = AdminClient(_sasl(secured, "alice"))
+    alice = AdminClient(sasl_config(secured, "alice"))
     resources = [
         ConfigResource(
             ConfigResource.Type.TOPIC,

@@ -27,7 +27,7 @@ from kafka.admin import (
     ResourceType,
 )
 from kafka.structs import TopicPartition as KTP
-from kafka_support import WAIT_S, wait_until
+from kafka_support import WAIT_S, sasl_config, secured_broker, stored_values, wait_until
 
 import pylog
 from pylog.broker.acls import Acl, AclStore, Authorizer
@@ -140,30 +140,15 @@ def test_decision_rule_against_a_model(tmp_path: Path) -> None:
 # -- with Kafka clients --------------------------------------------------------------------------------
 
 
-def sasl(broker: Broker, user: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": broker.bootstrap_servers,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-256",
-        "sasl.username": user,
-        "sasl.password": f"{user}-pw",
-    }
-
-
 @pytest.fixture
 def secured(log_dir: Path) -> Iterator[Broker]:
-    users = CredentialStore(str(log_dir))
-    for name in ("alice", "bob", "admin"):
-        users.add(name, f"{name}-pw", ("SCRAM-SHA-256",))
-    AclStore(str(log_dir)).add(
-        [
-            acl("User:alice", "WRITE", "TOPIC", "orders"),
-            acl("User:alice", "READ", "TOPIC", "orders"),
-            acl("User:alice", "READ", "GROUP", "billing"),
-            acl("User:bob", "READ", "TOPIC", "orders"),
-        ]
-    )
-    with pylog.serve(log_dir, sasl="SCRAM-SHA-256", super_users="User:admin", auto_create_topics=False) as b:
+    acls = [
+        acl("User:alice", "WRITE", "TOPIC", "orders"),
+        acl("User:alice", "READ", "TOPIC", "orders"),
+        acl("User:alice", "READ", "GROUP", "billing"),
+        acl("User:bob", "READ", "TOPIC", "orders"),
+    ]
+    with secured_broker(log_dir, ("alice", "bob", "admin"), acls) as b:
         b.log.create_topic("orders", partitions=2)
         b.log.create_topic("secret")
         yield b
@@ -178,36 +163,26 @@ def deliver(conf: dict[str, Any], topic: str, values: list[bytes]) -> list[ck.Ka
     return results
 
 
-def embedded(log: pylog.Log, topic: str) -> list[bytes]:
-    consumer = log.consumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-    )
-    try:
-        return [r.value for r in consumer]
-    finally:
-        consumer.close()
-
-
 def test_produce_needs_write(secured: Broker) -> None:
-    assert deliver(sasl(secured, "alice"), "orders", [b"a1", b"a2"]) == [None, None]
-    errors = deliver(sasl(secured, "bob"), "orders", [b"b1"])
+    assert deliver(sasl_config(secured, "alice"), "orders", [b"a1", b"a2"]) == [None, None]
+    errors = deliver(sasl_config(secured, "bob"), "orders", [b"b1"])
     assert [e.code() if e else None for e in errors] == [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]
-    assert embedded(secured.log, "orders") == [b"a1", b"a2"]  # nothing of bob's
+    assert stored_values(secured.log, "orders") == [b"a1", b"a2"]  # nothing of bob's
 
 
 def test_metadata_hides_topics_not_allowed(secured: Broker) -> None:
     for user, visible in (("alice", {"orders"}), ("bob", {"orders"}), ("admin", {"orders", "secret"})):
-        admin = ck.admin.AdminClient(sasl(secured, user))
+        admin = ck.admin.AdminClient(sasl_config(secured, user))
         topics = set(admin.list_topics(timeout=WAIT_S).topics)
         assert topics == visible, user
-    admin = ck.admin.AdminClient(sasl(secured, "bob"))
+    admin = ck.admin.AdminClient(sasl_config(secured, "bob"))
     meta = admin.list_topics("secret", timeout=WAIT_S)
     assert meta.topics["secret"].error.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_group_consumption_needs_read_on_topic_and_group(secured: Broker) -> None:
     values = [b"r%d" % i for i in range(10)]
-    assert deliver(sasl(secured, "alice"), "orders", values) == [None] * 10
+    assert deliver(sasl_config(secured, "alice"), "orders", values) == [None] * 10
     # alice: READ on orders and on group billing
     consumer = KafkaConsumer(
         "orders",
@@ -229,7 +204,7 @@ def test_group_consumption_needs_read_on_topic_and_group(secured: Broker) -> Non
     consumer.close()
     assert got == values
     # bob: READ on orders but not on the group: GROUP_AUTHORIZATION_FAILED
-    bob = ck.Consumer({**sasl(secured, "bob"), "group.id": "billing", "auto.offset.reset": "earliest"})
+    bob = ck.Consumer({**sasl_config(secured, "bob"), "group.id": "billing", "auto.offset.reset": "earliest"})
     bob.subscribe(["orders"])
     seen: list[ck.KafkaError] = []
 
@@ -268,7 +243,7 @@ def test_group_consumption_needs_read_on_topic_and_group(secured: Broker) -> Non
 
 
 def test_fetch_needs_read(secured: Broker) -> None:
-    assert deliver(sasl(secured, "admin"), "secret", [b"s"]) == [None]
+    assert deliver(sasl_config(secured, "admin"), "secret", [b"s"]) == [None]
     # alice may see the topic in metadata (DESCRIBE), not read it
     AclStore(secured.log.path).add([acl("User:alice", "DESCRIBE", "TOPIC", "secret")])
     consumer = KafkaConsumer(
@@ -289,7 +264,7 @@ def test_fetch_needs_read(secured: Broker) -> None:
 
 
 def test_create_topics_needs_create(secured: Broker) -> None:
-    bob = ck.admin.AdminClient(sasl(secured, "bob"))
+    bob = ck.admin.AdminClient(sasl_config(secured, "bob"))
     future = bob.create_topics([ck.admin.NewTopic("bobs", 1, 1)])["bobs"]
     with pytest.raises(ck.KafkaException) as info:
         future.result(WAIT_S)
@@ -308,10 +283,10 @@ def test_deny_wins(secured: Broker) -> None:
             acl("User:alice", "WRITE", "TOPIC", "ord", perm="DENY", pattern="PREFIXED"),
         ]
     )
-    errors = deliver(sasl(secured, "alice"), "orders", [b"x"])
+    errors = deliver(sasl_config(secured, "alice"), "orders", [b"x"])
     assert [e.code() if e else None for e in errors] == [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]
-    assert deliver(sasl(secured, "bob"), "orders", [b"y"]) == [None]  # User:* allows bob now
-    assert embedded(secured.log, "orders") == [b"y"]
+    assert deliver(sasl_config(secured, "bob"), "orders", [b"y"]) == [None]  # User:* allows bob now
+    assert stored_values(secured.log, "orders") == [b"y"]
 
 
 def test_acls_through_kafka_admin_clients(secured: Broker) -> None:
@@ -326,7 +301,7 @@ def test_acls_through_kafka_admin_clients(secured: Broker) -> None:
         ResourceType,
     )
 
-    admin = ck.admin.AdminClient(sasl(secured, "admin"))
+    admin = ck.admin.AdminClient(sasl_config(secured, "admin"))
     binding = AclBinding(
         ResourceType.TOPIC,
         "pay",
@@ -340,7 +315,7 @@ def test_acls_through_kafka_admin_clients(secured: Broker) -> None:
         future.result(WAIT_S)
     assert acl("User:bob", "WRITE", "TOPIC", "pay", pattern="PREFIXED") in AclStore(secured.log.path).acls()
     secured.log.create_topic("payments")
-    assert deliver(sasl(secured, "bob"), "payments", [b"p"]) == [None]
+    assert deliver(sasl_config(secured, "bob"), "payments", [b"p"]) == [None]
 
     every_topic_acl = AclBindingFilter(
         ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
@@ -379,7 +354,7 @@ def test_acls_through_kafka_admin_clients(secured: Broker) -> None:
 
     deleted = [b for f in admin.delete_acls([applying]).values() for b in f.result(WAIT_S)]
     assert [(b.name, b.principal) for b in deleted] == [("pay", "User:bob")]
-    errors = deliver(sasl(secured, "bob"), "payments", [b"q"])
+    errors = deliver(sasl_config(secured, "bob"), "payments", [b"q"])
     assert [e.code() if e else None for e in errors] == [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]
 
 
@@ -508,7 +483,7 @@ def test_scram_users_through_kafka_admin_clients(secured: Broker) -> None:
         UserScramCredentialUpsertion,
     )
 
-    admin = ck.admin.AdminClient(sasl(secured, "admin"))
+    admin = ck.admin.AdminClient(sasl_config(secured, "admin"))
     upsert = UserScramCredentialUpsertion(
         "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"carol-pw"
     )
@@ -516,7 +491,7 @@ def test_scram_users_through_kafka_admin_clients(secured: Broker) -> None:
         future.result(WAIT_S)
     assert CredentialStore(secured.log.path).users()["carol"] == ["SCRAM-SHA-256"]
     AclStore(secured.log.path).add([acl("User:carol", "WRITE", "TOPIC", "orders")])
-    assert deliver(sasl(secured, "carol"), "orders", [b"c"]) == [None]
+    assert deliver(sasl_config(secured, "carol"), "orders", [b"c"]) == [None]
 
     described = admin.describe_user_scram_credentials(["carol"])["carol"].result(WAIT_S)
     assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
@@ -525,7 +500,7 @@ def test_scram_users_through_kafka_admin_clients(secured: Broker) -> None:
     everyone = admin.describe_user_scram_credentials().result(WAIT_S)
     assert sorted(everyone) == ["admin", "alice", "bob", "carol"]
 
-    bob = ck.admin.AdminClient(sasl(secured, "bob"))
+    bob = ck.admin.AdminClient(sasl_config(secured, "bob"))
     with pytest.raises(ck.KafkaException) as info:
         for future in bob.alter_user_scram_credentials([upsert]).values():
             future.result(WAIT_S)

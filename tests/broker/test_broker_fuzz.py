@@ -18,7 +18,7 @@ import confluent_kafka.admin
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka_support import WAIT_S
+from kafka_support import WAIT_S, stored
 
 import pylog
 from pylog.broker.broker import Broker
@@ -234,10 +234,4 @@ def test_regressions(brokers: dict[str, Broker], frame_body: bytes, caplog: pyte
 def test_the_log_stays_readable(brokers: dict[str, Broker], tmp_path: Path) -> None:
     for broker in brokers.values():
         for topic in broker.log.topics():
-            consumer = broker.log.consumer(
-                topic, auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-            )
-            try:
-                list(consumer)
-            finally:
-                consumer.close()
+            stored(broker.log, topic)

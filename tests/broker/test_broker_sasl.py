@@ -15,7 +15,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 from kafka import KafkaConsumer
-from kafka_support import WAIT_S, wait_until
+from kafka_support import WAIT_S, stored_values, wait_until
 from kio_client import RawClient
 from tls_support import Pki, make_pki
 
@@ -94,16 +94,6 @@ def refused_producer(conf: dict[str, Any], topic: str, code: int | None = None) 
     return errors
 
 
-def logged_values(log: pylog.Log, topic: str) -> list[bytes]:
-    consumer = log.consumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-    )
-    try:
-        return [r.value for r in consumer]
-    finally:
-        consumer.close()
-
-
 @pytest.mark.parametrize("mechanism", MECHS)
 def test_sasl_plaintext_produce_and_consume(log_dir: Path, users: CredentialStore, mechanism: str) -> None:
     values = [b"v%d" % i for i in range(50)]
@@ -122,7 +112,7 @@ def test_sasl_plaintext_produce_and_consume(log_dir: Path, users: CredentialStor
             sasl_plain_password="alice-secret",
         )
         assert got == values
-        assert logged_values(broker.log, "events") == values
+        assert stored_values(broker.log, "events") == values
 
 
 @pytest.mark.filterwarnings(
@@ -187,7 +177,7 @@ def test_tls_produce_and_consume(log_dir: Path, pki: Pki) -> None:
             reply = sock.recv(1024)
             assert reply == b"" or reply[0] == 0x15  # closed, or a TLS alert: never a Kafka answer
         produce_confluent(conf, "secure", [b"after"])
-        assert logged_values(broker.log, "secure") == [*values, b"after"]
+        assert stored_values(broker.log, "secure") == [*values, b"after"]
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
@@ -232,7 +222,7 @@ def test_mutual_tls(log_dir: Path, pki: Pki, caplog: pytest.LogCaptureFixture) -
         # with one: its subject is the principal
         with_cert = {**base, "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
         produce_confluent(with_cert, "certified", [b"from alice"])
-        assert logged_values(broker.log, "certified") == [b"from alice"]
+        assert stored_values(broker.log, "certified") == [b"from alice"]
 
 
 def test_unauthenticated_broker_stays_on_loopback(tmp_path: Path) -> None:
@@ -308,7 +298,7 @@ def test_certificate_subjects_are_principals_in_acls(
             results[name] = [e.code() if e else None for e in errors]
             del producer
         assert results == {"alice": [None], "bob": [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]}
-        assert logged_values(broker.log, "certified") == [b"alice"]
+        assert stored_values(broker.log, "certified") == [b"alice"]
     assert "opened (User:CN=alice,O=pylog tests)" in caplog.text
     assert "closed (User:CN=bob,O=pylog tests)" in caplog.text
     assert "User:CN=bob,O=pylog tests from 127.0.0.1 denied" in caplog.text
@@ -337,5 +327,5 @@ def test_broken_clients_do_not_stop_the_others(log_dir: Path, users: CredentialS
             broker.bootstrap_servers, "SASL_PLAINTEXT", **sasl_conf("SCRAM-SHA-256", "alice", "alice-secret")
         )
         produce_confluent(conf, "still", [b"served"])  # while the stalled handshake stays open
-        assert logged_values(broker.log, "still") == [b"served"]
+        assert stored_values(broker.log, "still") == [b"served"]
         stalled.close()

@@ -8,7 +8,7 @@ import confluent_kafka as ck
 import pytest
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTP
-from kafka_support import WAIT_S, wait_until
+from kafka_support import WAIT_S, confluent_values, stored_values, wait_until
 
 import pylog
 from pylog.broker.broker import Broker
@@ -18,27 +18,6 @@ def _txn_producer(broker: Broker, tid: str) -> ck.Producer:
     p = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": tid})
     p.init_transactions(WAIT_S)
     return p
-
-
-def _confluent_values(broker: Broker, topic: str, isolation: str, n: int) -> list[bytes]:
-    c = ck.Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap_servers,
-            "group.id": f"r-{isolation}",
-            "isolation.level": isolation,
-        }
-    )
-    c.assign([ck.TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-
-    def more() -> bool:
-        got.extend(m.value() for m in c.consume(1000, 0.5) if m.error() is None)
-        return len(got) >= n
-
-    wait_until(more, f"{n} {isolation} records")
-    assert c.consume(1000, 1.0) == []  # and no more
-    c.close()
-    return got
 
 
 def test_commit_and_abort_are_seen_alike_by_kafka_and_pylog_consumers(broker: Broker) -> None:
@@ -56,8 +35,8 @@ def test_commit_and_abort_are_seen_alike_by_kafka_and_pylog_consumers(broker: Br
         (p.commit_transaction if commit else p.abort_transaction)(WAIT_S)
     committed = [b"a%d" % i for i in range(10)] + [b"b0", b"b1", b"b2"]
 
-    assert _confluent_values(broker, "txn", "read_committed", 13) == committed
-    everything = _confluent_values(broker, "txn", "read_uncommitted", 18)
+    assert confluent_values(broker, "txn", "read_committed", 13, "r-read_committed") == committed
+    everything = confluent_values(broker, "txn", "read_uncommitted", 18, "r-read_uncommitted")
     assert sorted(everything) == sorted(committed + [b"x%d" % i for i in range(5)])
     kp = KafkaConsumer(
         bootstrap_servers=broker.bootstrap_servers, isolation_level="read_committed", consumer_timeout_ms=3000
@@ -141,7 +120,7 @@ def test_consume_transform_produce_is_exactly_once(log_dir) -> None:
 
         run("t1", 12)
         run("t1", None)
-        out = _confluent_values(broker, "out", "read_committed", 30)
+        out = confluent_values(broker, "out", "read_committed", 30, "r-read_committed")
         assert sorted(out) == sorted(b"x%d" % i for i in range(30))  # each input once, none lost
         assert broker.log.group_offsets("transformer")[pylog.TopicPartition("in", 0)].offset == 30
 
@@ -163,7 +142,7 @@ def test_an_older_instance_is_fenced(broker: Broker) -> None:
         ck.KafkaError.PRODUCER_FENCED,
         ck.KafkaError.INVALID_PRODUCER_EPOCH,
     )
-    assert _confluent_values(broker, "fence", "read_committed", 1) == [b"new"]
+    assert confluent_values(broker, "fence", "read_committed", 1, "r-read_committed") == [b"new"]
 
 
 def test_a_transaction_open_past_its_timeout_is_aborted_for_read_committed_readers(broker: Broker) -> None:
@@ -183,7 +162,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted_for_read_committed_reade
     plain.produce("stuck", value=b"after", partition=0)
     assert plain.flush(WAIT_S) == 0
     # held at the open transaction until its timeout passes; then it is aborted and the reader moves on
-    assert _confluent_values(broker, "stuck", "read_committed", 1) == [b"after"]
+    assert confluent_values(broker, "stuck", "read_committed", 1, "r-read_committed") == [b"after"]
 
 
 def test_a_transaction_timeout_above_the_maximum_is_refused(broker: Broker) -> None:
@@ -211,8 +190,4 @@ def test_a_transaction_timeout_above_the_maximum_is_refused(broker: Broker) -> N
     longest.begin_transaction()
     longest.produce("txn-max", b"v", partition=0)
     longest.commit_transaction(WAIT_S)
-    reader = broker.log.consumer(
-        "txn-max", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-    )
-    assert [r.value for r in reader] == [b"v"]
-    reader.close()
+    assert stored_values(broker.log, "txn-max") == [b"v"]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka_support import stored
 from kio.schema.errors import ErrorCode
 from kio_client import RawClient, produce, record_batch
 
@@ -23,16 +24,6 @@ def _model(n: int, seed: int) -> list[tuple[bytes | None, bytes | None]]:
 
 def _batch(records: list[tuple[bytes | None, bytes | None]], **options: Any) -> bytes:
     return record_batch([v for _, v in records], keys=[k for k, _ in records], timestamp=None, **options)
-
-
-def _stored(broker: Broker, topic: str) -> list[tuple[bytes | None, bytes | None]]:
-    c = broker.log.consumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-    )
-    try:
-        return [(r.key, r.value) for r in c]
-    finally:
-        c.close()
 
 
 @pytest.fixture
@@ -67,7 +58,7 @@ def test_decoded_records_are_stored_as_sent_without_the_user_checks(
         sent += idem
     finally:
         client.close()
-    assert _stored(broker, "w") == sent
+    assert [(r.key, r.value) for r in stored(broker.log, "w")] == sent
 
 
 def test_of_bytes_matches_of() -> None:

@@ -12,6 +12,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KTP
 from kafka_support import WAIT_S, wait_until
+from kafka_support import stored as embedded_read
 
 import pylog
 from pylog.broker.broker import Broker
@@ -51,16 +52,6 @@ def confluent_consume(bootstrap: str, topic: str, n: int, partition: int = 0) ->
 
         wait_until(more, f"{n} records from {topic}")
         return got
-    finally:
-        consumer.close()
-
-
-def embedded_read(log: pylog.Log, topic: str) -> list[pylog.ConsumerRecord]:
-    consumer = log.consumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-    )
-    try:
-        return list(consumer)
     finally:
         consumer.close()
 

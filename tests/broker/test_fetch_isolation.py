@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 
 import confluent_kafka as ck
-from kafka_support import WAIT_S, wait_until
+from kafka_support import WAIT_S, confluent_values
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.types import TopicName
 from kio_client import RawClient
@@ -65,29 +65,6 @@ def test_last_stable_offset_of_a_short_read_committed_fetch(broker: Broker) -> N
         held.close()
 
 
-def _consume(broker: Broker, topic: str, isolation: str, n: int) -> list[bytes]:
-    c = ck.Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap_servers,
-            "group.id": f"iso-{isolation}",
-            "isolation.level": isolation,
-        }
-    )
-    c.assign([ck.TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-
-    def more() -> bool:
-        got.extend(m.value() for m in c.consume(1000, 0.5) if m.error() is None)
-        return len(got) >= n
-
-    try:
-        wait_until(more, f"{n} {isolation} records")
-        assert c.consume(1000, 1.0) == []  # and no more
-        return got
-    finally:
-        c.close()
-
-
 def test_confluent_consumers_with_both_isolation_levels(broker: Broker) -> None:
     broker.log.create_topic("iso", partitions=1)
     txn = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "iso-writer"})
@@ -119,8 +96,14 @@ def test_confluent_consumers_with_both_isolation_levels(broker: Broker) -> None:
     write(plain_c)
 
     everything = committed_a + aborted + plain_b + pending + plain_c
-    assert _consume(broker, "iso", "read_uncommitted", len(everything)) == everything
+    assert (
+        confluent_values(broker, "iso", "read_uncommitted", len(everything), "iso-read_uncommitted")
+        == everything
+    )
     # read_committed: the aborted records are skipped, and nothing from the open transaction on is returned
-    assert _consume(broker, "iso", "read_committed", 8) == committed_a + plain_b
+    assert confluent_values(broker, "iso", "read_committed", 8, "iso-read_committed") == committed_a + plain_b
     txn.commit_transaction(WAIT_S)
-    assert _consume(broker, "iso", "read_committed", 11) == committed_a + plain_b + pending + plain_c
+    assert (
+        confluent_values(broker, "iso", "read_committed", 11, "iso-read_committed")
+        == committed_a + plain_b + pending + plain_c
+    )

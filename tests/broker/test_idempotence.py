@@ -6,7 +6,7 @@ from __future__ import annotations
 import confluent_kafka as ck
 import pytest
 from kafka import KafkaProducer
-from kafka_support import WAIT_S
+from kafka_support import WAIT_S, stored_values
 from kio.schema.errors import ErrorCode
 from kio_client import RawClient
 from kio_client import idempotent_batch as _batch
@@ -14,16 +14,6 @@ from kio_client import init_producer_id as _init
 from kio_client import produce as _produce
 
 from pylog.broker.broker import Broker
-
-
-def _values(broker: Broker, topic: str) -> list[bytes]:
-    c = broker.log.consumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-    )
-    try:
-        return [r.value for r in c]
-    finally:
-        c.close()
 
 
 def test_a_retried_batch_is_written_once_and_gaps_and_old_epochs_are_refused(broker: Broker) -> None:
@@ -49,7 +39,7 @@ def test_a_retried_batch_is_written_once_and_gaps_and_old_epochs_are_refused(bro
         assert _produce(client, "idem", _batch(pid, 1, 0, [b"d"])) == (ErrorCode.none, 3)
     finally:
         client.close()
-    assert _values(broker, "idem") == [b"a", b"b", b"c", b"d"]
+    assert stored_values(broker.log, "idem") == [b"a", b"b", b"c", b"d"]
 
 
 def test_kafka_python_idempotent_by_default(broker: Broker) -> None:
@@ -58,7 +48,7 @@ def test_kafka_python_idempotent_by_default(broker: Broker) -> None:
     producer.flush(WAIT_S)
     assert [f.get(WAIT_S).offset for f in futures] == list(range(500))
     producer.close()
-    assert _values(broker, "kp-idem") == [b"%d" % i for i in range(500)]
+    assert stored_values(broker.log, "kp-idem") == [b"%d" % i for i in range(500)]
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
@@ -69,4 +59,4 @@ def test_confluent_idempotent_producer(broker: Broker, codec: str) -> None:
     for i in range(1000):
         producer.produce("ck-idem", value=b"%d" % i, partition=0)
     assert producer.flush(WAIT_S) == 0
-    assert _values(broker, "ck-idem") == [b"%d" % i for i in range(1000)]
+    assert stored_values(broker.log, "ck-idem") == [b"%d" % i for i in range(1000)]

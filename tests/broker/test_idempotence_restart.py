@@ -16,7 +16,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from kafka_support import WAIT_S, BrokerProcess
+from kafka_support import WAIT_S, BrokerProcess, stored
 from kio.schema.errors import ErrorCode
 from kio_client import RawClient
 from kio_client import idempotent_batch as _batch
@@ -134,13 +134,7 @@ def test_a_retry_after_a_write_that_failed_part_way_writes_only_the_rest(
         assert _produce(client, "partial", _batch(pid, 0, 3001, [b"b"])) == (ErrorCode.none, 3001)
     finally:
         client.close()
-    c = broker.log.consumer(
-        "partial", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-    )
-    try:
-        got = [(r.offset, r.value) for r in c]
-    finally:
-        c.close()
+    got = [(r.offset, r.value) for r in stored(broker.log, "partial")]
     assert got == list(enumerate([b"a", *big, b"b"]))
 
 

@@ -18,6 +18,7 @@ import subprocess
 import confluent_kafka as ck
 import pytest
 from kafka_support import WAIT_S
+from kafka_support import stored as embedded_read
 
 import pylog
 from pylog.broker.broker import Broker
@@ -71,17 +72,6 @@ def as_stdin(lines: list[Line]) -> str:
 
 def to_bytes(s: str | None) -> bytes | None:
     return None if s is None else s.encode()
-
-
-def embedded_read(log: pylog.Log, topic: str) -> list[pylog.ConsumerRecord]:
-    """The records of ``topic`` as pylog's own consumer reads them: the bytes kcat sent."""
-    consumer = log.consumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-    )
-    try:
-        return list(consumer)
-    finally:
-        consumer.close()
 
 
 FORMAT = "%p\t%o\t%k\t%s\t%h\n"  # partition, offset, key, value, headers ("h1=v1,h2=v2")

@@ -13,7 +13,8 @@ from pathlib import Path
 import confluent_kafka as ck
 import pytest
 from kafka import KafkaProducer
-from kafka_support import WAIT_S, BrokerProcess
+from kafka_support import WAIT_S, BrokerProcess, stored_values
+from kafka_support import stored as stored_records
 
 import pylog
 from pylog.broker.broker import Broker
@@ -123,12 +124,7 @@ def test_serve_process_prints_its_address_and_stops_on_sigterm(log_dir: Path) ->
     finally:
         p.close()
     with pylog.open(log_dir) as log:
-        values = [
-            r.value
-            for r in log.consumer(
-                "t", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-            )
-        ]
+        values = stored_values(log, "t")
     assert values == [b"%d" % i for i in range(100)]
 
 
@@ -170,12 +166,7 @@ def test_sigkill_mid_stream_loses_no_acknowledged_record(log_dir: Path) -> None:
     finally:
         p.close()
     with pylog.open(log_dir) as log:
-        stored = {
-            r.offset: r.value
-            for r in log.consumer(
-                "kill", auto_offset_reset="earliest", consumer_timeout_ms=0, value_deserializer=None
-            )
-        }
+        stored = {r.offset: r.value for r in stored_records(log, "kill")}
     assert len(acked) >= 2000
     missing = {o: v for o, v in acked.items() if stored.get(o) != v}
     assert not missing
