@@ -340,6 +340,30 @@ def proxy() -> Iterator[_Proxy]:
         p.close()
 
 
+def _send_idempotently(bootstrap: str, topic: str) -> tuple[list[bytes], list[object]]:
+    """Send 300 values to partition 0 of ``topic`` with confluent-kafka's idempotent producer, flushing every
+    50 (so that several batches are in flight when the broker goes away): the values sent, in order, and the
+    delivery errors."""
+    errors: list[object] = []
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 0,
+            "reconnect.backoff.ms": 10,
+            "message.timeout.ms": int(WAIT_S * 1000),
+        }
+    )
+    sent = []
+    for chunk in range(6):
+        for i in range(50):
+            value = b"%d-%d" % (chunk, i)
+            sent.append(value)
+            producer.produce(topic, value=value, partition=0, on_delivery=lambda e, m: e and errors.append(e))
+        assert producer.flush(WAIT_S) == 0
+    return sent, errors
+
+
 def test_confluent_idempotent_producer_across_a_restart(log_dir: Path, proxy: _Proxy) -> None:
     """librdkafka retries the batch whose answer was lost on the restarted broker: written once."""
     advertise = f"127.0.0.1:{proxy.port}"
@@ -358,26 +382,8 @@ def test_confluent_idempotent_producer_across_a_restart(log_dir: Path, proxy: _P
 
     thread = threading.Thread(target=restart)
     thread.start()
-    errors: list[object] = []
-    producer = ck.Producer(
-        {
-            "bootstrap.servers": advertise,
-            "enable.idempotence": True,
-            "linger.ms": 0,
-            "reconnect.backoff.ms": 10,
-            "message.timeout.ms": int(WAIT_S * 1000),
-        }
-    )
     try:
-        sent = []
-        for chunk in range(6):
-            for i in range(50):
-                value = b"%d-%d" % (chunk, i)
-                sent.append(value)
-                producer.produce(
-                    "ck-restart", value=value, partition=0, on_delivery=lambda e, m: e and errors.append(e)
-                )
-            assert producer.flush(WAIT_S) == 0
+        sent, errors = _send_idempotently(advertise, "ck-restart")
         thread.join(WAIT_S)
         assert proxy.dropped.is_set() and restarted
         assert errors == []
@@ -418,26 +424,8 @@ def test_confluent_idempotent_producer_across_a_killed_broker_process(log_dir: P
 
     thread = threading.Thread(target=restart)
     thread.start()
-    errors: list[object] = []
-    producer = ck.Producer(
-        {
-            "bootstrap.servers": advertise,
-            "enable.idempotence": True,
-            "linger.ms": 0,
-            "reconnect.backoff.ms": 10,
-            "message.timeout.ms": int(WAIT_S * 1000),
-        }
-    )
     try:
-        sent = []
-        for chunk in range(6):
-            for i in range(50):
-                value = b"%d-%d" % (chunk, i)
-                sent.append(value)
-                producer.produce(
-                    "ck-killed", value=value, partition=0, on_delivery=lambda e, m: e and errors.append(e)
-                )
-            assert producer.flush(WAIT_S) == 0
+        sent, errors = _send_idempotently(advertise, "ck-killed")
         thread.join(WAIT_S)
         assert proxy.dropped.is_set() and len(processes) == 2
         assert errors == []
