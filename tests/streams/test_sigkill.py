@@ -22,6 +22,7 @@ from pylog.idempotent import IdempotentProducer
 from pylog.streams import App, TumblingWindows
 from pylog.streams.admin import read_store
 from pylog.streams.sqlite import SqliteStore, SqliteWindowStore
+from pylog.streams.sqlite_buffers import SqliteSuppressBuffer
 from pylog.streams.stores import decode_key
 
 INPUT = 2000
@@ -40,12 +41,14 @@ def _app_process(
     crash_at_commit: int = 0,
     crash_in_restore: bool = False,
     windowed: bool = False,
+    suppressed: bool = False,
 ) -> None:
     """Runs in a forked child until SIGTERM, ``delay`` seconds per record; writes its metrics to ``out`` when it
         stops cleanly. With ``crash_at_commit=n``, the process dies (exit 17) at its n-th commit, after the
         transaction's records and offsets were written and before it commits; with ``crash_in_restore``, after
         the first batch of a SQLite store's restore reached its file; ``windowed``: also a tumbling-window count
-    per user (100 ms, grace 1 s; late records to ``late-w``) to ``windowed-out``."""
+    per user (100 ms, grace 1 s; late records to ``late-w``) to ``windowed-out``; ``suppressed``: also the counts
+    through ``suppress(until_time_limit=50)`` (the buffer ``held``) to ``held-out``."""
     if crash_in_restore:
         real_restore = SqliteStore.restore_decoded
 
@@ -71,7 +74,10 @@ def _app_process(
         )
         events = app.stream("in")
         events.peek(lambda k, v: time.sleep(delay)).map_values(lambda v: v["i"]).to("echo")
-        events.group_by(lambda k, v: v["user"]).count(name="counts").to_stream().to("counts-out")
+        counts = events.group_by(lambda k, v: v["user"]).count(name="counts")
+        counts.to_stream().to("counts-out")
+        if suppressed:
+            counts.suppress(until_time_limit=50, name="held").to_stream().to("held-out")
         if windowed:
             events.group_by(lambda k, v: v["user"]).windowed_by(
                 TumblingWindows(100, 1000), late_topic="late-w"
@@ -99,13 +105,23 @@ def _fork(
     crash_at_commit: int = 0,
     crash_in_restore: bool = False,
     windowed: bool = False,
+    suppressed: bool = False,
 ) -> int:
     pid = os.fork()
     if pid == 0:  # the child never returns into pytest
         code = 1
         try:
             _app_process(
-                path, out, delay, instance, threads, state_dir, crash_at_commit, crash_in_restore, windowed
+                path,
+                out,
+                delay,
+                instance,
+                threads,
+                state_dir,
+                crash_at_commit,
+                crash_in_restore,
+                windowed,
+                suppressed,
             )
             code = 0
         except BaseException:
@@ -336,6 +352,64 @@ def test_crashes_at_the_commit_point_with_sqlite_window_stores(tmp_path: Path) -
     assert held == table and all(len(updates[w]) == n for w, n in held.items())
     assert held and len(held) < len(updates), "windows closed and left the files"
     print(f"{len(updates)} windows, {len(held)} open in the files, {len(late)} late records")
+
+
+def test_crashes_at_the_commit_point_with_a_sqlite_suppression_buffer(tmp_path: Path) -> None:
+    """As above with the counts also sent through a suppression buffer kept in a SQLite file: the process dies at
+    commits several times while keys are held and evicted; then each user's suppressed counts are increasing
+    (none emitted twice), the last one emitted or the one still held is the user's count, and the files hold
+    exactly the buffer of the changelog (what the committed transactions left), nothing of the aborted ones."""
+    path = str(tmp_path / "log")
+    state_dir = str(tmp_path / "state")
+    with pylog.open(path) as log:
+        for topic in ("in", "echo", "counts-out", "held-out"):
+            log.create_topic(topic, partitions=2)
+    _produce(path, 0, INPUT)
+    pid = 0
+    try:
+        for n in (3, 2, 5):
+            pid = _fork(
+                path, str(tmp_path / "unused.json"), 0.0005, "worker", 1, state_dir, n, suppressed=True
+            )
+            _, status = os.waitpid(pid, 0)
+            pid = 0
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
+        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir, suppressed=True)
+        with pylog.open(path) as log:
+            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
+            wait_for(lambda: sum(log.group_lag("eos").values()) == 0, "the last run's commits")
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    _check(
+        path,
+        "sqlite suppression buffer, 3 crashes at a commit",
+        json.loads((tmp_path / "metrics.json").read_text()),
+    )
+    with pylog.open(path) as log:
+        emitted: dict[str, list[int]] = {}
+        for r in committed_records(log, "held-out"):
+            emitted.setdefault(r.key.decode(), []).append(r.value)
+        table = {k: v[0] for k, v in read_store(log, "eos", "held").items()}
+        topic_id = str(log.topic("eos-held-changelog").topic_id)
+    held: dict[str, int] = {}
+    for file in sorted(Path(state_dir).rglob("held.sqlite")):
+        store = SqliteSuppressBuffer("held", "eos-held-changelog", str(file), topic_id)
+        held.update(store.to_dict())
+        store.close()
+    assert held == table, "the files hold the committed buffer"
+    assert all(values == sorted(set(values)) for values in emitted.values()), "increasing, none twice"
+    users = Counter(f"u{i % 37}" for i in range(INPUT))
+    assert {u: held.get(u, emitted.get(u, [None])[-1]) for u in users} == dict(users)
+    assert held and sum(len(v) for v in emitted.values()) > len(users), "keys were held and evicted"
+    print(
+        f"{sum(len(v) for v in emitted.values())} suppressed counts emitted, {len(held)} keys held at the end"
+    )
 
 
 def test_a_crash_in_the_middle_of_a_restore_is_repaired(tmp_path: Path) -> None:
