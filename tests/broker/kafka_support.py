@@ -127,6 +127,17 @@ def sasl_config(broker: Broker, user: str) -> dict[str, Any]:
     }
 
 
+def kafka_python_sasl(broker: Broker, user: str) -> dict[str, Any]:
+    """The same login as :func:`sasl_config` as keyword arguments of kafka-python's clients."""
+    return {
+        "bootstrap_servers": broker.bootstrap_servers,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": SCRAM,
+        "sasl_plain_username": user,
+        "sasl_plain_password": f"{user}-pw",
+    }
+
+
 @contextmanager
 def secured_broker(log_dir: Path, users: Iterable[str], acls: Iterable[Acl]) -> Iterator[Broker]:
     """A broker over ``log_dir`` that asks for SCRAM logins of ``users`` (password ``<user>-pw``), authorizes

@@ -24,7 +24,7 @@ from kafka.admin import ConfigResource as KafkaConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.structs import TopicPartition as KafkaTopicPartition
 from kafka.structs import TopicPartitionReplica
-from kafka_support import WAIT_S, sasl_config, secured_broker
+from kafka_support import WAIT_S, kafka_python_sasl, sasl_config, secured_broker
 
 import pylog
 from pylog import fs
@@ -392,11 +392,7 @@ def test_admin_changes_need_their_acls(secured: Broker) -> None:
     assert outcomes["secret"] == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert log.topic("secret").beginning_offsets() == {0: 0}
     kafka_alice = KafkaAdminClient(
-        bootstrap_servers=secured.bootstrap_servers,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-256",
-        sasl_plain_username="alice",
-        sasl_plain_password="alice-pw",
+        **kafka_python_sasl(secured, "alice"),
     )
     try:
         result = kafka_alice.delete_group_offsets(
@@ -511,11 +507,7 @@ def test_log_dirs_describe_the_one_log_directory(broker: Broker) -> None:
 def test_log_dirs_need_cluster_acls(secured: Broker) -> None:
     def client(user: str) -> KafkaAdminClient:
         return KafkaAdminClient(
-            bootstrap_servers=secured.bootstrap_servers,
-            security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="SCRAM-SHA-256",
-            sasl_plain_username=user,
-            sasl_plain_password=f"{user}-pw",
+            **kafka_python_sasl(secured, user),
         )
 
     alice, admin = client("alice"), client("admin")

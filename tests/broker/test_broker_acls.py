@@ -27,7 +27,7 @@ from kafka.admin import (
     ResourceType,
 )
 from kafka.structs import TopicPartition as KTP
-from kafka_support import WAIT_S, sasl_config, secured_broker, stored_values, wait_until
+from kafka_support import WAIT_S, kafka_python_sasl, sasl_config, secured_broker, stored_values, wait_until
 
 import pylog
 from pylog.broker.acls import Acl, AclStore, Authorizer
@@ -186,11 +186,7 @@ def test_group_consumption_needs_read_on_topic_and_group(secured: Broker) -> Non
     # alice: READ on orders and on group billing
     consumer = KafkaConsumer(
         "orders",
-        bootstrap_servers=secured.bootstrap_servers,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-256",
-        sasl_plain_username="alice",
-        sasl_plain_password="alice-pw",
+        **kafka_python_sasl(secured, "alice"),
         group_id="billing",
         auto_offset_reset="earliest",
         consumer_timeout_ms=int(WAIT_S * 1000),
@@ -218,11 +214,7 @@ def test_group_consumption_needs_read_on_topic_and_group(secured: Broker) -> Non
     bob.close()
     # bob may read the topic without a group (assign, no commit)
     reader = KafkaConsumer(
-        bootstrap_servers=secured.bootstrap_servers,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-256",
-        sasl_plain_username="bob",
-        sasl_plain_password="bob-pw",
+        **kafka_python_sasl(secured, "bob"),
         enable_auto_commit=False,
         consumer_timeout_ms=int(WAIT_S * 1000),
     )
@@ -247,11 +239,7 @@ def test_fetch_needs_read(secured: Broker) -> None:
     # alice may see the topic in metadata (DESCRIBE), not read it
     AclStore(secured.log.path).add([acl("User:alice", "DESCRIBE", "TOPIC", "secret")])
     consumer = KafkaConsumer(
-        bootstrap_servers=secured.bootstrap_servers,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-256",
-        sasl_plain_username="alice",
-        sasl_plain_password="alice-pw",
+        **kafka_python_sasl(secured, "alice"),
         enable_auto_commit=False,
     )
     try:
@@ -340,11 +328,7 @@ def test_acls_through_kafka_admin_clients(secured: Broker) -> None:
 
     # others may not (kafka-python reports the error; confluent-kafka's describe_acls drops it)
     bob_admin = KafkaAdminClient(
-        bootstrap_servers=secured.bootstrap_servers,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-256",
-        sasl_plain_username="bob",
-        sasl_plain_password="bob-pw",
+        **kafka_python_sasl(secured, "bob"),
     )
     try:
         with pytest.raises(kafka.errors.ClusterAuthorizationFailedError):

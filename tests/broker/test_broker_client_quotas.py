@@ -396,43 +396,15 @@ def test_quotas_survive_a_restart(log_dir: Path) -> None:
 
 def test_cli_quotas(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = str(log_dir)
-    assert (
-        main(
-            [
-                "--dir",
-                d,
-                "quotas",
-                "set",
-                "--user",
-                "alice",
-                "--client-id",
-                "app",
-                "--produce-byte-rate",
-                "1000",
-            ]
-        )
-        == 0
-    )
-    assert main(["--dir", d, "quotas", "set", "--client-id-default", "--consumer-byte-rate", "500"]) == 0
-    assert (
-        main(
-            [
-                "--dir",
-                d,
-                "quotas",
-                "set",
-                "--user",
-                "alice",
-                "--client-id",
-                "app",
-                "--consumer-byte-rate",
-                "9",
-            ]
-        )
-        == 0
-    )
+
+    def quotas(*args: str) -> int:
+        return main(["--dir", d, "quotas", *args])
+
+    assert quotas("set", "--user", "alice", "--client-id", "app", "--produce-byte-rate", "1000") == 0
+    assert quotas("set", "--client-id-default", "--consumer-byte-rate", "500") == 0
+    assert quotas("set", "--user", "alice", "--client-id", "app", "--consumer-byte-rate", "9") == 0
     capsys.readouterr()
-    assert main(["--dir", d, "quotas", "list", "--json"]) == 0
+    assert quotas("list", "--json") == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed == [
         {
@@ -442,24 +414,19 @@ def test_cli_quotas(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
         },
         {"client-id": "<default>", "values": {"consumer_byte_rate": 500}},
     ]
-    assert main(["--dir", d, "quotas", "list", "--user", "alice"]) == 0
+    assert quotas("list", "--user", "alice") == 0
     text = capsys.readouterr().out
     assert text.splitlines() == ["user=alice, client-id=app consumer_byte_rate=9 producer_byte_rate=1000"]
-    assert (
-        main(
-            ["--dir", d, "quotas", "remove", "--user", "alice", "--client-id", "app", "--consumer-byte-rate"]
-        )
-        == 0
-    )
+    assert quotas("remove", "--user", "alice", "--client-id", "app", "--consumer-byte-rate") == 0
     assert QuotaStore(d).quotas()[QuotaEntity("alice", "app")] == {"producer_byte_rate": 1000}
-    assert main(["--dir", d, "quotas", "remove", "--user", "alice", "--client-id", "app"]) == 0  # every key
+    assert quotas("remove", "--user", "alice", "--client-id", "app") == 0  # every key
     assert QuotaEntity("alice", "app") not in QuotaStore(d).quotas()
     capsys.readouterr()
-    assert main(["--dir", d, "quotas", "remove", "--user", "nobody"]) == 1
+    assert quotas("remove", "--user", "nobody") == 1
     assert "no quota" in capsys.readouterr().err
-    assert main(["--dir", d, "quotas", "set", "--user", "alice", "--produce-byte-rate", "0"]) == 2
-    assert main(["--dir", d, "quotas", "set", "--user", "alice"]) == 2  # nothing to set
-    assert main(["--dir", d, "quotas", "set", "--produce-byte-rate", "5"]) == 2  # no entity
+    assert quotas("set", "--user", "alice", "--produce-byte-rate", "0") == 2
+    assert quotas("set", "--user", "alice") == 2  # nothing to set
+    assert quotas("set", "--produce-byte-rate", "5") == 2  # no entity
 
 
 def test_kafka_python_quota_messages(log_dir: Path) -> None:
