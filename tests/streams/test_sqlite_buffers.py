@@ -13,8 +13,20 @@ from typing import Any
 import pytest
 
 from pylog.streams.serde import MSGPACK
-from pylog.streams.sqlite_buffers import SqliteJoinBufferStore, SqliteSlidingStore, SqliteSuppressBuffer
-from pylog.streams.stores import JoinBufferStore, SlidingStore, SuppressBuffer, decode_key
+from pylog.streams.sqlite_buffers import (
+    SqliteJoinBufferStore,
+    SqliteSlidingStore,
+    SqliteSubscriptionStore,
+    SqliteSuppressBuffer,
+)
+from pylog.streams.stores import (
+    JoinBufferStore,
+    SlidingStore,
+    SubscriptionStore,
+    SuppressBuffer,
+    decode_key,
+    encode_key,
+)
 
 
 def _changes(store: Any, changelog: list[tuple[bytes, bytes | None]]) -> dict[Any, Any]:
@@ -169,3 +181,96 @@ def test_sqlite_join_buffer_larger_than_its_memory(tmp_path: Path) -> None:
     store.checkpoint(20)
     assert len(store) == 10_000 and store._data == {}
     store.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sqlite_subscription_store_follows_the_memory_store(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    path = str(tmp_path / "sub.sqlite")
+    memory, file = SubscriptionStore("sub", "c"), SqliteSubscriptionStore("sub", "c", path, "id")
+    foreign_keys: list[Any] = ["c1", "c2", 7, ("t", 1), "c1\xff", b"\xff"]  # prefixes of each other too
+    changelog: list[tuple[bytes, bytes | None]] = []
+    for step in range(600):
+        fk, left = rng.choice(foreign_keys), encode_key(f"o{rng.randrange(30)}")
+        if rng.random() < 0.6:
+            _both(memory, file, "put", (fk, left), [rng.randbytes(4), rng.randrange(3)])
+        else:
+            _both(memory, file, "delete", (fk, left))
+        fk = rng.choice(foreign_keys)
+        assert sorted(file.subscribers(fk)) == sorted(memory.subscribers(fk))
+        if rng.random() < 0.1:
+            assert _changes(file, []) == _changes(memory, changelog)
+            file.checkpoint(step)
+            assert file._overlay == {} and file._changed == {}
+            if rng.random() < 0.3:
+                file.close()
+                file = SqliteSubscriptionStore("sub", "c", path, "id")
+                memory = _restart(SubscriptionStore("sub", "c"), changelog)
+    assert file.to_dict() == memory.to_dict()
+    file.close()
+
+
+def _tracked() -> int:
+    gc.collect()
+    return len(gc.get_objects())
+
+
+def _fill(kind: str, store: Any, batch: int, n: int) -> None:
+    """``n`` entries of ``kind`` into ``store``, times from ``batch * n`` on."""
+    for i in range(n):
+        t = batch * n + i
+        if kind == "sliding":
+            store.advance(t)
+            store.add_record(f"k{i % 500}", t, i)
+            store.set_window(f"k{i % 500}", t, [1, i], t, store.next_created())
+        elif kind == "join":
+            store.advance(t)
+            store.add(f"k{i % 500}", t, ["v", i])
+        elif kind == "suppress":
+            store.advance(t)
+            store.buffer(f"k{t}", ["v", i], t)
+        else:
+            store.put((f"c{i % 50}", encode_key(f"o{t}")), [b"digest", 0])
+
+
+@pytest.mark.parametrize("kind", ["sliding", "join", "suppress", "subscriptions"])
+def test_sqlite_buffer_stores_hold_their_entries_in_the_file_not_in_memory(tmp_path: Path, kind: str) -> None:
+    """20,000 entries written in 20 checkpoints: after each checkpoint the Python objects the process tracks
+    grow by less than 1 per 20 entries (the overlay and its indexes are empty), while the file holds them all
+    and reads come from it."""
+    path = str(tmp_path / f"{kind}.sqlite")
+    make = {
+        "sliding": lambda: SqliteSlidingStore("s", "c", 10, path, "id"),
+        "join": lambda: SqliteJoinBufferStore("j", "c", path, "id"),
+        "suppress": lambda: SqliteSuppressBuffer("b", "c", path, "id"),
+        "subscriptions": lambda: SqliteSubscriptionStore("sub", "c", path, "id"),
+    }[kind]
+    store = make()
+    _fill(kind, store, 0, 1000)  # warm up: SQLite statements, interned strings
+    store.take_changes()
+    store.checkpoint(0)
+    before = _tracked()
+    for batch in range(1, 20):
+        _fill(kind, store, batch, 1000)
+        store.take_changes()
+        store.checkpoint(batch)
+    grown = _tracked() - before
+    assert grown < 1000, f"{grown} more Python objects for 19,000 more entries"
+    entries = 40_000 if kind == "sliding" else 20_000  # a sliding entry: a record and a window
+    assert len(store) == entries
+    if kind == "sliding":
+        assert (
+            store.records("k7", 0, 20_000)[:2] == [(7, 7), (507, 507)] and store.window("k7", 7) is not None
+        )
+    elif kind == "join":
+        assert [ts for ts, _, _ in store.matches("k7", 0, 2000)] == [7, 507, 1007, 1507]
+    elif kind == "suppress":
+        assert (
+            store.oldest() == 0 and store.evict() == ("k0", ["v", 0], 0) and store.get("k19999") == ["v", 999]
+        )
+    else:
+        assert len(store.subscribers("c7")) == 400
+    store.close()
+    again = make()  # the file read again: the committed entries (an eviction not checkpointed is not there)
+    assert len(again) == entries
+    again.close()
