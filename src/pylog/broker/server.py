@@ -116,7 +116,7 @@ class Server:
         }
         try:
             server = await asyncio.start_server(
-                self._connection, sock=self._sock, limit=1 << 16, ssl=self._security.ssl_context
+                self._connection, sock=self._sock, limit=1 << 14, ssl=self._security.ssl_context
             )
         except BaseException as exc:
             self._error = exc
