@@ -47,8 +47,8 @@ class App:
     ``"at_least_once"``. ``commit_interval_ms``: how often a thread commits (100 ms, Kafka Streams' default
     under exactly-once). ``instance_id``: names this process in transactional ids (default random); a process
     restarted with the same one aborts its predecessor's open transactions at once, instead of after
-    ``transaction_timeout_ms`` (never give two live processes the same one). ``state_dir``: keep key-value,
-    tumbling/hopping window and session stores in SQLite files there (:mod:`pylog.streams.sqlite`: state
+    ``transaction_timeout_ms`` (never give two live processes the same one). ``state_dir``: keep every store
+    in a SQLite file there (:mod:`pylog.streams.sqlite`, :mod:`pylog.streams.sqlite_buffers`: state
     larger than memory, restarts that read only the changelog written since the last commit); default: in
     memory. ``on_deserialization_error``: what
     an input record the source's serdes cannot decode does, as a consumer's setting of that name (Kafka's
