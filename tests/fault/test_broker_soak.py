@@ -4,11 +4,15 @@ SIGKILLed; then every acknowledged record was read exactly once by each group, n
 each sent value at most once (idempotence), and the broker's memory stayed flat.
 
 Counting is honest about commits: a consumer counts a batch as read only once ``commit(asynchronous=False)``
-of its offsets succeeded. When the broker answered a commit with an error (a rebalance, no coordinator), the
-batch is dropped from the tally and the consumer seeks back, so the group delivers it again. When the answer
-was lost (the broker went down with the request in flight), the commit may or may not have been written: the
-batch is kept aside as *in doubt* and decided at the end, per partition, all or nothing -- either the group
-delivered all of it again (the commit was not written) or none of it (it was); part of it is a violation.
+of its offsets succeeded. When the broker refused a commit (a rebalance) with no connection lost meanwhile,
+the batch is dropped from the tally and the consumer seeks back, so the group delivers it again. When a
+connection was lost during the call (the broker stopped; librdkafka then also closes its coordinator
+connection, with the commit in flight, and reports the error of its retry, e.g. UNKNOWN_MEMBER_ID from the
+next broker), the commit may or may not have been written: the batch is kept aside as *in doubt* and decided
+at the end, per partition, all or nothing -- either the group delivered all of it again (not written) or
+none of it (written, and then the committed offset read just after the failure must not have said
+otherwise); part of it is a violation. Every failed commit is printed with the committed offset read just
+after it when records are lost.
 
 The broker's resident memory (``VmRSS``) is sampled every second for each incarnation; the last incarnation,
 which runs for the second half of the soak, must end at no more than 1.5 times its RSS after warm-up.
@@ -60,7 +64,14 @@ WAIT_S = 120.0  # the longest any one wait (a broker start or stop) may take
 DRAIN_S = 600.0  # the longest the producers' flush and the groups' catching up may take
 
 
-_SERVE = [sys.executable, "-m", "pylog.cli"]
+# pylog serve with the broker's INFO lines (sessions expired, rebalances) kept in its stderr file
+_SERVE = [
+    sys.executable,
+    "-c",
+    "import logging, sys; from pylog.cli import main; "
+    "logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s'); "
+    "sys.exit(main(sys.argv[1:]))",
+]
 
 
 def _free_port() -> int:
@@ -214,6 +225,7 @@ class Tally:
     counted: Counter[bytes] = field(default_factory=Counter)
     in_doubt: list[Doubt] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)  # failed commits by error
+    failures: list[str] = field(default_factory=list)  # each failed commit, for a post-mortem
     commits: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -235,6 +247,7 @@ class Consumer(threading.Thread):
         self.tally = tally
         self.restarts = restarts
         self.stop = stop
+        self.disconnects = 0  # connections to the broker this member's client lost
         self.consumer = ck.Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -247,8 +260,13 @@ class Consumer(threading.Thread):
                 "heartbeat.interval.ms": 1_000,
                 "reconnect.backoff.max.ms": 1000,
                 "log_level": 0,  # the refused connections while the broker restarts are expected
+                "error_cb": self._error,
             }
         )
+
+    def _error(self, err: Any) -> None:
+        if err.code() in (ck.KafkaError._TRANSPORT, ck.KafkaError._ALL_BROKERS_DOWN):
+            self.disconnects += 1
 
     def run(self) -> None:
         c = self.consumer
@@ -267,7 +285,7 @@ class Consumer(threading.Thread):
         if not parts:
             return
         offsets = [ck.TopicPartition(TOPIC, p, ms[-1].offset() + 1) for p, ms in parts.items()]
-        before = self.restarts.changes
+        before = self.restarts.changes, self.disconnects
         try:
             answer = self.consumer.commit(offsets=offsets, asynchronous=False)
             failed = [tp for tp in answer or [] if tp.error is not None]
@@ -276,10 +294,12 @@ class Consumer(threading.Thread):
         except ck.KafkaException as exc:
             error = exc.args[0]
             name = error.name() if hasattr(error, "name") else str(error)
-            # A commit whose request was in flight when the broker stopped may have been written even though
-            # librdkafka reports the error of its retry to the next broker (UNKNOWN_MEMBER_ID): in doubt.
-            # A commit the same broker refused was not written: its batch must be read again.
-            self._not_committed(parts, name, self.restarts.changes != before or name.startswith("_"))
+            # A commit whose request was in flight when a connection was lost (the broker stopped, or
+            # librdkafka closed its coordinator connection) may have been written even though librdkafka
+            # reports the error of its retry (UNKNOWN_MEMBER_ID from the next broker): in doubt. A commit
+            # refused with no connection lost was not written: its batch must be read again.
+            after = self.restarts.changes, self.disconnects
+            self._not_committed(parts, name, after != before or name.startswith("_"))
             return
         with self.tally.lock:
             self.tally.commits += 1
@@ -291,16 +311,20 @@ class Consumer(threading.Thread):
             with contextlib.suppress(ck.KafkaException):
                 self.consumer.seek(ck.TopicPartition(TOPIC, p, ms[0].offset()))
         probes = {p: "unknown" for p in parts}
-        if doubtful:
-            with contextlib.suppress(ck.KafkaException):
-                for tp in self.consumer.committed([ck.TopicPartition(TOPIC, p) for p in parts], timeout=10):
-                    ms = parts[tp.partition]
-                    if tp.offset == ms[-1].offset() + 1:
-                        probes[tp.partition] = "written"
-                    elif tp.offset == ms[0].offset():
-                        probes[tp.partition] = "not written"
+        with contextlib.suppress(ck.KafkaException):
+            for tp in self.consumer.committed([ck.TopicPartition(TOPIC, p) for p in parts], timeout=10):
+                ms = parts[tp.partition]
+                if tp.offset == ms[-1].offset() + 1:
+                    probes[tp.partition] = "written"
+                elif tp.offset == ms[0].offset():
+                    probes[tp.partition] = "not written"
         with self.tally.lock:
-            self.tally.refused[name + (" (broker restarted)" if doubtful else "")] += 1
+            self.tally.failures.extend(
+                f"{time.monotonic():.1f} {self.name} {name} doubtful={doubtful} p{p} {ms[0].offset()}-"
+                f"{ms[-1].offset()} committed offset after: {probes[p]}"
+                for p, ms in parts.items()
+            )
+            self.tally.refused[name + (" (connection lost)" if doubtful else "")] += 1
             if doubtful:
                 self.tally.in_doubt.extend(
                     Doubt([m.value() for m in ms], probes[p]) for p, ms in parts.items()
@@ -485,6 +509,8 @@ def test_soak_of_the_broker_under_restarts(tmp_path: Path) -> None:
                 p: min(positions[v][1] for v in acked_set - read[g] if positions[v][0] == p) for p in where
             }
             print(g, "lost per partition", dict(where), "from offset", first)
+            print("\n".join(tallies[g].failures))
+            print("\n".join(line for line in stderr.splitlines() if "connection" not in line))
         assert resolved[g][2] == []
         assert duplicates[g] == 0 and lost[g] == 0, g
         assert read[g] <= set(in_log), "a group read a value the log does not hold"
