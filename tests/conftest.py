@@ -39,9 +39,19 @@ import pylog
 ROOT = Path(__file__).resolve().parents[1]
 ISOLATED_ENV = ("PYLOG_DIR", "PYLOG_DEBUG", "PYLOG_BENCH_COLD")
 
-hypothesis.settings.register_profile("pylog", database=None, print_blob=True)
+# No timing check: the suite runs beside other CPU-bound work (CI, two busy processes), where a draw can wait
+# seconds for a core; a slow example is not a failing one. Deadlines and the too-slow check are off in every
+# profile; a test that sets its own suppress_health_check list replaces this one, so it names too_slow too.
+TIMING_CHECKS = [hypothesis.HealthCheck.too_slow]
 hypothesis.settings.register_profile(
-    "dev", database=DirectoryBasedExampleDatabase(str(ROOT / ".hypothesis" / "examples")), print_blob=True
+    "pylog", database=None, print_blob=True, deadline=None, suppress_health_check=TIMING_CHECKS
+)
+hypothesis.settings.register_profile(
+    "dev",
+    database=DirectoryBasedExampleDatabase(str(ROOT / ".hypothesis" / "examples")),
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=TIMING_CHECKS,
 )
 hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pylog"))
 

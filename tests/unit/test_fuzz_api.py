@@ -61,7 +61,9 @@ def _typed_or_ok(fn: Any, *args: Any, **kwargs: Any) -> None:
 
 
 SETTINGS = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 

@@ -129,7 +129,11 @@ _records = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     drains=st.lists(
         st.one_of(st.lists(_records, min_size=1, max_size=4), st.lists(_records, min_size=30, max_size=50)),
