@@ -274,3 +274,29 @@ def test_sqlite_buffer_stores_hold_their_entries_in_the_file_not_in_memory(tmp_p
     again = make()  # the file read again: the committed entries (an eviction not checkpointed is not there)
     assert len(again) == entries
     again.close()
+
+
+@pytest.mark.parametrize("per_time", [1, 7, 300])
+def test_the_expiry_scan_reads_pages_without_splitting_a_time(tmp_path: Path, per_time: int) -> None:
+    """The file's scan by time reads 256 rows ahead: with 1 row per time, 7 (a page ends inside a time) and 300
+    (a time longer than a page), purging by rising bounds returns each record once, in the memory store's
+    order; records added below what was scanned already are found after the next checkpoint."""
+    memory, file = (
+        JoinBufferStore("j", "c"),
+        SqliteJoinBufferStore("j", "c", str(tmp_path / "j.sqlite"), "id"),
+    )
+    for i in range(2000):
+        for store in (memory, file):
+            store.add(f"k{i % 13}", i // per_time, i)
+    file.take_changes()
+    file.checkpoint(1)
+    top = 2000 // per_time + 2
+    for before in range(0, top, max(1, top // 40)):
+        assert file.purge(before) == memory.purge(before)
+        if before == top // 2:  # late additions below the scan, then a checkpoint
+            for store in (memory, file):
+                store.add("late", 0, "x")
+            file.take_changes()
+            file.checkpoint(2)
+    assert file.purge(top) == memory.purge(top)
+    assert file.to_dict() == memory.to_dict() == {}

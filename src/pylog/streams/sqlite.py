@@ -33,7 +33,7 @@ import itertools
 import os
 import sqlite3
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -54,6 +54,7 @@ __all__ = ["CACHE_ENTRIES", "SqliteSessionStore", "SqliteStore", "SqliteWindowSt
 _DELETED: Any = object()
 _ABSENT: Any = object()
 CACHE_ENTRIES = 100_000  # committed values kept in memory per store, most recently used first
+_SWEEP_PAGE = 256  # rows an expiry scan reads ahead
 
 
 class SqliteStore(KeyValueStore):
@@ -254,25 +255,30 @@ _MIN_TIME = -(2**63)
 
 class _Sweep:
     """The expiry scan of one table of a store's file by an indexed time column: the rows whose time is at or
-    before a bound that only grows (a stream time less the grace), each returned once. The rows it returned are
-    deleted in the store's overlay, and from the file at the next checkpoint; ``swept`` remembers how far it
-    went, so a row is never returned twice, and ``next`` (the earliest time after it) tells whether a scan has
-    work without one. The window, session and sliding-window stores close by it; the sliding-window and
-    join-buffer stores purge their records by it. Runs under the store's lock."""
+    before a bound that only grows (a stream time less the grace), each returned once, in time order. The rows
+    it returned are deleted in the store's overlay, and from the file at the next checkpoint; ``swept`` is how
+    far it went, so a row is never returned twice. It reads the file ahead a page of rows at a time (rows of
+    one time never split across pages), so a bound moving a little per record costs no query until the page
+    is used up; the file changes only at a checkpoint or a restore, after which :meth:`refresh` drops the
+    page. ``columns`` starts with the time column. The window, session and sliding-window stores close by it;
+    the sliding-window and join-buffer stores purge their records by it. Runs under the store's lock."""
 
     def __init__(self, store: Any, table: str, column: str, columns: str) -> None:
         self._store = store
-        self._select = f"SELECT {columns} FROM {table} WHERE {column} > ? AND {column} <= ?"
-        self._min = f"SELECT MIN({column}) FROM {table} WHERE {column} > ?"
-        self.swept = _MIN_TIME
-        self.next: int | None = None
-        self.refresh()
+        self._next_page = (
+            f"SELECT {columns} FROM {table} WHERE {column} > ? ORDER BY {column} LIMIT {_SWEEP_PAGE}"
+        )
+        self._ties = f"SELECT {columns} FROM {table} WHERE {column} = ?"
+        self.swept = _MIN_TIME  # the rows at or before this time were returned
+        self._fetched = _MIN_TIME  # the rows at or before this time were returned or are in the page
+        self._page: deque[Any] = deque()
+        self._last_page = False  # the page holds every row after _fetched
 
     def refresh(self) -> None:
-        """Read ``next`` again (after the file changed: a checkpoint, a restore)."""
-        with self._store._lock:
-            (first,) = self._store._db.execute(self._min, (self.swept,)).fetchone()
-        self.next = None if first is None else int(first)
+        """Forget the page (the file changed: a checkpoint, a restore): read again after ``swept``."""
+        self._page.clear()
+        self._fetched = self.swept
+        self._last_page = False
 
     def reset(self) -> None:
         """Start again from the earliest time (the file was emptied)."""
@@ -284,19 +290,38 @@ class _Sweep:
         if the scan went past ``time`` already (the rows it returned then are deleted in the overlay)."""
         if time <= self.swept:
             self.swept = time - 1
+            self.refresh()
+
+    def _read(self) -> None:
+        with self._store._lock:
+            db = self._store._db
+            rows = db.execute(self._next_page, (self._fetched,)).fetchall()
+            if len(rows) == _SWEEP_PAGE:
+                last = rows[-1][0]
+                if rows[0][0] == last:  # a page of one time: take all of that time
+                    rows = db.execute(self._ties, (last,)).fetchall()
+                else:  # the last time may go on in the next page: read it there whole
+                    rows = [r for r in rows if r[0] != last]
+                    last -= 1
+                self._fetched = last
+            else:
+                self._last_page = True
+                if rows:
+                    self._fetched = rows[-1][0]
+        self._page.extend(rows)
 
     def due(self, through: int) -> bool:
         """Whether a row not returned yet has its time at or before ``through``."""
-        return self.next is not None and self.next <= through
+        if not self._page and not self._last_page:
+            self._read()
+        return bool(self._page) and self._page[0][0] <= through
 
     def scan(self, through: int) -> list[Any]:
-        """The rows (their ``columns``) not returned yet whose time is at or before ``through``."""
-        if not self.due(through):
-            return []
-        with self._store._lock:
-            rows: list[Any] = self._store._db.execute(self._select, (self.swept, through)).fetchall()
+        """The rows (their ``columns``) not returned yet whose time is at or before ``through``, by time."""
+        rows = []
+        while self.due(through):
+            rows.append(self._page.popleft())
         self.swept = max(self.swept, through)
-        self.refresh()
         return rows
 
 

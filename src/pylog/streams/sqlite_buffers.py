@@ -449,6 +449,16 @@ class SqliteJoinBufferStore(_SqliteTimed, JoinBufferStore):
 
     # -- writes ---------------------------------------------------------------------------------------
 
+    def add(self, key: Any, timestamp: int, value: Any, joined: bool = False) -> None:
+        seq = self._next_seq  # above every sequence of the file: a new record, no lookup needed
+        self._next_seq += 1
+        record = (key, timestamp, seq)
+        self._by_key.setdefault(key, []).append((seq, timestamp))
+        heapq.heappush(self._times, (timestamp, seq, key))
+        self._purges.include(timestamp)
+        self._data[record] = [value, joined]
+        self._dirty.add(record)
+
     def mark(self, key: Any, timestamp: int, seq: int) -> None:
         entry = self._live((key, timestamp, seq))
         if entry is None:
