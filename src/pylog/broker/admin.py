@@ -482,15 +482,20 @@ def _move_code(ctx: Context, path: str, topic: str, partition: int) -> ErrorCode
     return ErrorCode.none
 
 
-def _describe(ctx: Context, resource: Any) -> dict[str, Any]:
+def _resource_answer(resource: Any) -> tuple[int, str, dict[str, Any]]:
+    """``(resource type, name, answer)``: the start of the answer about one resource of DescribeConfigs,
+    AlterConfigs or IncrementalAlterConfigs (no error yet)."""
     kind, name = int(resource.resource_type), str(resource.resource_name)
-    answer: dict[str, Any] = {
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "resource_type": kind,
-        "resource_name": name,
-        "configs": [],
-    }
+    return (
+        kind,
+        name,
+        {"error_code": ErrorCode.none, "error_message": None, "resource_type": kind, "resource_name": name},
+    )
+
+
+def _describe(ctx: Context, resource: Any) -> dict[str, Any]:
+    kind, name, answer = _resource_answer(resource)
+    answer["configs"] = []
     if kind == _BROKER:
         return answer
     if kind != _TOPIC:
@@ -522,13 +527,7 @@ def _alter(ctx: Context, resource: Any, validate_only: bool, incremental: bool) 
     """One resource of IncrementalAlterConfigs (``incremental``) or AlterConfigs: every change of the
     resource is checked before any is made, and all are written at once (the topic's config in the log's
     manifest, in effect at once in this process)."""
-    kind, name = int(resource.resource_type), str(resource.resource_name)
-    answer: dict[str, Any] = {
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "resource_type": kind,
-        "resource_name": name,
-    }
+    kind, name, answer = _resource_answer(resource)
     names = [str(c.name) for c in resource.configs]
     try:
         if len(set(names)) != len(names):
