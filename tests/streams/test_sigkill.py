@@ -251,6 +251,38 @@ def test_three_processes_killed_and_restarted_are_exactly_once(tmp_path: Path) -
     _check(path, f"3 processes, {kills} kills in {time.monotonic() - started:.1f} s", metrics)
 
 
+def _crash_at_commits_then_finish(
+    path: str, tmp_path: Path, state_dir: str | None, *, settled: bool = False, **kind: bool
+) -> object:
+    """Three runs of the application (``kind``: windowed or suppressed) that die at a commit point, after
+    committing 2, 1 and 4 times (each run commits n - 1 times, then dies in its n-th commit), then one that
+    runs until the count of every input record is committed (``settled``: and the group's offsets too) and
+    is stopped with SIGTERM: the metrics of the last run."""
+    pid = 0
+    try:
+        for n in (3, 2, 5):
+            pid = _fork(
+                path, str(tmp_path / "unused.json"), 0.0005, "worker", 1, state_dir, crash_at_commit=n, **kind
+            )
+            _, status = os.waitpid(pid, 0)
+            pid = 0
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
+        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir, **kind)
+        with pylog.open(path) as log:
+            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
+            if settled:
+                wait_for(lambda: sum(log.group_lag("eos").values()) == 0, "the last run's commits")
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    return json.loads((tmp_path / "metrics.json").read_text())
+
+
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
 def test_a_crash_at_the_commit_point_loses_and_doubles_nothing(tmp_path: Path, stores: str) -> None:
     """The process dies at a commit, after the changelog records and offsets of the transaction were written
@@ -263,29 +295,8 @@ def test_a_crash_at_the_commit_point_loses_and_doubles_nothing(tmp_path: Path, s
         log.create_topic("echo", partitions=2)
         log.create_topic("counts-out", partitions=2)
     _produce(path, 0, INPUT)
-    pid = 0
-    try:
-        for n in (3, 2, 5):  # each run commits n - 1 times, then dies in its n-th commit
-            pid = _fork(
-                path, str(tmp_path / "unused.json"), 0.0005, "worker", 1, state_dir, crash_at_commit=n
-            )
-            _, status = os.waitpid(pid, 0)
-            pid = 0
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
-        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir)
-        with pylog.open(path) as log:
-            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    _check(
-        path, f"{stores} stores, 3 crashes at a commit", json.loads((tmp_path / "metrics.json").read_text())
-    )
+    metrics = _crash_at_commits_then_finish(path, tmp_path, state_dir)
+    _check(path, f"{stores} stores, 3 crashes at a commit", metrics)
 
 
 def test_crashes_at_the_commit_point_with_sqlite_window_stores(tmp_path: Path) -> None:
@@ -299,39 +310,8 @@ def test_crashes_at_the_commit_point_with_sqlite_window_stores(tmp_path: Path) -
         for topic in ("in", "echo", "counts-out", "windowed-out", "late-w"):
             log.create_topic(topic, partitions=2)
     _produce(path, 0, INPUT)
-    pid = 0
-    try:
-        for n in (3, 2, 5):
-            pid = _fork(
-                path,
-                str(tmp_path / "unused.json"),
-                0.0005,
-                "worker",
-                1,
-                state_dir,
-                crash_at_commit=n,
-                windowed=True,
-            )
-            _, status = os.waitpid(pid, 0)
-            pid = 0
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
-        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir, windowed=True)
-        with pylog.open(path) as log:
-            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
-            wait_for(lambda: sum(log.group_lag("eos").values()) == 0, "the last run's commits")
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    _check(
-        path,
-        "sqlite window stores, 3 crashes at a commit",
-        json.loads((tmp_path / "metrics.json").read_text()),
-    )
+    metrics = _crash_at_commits_then_finish(path, tmp_path, state_dir, settled=True, windowed=True)
+    _check(path, "sqlite window stores, 3 crashes at a commit", metrics)
     with pylog.open(path) as log:
         updates: dict[tuple[str, int], list[int]] = {}
         for r in committed_records(log, "windowed-out"):
@@ -365,32 +345,8 @@ def test_crashes_at_the_commit_point_with_a_sqlite_suppression_buffer(tmp_path: 
         for topic in ("in", "echo", "counts-out", "held-out"):
             log.create_topic(topic, partitions=2)
     _produce(path, 0, INPUT)
-    pid = 0
-    try:
-        for n in (3, 2, 5):
-            pid = _fork(
-                path, str(tmp_path / "unused.json"), 0.0005, "worker", 1, state_dir, n, suppressed=True
-            )
-            _, status = os.waitpid(pid, 0)
-            pid = 0
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
-        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir, suppressed=True)
-        with pylog.open(path) as log:
-            wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
-            wait_for(lambda: sum(log.group_lag("eos").values()) == 0, "the last run's commits")
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    _check(
-        path,
-        "sqlite suppression buffer, 3 crashes at a commit",
-        json.loads((tmp_path / "metrics.json").read_text()),
-    )
+    metrics = _crash_at_commits_then_finish(path, tmp_path, state_dir, settled=True, suppressed=True)
+    _check(path, "sqlite suppression buffer, 3 crashes at a commit", metrics)
     with pylog.open(path) as log:
         emitted: dict[str, list[int]] = {}
         for r in committed_records(log, "held-out"):
