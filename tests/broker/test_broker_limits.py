@@ -3,16 +3,20 @@ sockets; the broker keeps serving the others."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
+import threading
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
 from kafka_support import WAIT_S, BrokerProcess, wait_until
 
 import pylog
+import pylog.broker.server as server_module
 from pylog.errors import ConfigError
 
 
@@ -198,3 +202,43 @@ def test_serve_max_request_bytes_option(tmp_path: Path) -> None:
             assert closed(big)
     finally:
         broker.close()
+
+
+def test_a_request_being_handled_holds_what_it_decoded_and_not_its_frame(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While 8 requests of 1 MiB are being handled, the broker holds what their decoding kept (here nothing:
+    the padding after an ApiVersions request is not part of it), not the 8 MiB of frames."""
+    entered: list[int] = []
+    release = threading.Event()
+    original = server_module.HANDLERS[18]
+
+    async def held(ctx: Any, request: Any) -> Any:
+        entered.append(request.correlation_id)
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        return await original(ctx, request)
+
+    monkeypatch.setitem(server_module.HANDLERS, 18, held)
+    tracemalloc.start()
+    try:
+        with pylog.serve(log_dir, queued_max_request_bytes=16 << 20, max_request_bytes=4 << 20) as broker:
+            socks = [socket.create_connection((broker.host, broker.port)) for _ in range(8)]
+            try:
+                before, _ = tracemalloc.get_traced_memory()
+                for i, s in enumerate(socks):
+                    s.sendall(_api_versions_frame(i, 1 << 20))
+                wait_until(lambda: len(entered) == 8, "8 requests being handled")
+                held_bytes, _ = tracemalloc.get_traced_memory()
+                release.set()
+                for i, s in enumerate(socks):
+                    assert _answered(s) == i
+            finally:
+                release.set()
+                for s in socks:
+                    s.close()
+    finally:
+        tracemalloc.stop()
+    assert held_bytes - before < 3 << 20, (
+        f"{(held_bytes - before) >> 20} MiB held by 8 requests being handled"
+    )

@@ -133,14 +133,19 @@ class Server:
             await asyncio.sleep(0)
         server.close()  # no new connections
         self.ctx.waiters.release()  # long-polling fetches answer now
-        for task, busy in list(self._connections.items()):
-            if not busy:
-                task.cancel()  # waiting for a request; a request being handled is answered first
         for group in coordinator.groups.values():  # members waiting in a rebalance are answered now
             for member in group.members.values():
                 for fut in (member.join, member.sync):
                     if fut is not None and not fut.done():
                         fut.cancel()
+        # Every request being handled is answered before any connection closes: librdkafka closes its
+        # coordinator connection, with the OffsetCommit in flight, as soon as another connection to the
+        # broker closes, and its retry to the next broker is then refused (UNKNOWN_MEMBER_ID) even though
+        # this one wrote the commit.
+        await self._all_answered()
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()  # waiting for a request
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=30)
         coordinator.close()
@@ -208,12 +213,23 @@ class Server:
                 writer.write(answer)
                 del answer  # a connection waiting for its next request holds neither this one nor its answer
                 await writer.drain()
+            if self._stopping:  # closed once the requests of the other connections are answered too
+                self._connections[task] = False
+                await self._all_answered()
+                return
             if session.close_after:
                 return
             if session.muted_ms:  # over a byte-rate quota: the next request waits (KIP-219)
                 await asyncio.sleep(session.muted_ms / 1000)
                 session.muted_ms = 0
             self._connections[task] = False
+
+    async def _all_answered(self, timeout: float = 30.0) -> None:
+        """While the broker stops: wait until no connection is handling a request (bounded by ``timeout``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(self._connections.values()) and loop.time() < deadline:
+            await asyncio.sleep(0.005)
 
     async def _request(
         self,
@@ -230,23 +246,16 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = True
-        return await self._answer(frame, peer, session)
-
-    async def _answer(self, frame: bytes, peer: Any, session: Session) -> bytes | bool | None:
-        """The response frame, None when the request expects none (acks=0), False to close the connection."""
         if session.raw_tokens:  # after SaslHandshake v0: a bare SASL token
             return await session.raw_token(self.ctx, frame) or False
-        try:
-            request = read_request(frame)
-        except UnsupportedRequest as exc:
-            answer = encode_unsupported(exc.api_key, exc.version, exc.correlation_id)
-            if answer is None:
-                _log.warning("closing the connection from %s: %s", peer, exc)
-                return False
-            return answer
-        except Exception as exc:  # kio raises several types for a malformed frame
-            _log.warning("closing the connection from %s: malformed request (%s)", peer, exc)
-            return False
+        request = _decode(frame, peer)
+        del frame  # the request holds copies of what it needs: the frame is not kept beside them
+        if not isinstance(request, Request):
+            return request
+        return await self._answer(request, peer, session)
+
+    async def _answer(self, request: Request, peer: Any, session: Session) -> bytes | bool | None:
+        """The response frame, None when the request expects none (acks=0), False to close the connection."""
         try:
             data = await session.handle(self.ctx, request, self._handlers.get(request.api_key))
         except ApiError as exc:
@@ -255,6 +264,22 @@ class Server:
         if data is None:
             return None
         return encode_response(request, data)
+
+
+def _decode(frame: bytes, peer: Any) -> Request | bytes | bool:
+    """The request in ``frame``; else the answer to send (an api key or version not served) or False to close
+    the connection (a malformed frame)."""
+    try:
+        return read_request(frame)
+    except UnsupportedRequest as exc:
+        answer = encode_unsupported(exc.api_key, exc.version, exc.correlation_id)
+        if answer is None:
+            _log.warning("closing the connection from %s: %s", peer, exc)
+            return False
+        return answer
+    except Exception as exc:  # kio raises several types for a malformed frame
+        _log.warning("closing the connection from %s: malformed request (%s)", peer, exc)
+        return False
 
 
 async def _read_frame(
