@@ -25,6 +25,13 @@ from pylog.streams.dsl import (
     Table,
     WindowedStream,
 )
+from pylog.streams.handlers import (
+    DeadLetterHandler,
+    ErrorContext,
+    ProcessingResponse,
+    log_and_continue,
+    log_and_fail,
+)
 from pylog.streams.runtime import StateRestoreListener
 from pylog.streams.serde import BYTES, JSON, MSGPACK, STRING, Serde
 from pylog.streams.stores import KeyValueStore, SessionStore, SlidingStore, WindowStore
@@ -46,12 +53,15 @@ __all__ = [
     "STRING",
     "WINDOWED",
     "App",
+    "DeadLetterHandler",
+    "ErrorContext",
     "GlobalTable",
     "GroupedStream",
     "GroupedTable",
     "HoppingWindows",
     "JoinWindows",
     "KeyValueStore",
+    "ProcessingResponse",
     "Serde",
     "SlidingStore",
     "SessionStore",
@@ -69,4 +79,6 @@ __all__ = [
     "WindowStore",
     "Windowed",
     "WindowedStream",
+    "log_and_continue",
+    "log_and_fail",
 ]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pylog.errors import ConfigError, IllegalStateError, TopicExistsError
 from pylog.streams.dsl import GlobalTable, Stream, Table
+from pylog.streams.handlers import ProcessingExceptionHandler, log_and_fail
 from pylog.streams.nodes import SourceNode, TableSourceNode
 from pylog.streams.runtime import GlobalThread, StateRestoreListener, StreamThread
 from pylog.streams.serde import MSGPACK, STRING, Serde
@@ -57,7 +58,13 @@ class App:
     ``"dead_letter"`` (its bytes written to ``dead_letter_topic``, created if missing, with pylog's dead-letter
     headers, in the same transaction as the rest: exactly once; counted: ``dead-lettered-records``).
     ``restore_listener``: a :class:`~pylog.streams.runtime.StateRestoreListener` told when each store's restore
-    starts, progresses and ends (Kafka Streams' global state restore listener). Thread-safety: define the
+    starts, progresses and ends (Kafka Streams' global state restore listener).
+    ``processing_exception_handler``: what an input record whose processing raised does (Kafka's processing
+    exception handler, :mod:`pylog.streams.handlers`): ``handler(context, exception)`` answers
+    ``ProcessingResponse.FAIL`` (the default :func:`~pylog.streams.handlers.log_and_fail`: the application
+    stops with the exception, nothing of its open transaction visible) or ``CONTINUE`` (the record is skipped,
+    counted: ``skipped-records``; :class:`~pylog.streams.handlers.DeadLetterHandler` writes it to a dead-letter
+    topic first, created if missing, in the same transaction: ``dead-lettered-records``). Thread-safety: define the
     topology on one thread; ``start``, ``close``, ``store``, ``metrics`` may be called from any thread."""
 
     def __init__(
@@ -77,6 +84,7 @@ class App:
         on_deserialization_error: str = "raise",
         dead_letter_topic: str | None = None,
         restore_listener: StateRestoreListener | None = None,
+        processing_exception_handler: ProcessingExceptionHandler = log_and_fail,
     ) -> None:
         if not isinstance(application_id, str) or not _ID.fullmatch(application_id):
             raise ConfigError(
@@ -122,8 +130,14 @@ class App:
             raise ConfigError(
                 f"restore_listener must be a pylog.streams StateRestoreListener, got {restore_listener!r}"
             )
+        if not callable(processing_exception_handler):
+            raise ConfigError(
+                "processing_exception_handler must be a callable (context, exception) -> ProcessingResponse, "
+                f"got {processing_exception_handler!r}"
+            )
         self.restore_listener = restore_listener
         self.builder = Builder(application_id)
+        self.builder.processing_exception_handler = processing_exception_handler
         self.builder.on_deserialization_error = on_deserialization_error
         self.builder.dead_letter_topic = dead_letter_topic
         self.state = "CREATED"
@@ -229,11 +243,12 @@ class App:
                 )
         for name in topology.outputs:
             log.topic(name)  # UnknownTopicError now, not from a thread later
-        if topology.dead_letter_topic is not None and not log.has_topic(topology.dead_letter_topic):
-            try:
-                log.create_topic(topology.dead_letter_topic)
-            except TopicExistsError:
-                pass  # created meanwhile by another instance
+        for name in sorted(topology.dead_letter_topics()):
+            if not log.has_topic(name):
+                try:
+                    log.create_topic(name)
+                except TopicExistsError:
+                    pass  # created meanwhile by another instance
 
     def start(self, threads: int = 1) -> None:
         """Start ``threads`` stream threads in the background."""
@@ -314,7 +329,8 @@ class App:
 
     def metrics(self) -> dict[str, int]:
         """Counters summed over the threads and their tasks: ``processed-records``, ``commits``,
-        ``dropped-records``, ``late-records``, ``tasks-restored``, ``restored-records``, ``tasks-resumed``."""
+        ``dropped-records``, ``late-records``, ``skipped-records``, ``dead-lettered-records``,
+        ``tasks-restored``, ``restored-records``, ``tasks-resumed``."""
         total: Counter[str] = Counter()
         for t in self._threads:
             total.update(dict(t.metrics))  # a copy first: the thread may add a counter meanwhile

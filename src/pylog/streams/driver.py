@@ -68,6 +68,7 @@ class TestDriver:
         self._queue: deque[tuple[str, bytes | None, bytes | None, int]] = deque()
         self._outputs: dict[str, list[tuple[bytes | None, bytes | None, int]]] = {}
         self._processed = 0
+        self._dead_letters: set[str] = set()
 
     # -- input ----------------------------------------------------------------------------------------
 
@@ -146,6 +147,8 @@ class TestDriver:
     ) -> None:
         if topic in self._changelogs:
             self._changelog_records[topic] += 1
+        if headers is not None and any(name == "pylog.dlq.stage" for name, _ in headers):
+            self._dead_letters.add(topic)  # a handler's own dead-letter topic: read as bytes
         if topic in self._internal:
             self._queue.append((topic, key, value, timestamp_ms))
         else:
@@ -162,7 +165,7 @@ class TestDriver:
     def _serdes(self, topic: str) -> tuple[Serde, Serde]:
         if topic in self._changelogs:
             return MSGPACK_KEY, MSGPACK
-        if topic == self.topology.dead_letter_topic:
+        if topic in self.topology.dead_letter_topics() or topic in self._dead_letters:
             return BYTES, BYTES
         if topic in self.topology.outputs:
             return self.topology.outputs[topic]

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pylog.clock import Clock
-from pylog.errors import DeserializationError
+from pylog.errors import ConfigError, DeserializationError
+from pylog.streams.handlers import ErrorContext, ProcessingResponse, dead_letter_headers
 from pylog.streams.nodes import Node
 from pylog.streams.processor import ProcessNode, Processor, ProcessorContext
 from pylog.streams.stores import (
@@ -91,6 +92,8 @@ class Task:
         self.metrics: Counter[str] = Counter()
         self.last_timestamp = 0  # of the last input record: what changelog records are stamped with
         self._processors: dict[int, tuple[ProcessorContext, Processor]] = {}
+        self._fatal: BaseException | None = None  # raised by the collector or on_deserialization_error
+        self._dead_lettered = False
 
     def start(self) -> None:
         """Create and ``init`` the task's processors (after its stores are restored)."""
@@ -119,8 +122,13 @@ class Task:
         value: bytes | None,
         timestamp_ms: int,
         partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        self.collector.send(topic, key, value, timestamp_ms, partition)
+        try:
+            self.collector.send(topic, key, value, timestamp_ms, partition, headers)
+        except BaseException as exc:  # a failure to write is not the record's fault: never handled
+            self._fatal = exc
+            raise
 
     def count(self, metric: str) -> None:
         self.metrics[metric] += 1
@@ -140,19 +148,12 @@ class Task:
         exactly once), with pylog's dead-letter headers (:mod:`pylog.deadletter`)."""
         policy = self.topology.on_deserialization_error
         if policy == "raise":
+            self._fatal = error
             raise error
         if policy == "dead_letter" and self.topology.dead_letter_topic is not None:
             cause = error.__cause__ or error
-            headers = [
-                ("pylog.dlq.topic", topic.encode()),
-                ("pylog.dlq.partition", str(partition).encode()),
-                ("pylog.dlq.offset", str(offset).encode()),
-                ("pylog.dlq.timestamp", str(timestamp).encode()),
-                ("pylog.dlq.stage", b"deserialization"),
-                ("pylog.dlq.error.class", type(cause).__name__.encode()),
-                ("pylog.dlq.error.message", str(cause)[:1000].encode()),
-            ]
-            self.collector.send(self.topology.dead_letter_topic, key, value, timestamp, None, headers)
+            headers = dead_letter_headers(topic, partition, offset, timestamp, "deserialization", cause)
+            self.send(self.topology.dead_letter_topic, key, value, timestamp, None, headers)
             self.metrics["dead-lettered-records"] += 1
         else:
             self.metrics["skipped-records"] += 1
@@ -175,11 +176,53 @@ class Task:
         partition: int = -1,
         offset: int = -1,
     ) -> None:
-        """Run one input record of ``topic`` through the sub-topology."""
+        """Run one input record of ``topic`` through the sub-topology; an exception of its processing goes to
+        the application's processing exception handler (:mod:`pylog.streams.handlers`)."""
         self.last_timestamp = timestamp_ms
-        self.sources[topic].receive(self, key, value, timestamp_ms, partition, offset)
+        try:
+            self.sources[topic].receive(self, key, value, timestamp_ms, partition, offset)
+        except Exception as exc:
+            if exc is self._fatal:
+                raise
+            self._handle(exc, topic, partition, offset, key, value, timestamp_ms)
         if self._processors:
             self.punctuate("stream_time", self.stream_time)
+
+    def _handle(
+        self,
+        exc: Exception,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+    ) -> None:
+        """Ask the processing exception handler about ``exc``: raise it again (FAIL), or skip the record."""
+        self._dead_lettered = False
+        context = ErrorContext(
+            topic, partition, offset, timestamp_ms, key, value, str(self.task_id), self._send_dead_letter
+        )
+        response = self.topology.processing_exception_handler(context, exc)
+        if response is ProcessingResponse.FAIL:
+            exc.add_note(f"while processing {topic}-{partition}@{offset} in task {self.task_id}")
+            raise exc
+        if response is not ProcessingResponse.CONTINUE:
+            raise ConfigError(
+                f"the processing exception handler returned {response!r}, not a ProcessingResponse"
+            ) from exc
+        self.metrics["dead-lettered-records" if self._dead_lettered else "skipped-records"] += 1
+
+    def _send_dead_letter(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: list[tuple[str, bytes]],
+    ) -> None:
+        self.send(topic, key, value, timestamp_ms, None, headers)
+        self._dead_lettered = True
 
     def punctuate(self, kind: str, now: int) -> None:
         """Run the due punctuators of ``kind`` (``"stream_time"`` or ``"wall_clock"``) at ``now``."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pylog.errors import ConfigError
+from pylog.streams.handlers import DeadLetterHandler, ProcessingExceptionHandler, log_and_fail
 from pylog.streams.nodes import Node, SinkNode, SourceNode
 from pylog.streams.serde import MSGPACK, MSGPACK_KEY, Serde
 from pylog.streams.stores import KeyValueStore
@@ -83,6 +84,7 @@ class Builder:
         self.globals: dict[str, GlobalSpec] = {}  # by topic
         self.on_deserialization_error = "raise"
         self.dead_letter_topic: str | None = None
+        self.processing_exception_handler: ProcessingExceptionHandler = log_and_fail
         self.frozen = False
         self.reader_counted: set[str] = set()  # internal topics with the partition count of their reader
         self.writes: list[tuple[Node, str]] = []  # nodes that write an internal topic themselves (describe)
@@ -233,6 +235,7 @@ class Builder:
             self.on_deserialization_error,
             self.dead_letter_topic,
             dict(self.globals),
+            self.processing_exception_handler,
         )
 
 
@@ -260,6 +263,15 @@ class Topology:
     on_deserialization_error: str = "raise"
     dead_letter_topic: str | None = None
     globals: dict[str, GlobalSpec] = field(default_factory=dict)
+    processing_exception_handler: ProcessingExceptionHandler = log_and_fail
+
+    def dead_letter_topics(self) -> set[str]:
+        """The dead-letter topics of ``on_deserialization_error`` and of a
+        :class:`~pylog.streams.handlers.DeadLetterHandler`."""
+        topics = set() if self.dead_letter_topic is None else {self.dead_letter_topic}
+        if isinstance(self.processing_exception_handler, DeadLetterHandler):
+            topics.add(self.processing_exception_handler.topic)
+        return topics
 
     def subtopology_of(self, topic: str) -> SubTopology:
         for sub in self.subtopologies:
