@@ -1,8 +1,12 @@
-"""Helpers of the pylog.streams tests: read what an application committed, and wait for it."""
+"""Helpers of the pylog.streams tests: read what an application committed, wait for it, and run an
+application in a child process to kill."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +33,53 @@ def wait_for(condition: Callable[[], bool], what: str, deadline_s: float = DEADL
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+class Child:
+    """``run`` in a forked child process, which never returns into pytest: it exits 0 when ``run`` returns,
+    1 with the traceback printed (the test's output shows why) when it raises, or with the code of an
+    ``os._exit`` in ``run``. Leaving a ``with`` block over it kills the child (SIGKILL) if it was not reaped
+    yet, when the block ends by an error too."""
+
+    def __init__(self, run: Callable[[], object]) -> None:
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                run()
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def wait(self) -> int:
+        """Wait for the child to end: its exit code (-N when signal N ended it)."""
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = 0
+        return os.waitstatus_to_exitcode(status)
+
+    def terminate(self) -> None:
+        """Ask it to stop as a deployment does (SIGTERM), without waiting."""
+        os.kill(self.pid, signal.SIGTERM)
+
+    def stop(self) -> None:
+        """SIGTERM, and wait: it must stop cleanly (exit 0)."""
+        self.terminate()
+        code = self.wait()
+        assert code == 0, f"the application exited with {code}"
+
+    def kill(self) -> None:
+        """SIGKILL, and reap it (nothing when it was reaped already)."""
+        if self.pid:
+            os.kill(self.pid, signal.SIGKILL)
+            self.wait()
 
 
 def suppress_model(

@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from streams_helpers import committed_records, wait_for
+from streams_helpers import Child, committed_records, wait_for
 
 import pylog
 from pylog.idempotent import IdempotentProducer
@@ -106,29 +104,21 @@ def _fork(
     crash_in_restore: bool = False,
     windowed: bool = False,
     suppressed: bool = False,
-) -> int:
-    pid = os.fork()
-    if pid == 0:  # the child never returns into pytest
-        code = 1
-        try:
-            _app_process(
-                path,
-                out,
-                delay,
-                instance,
-                threads,
-                state_dir,
-                crash_at_commit,
-                crash_in_restore,
-                windowed,
-                suppressed,
-            )
-            code = 0
-        except BaseException:
-            traceback.print_exc()  # the test's output shows why the process failed
-        finally:
-            os._exit(code)
-    return pid
+) -> Child:
+    return Child(
+        lambda: _app_process(
+            path,
+            out,
+            delay,
+            instance,
+            threads,
+            state_dir,
+            crash_at_commit,
+            crash_in_restore,
+            windowed,
+            suppressed,
+        )
+    )
 
 
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
@@ -141,30 +131,19 @@ def test_sigkill_loop_is_exactly_once(tmp_path: Path, stores: str) -> None:
         log.create_topic("counts-out", partitions=2)
     rng = random.Random(30)
     started = time.monotonic()
-    pid = 0
-    try:
-        for run in range(KILLS):  # each run gets new input, and is killed in the middle of it (mostly)
-            _produce(path, run * CHUNK, (run + 1) * CHUNK)
-            # 5 ms per record: a run cannot finish its chunk before it is killed (at most 0.7 s)
-            pid = _fork(path, str(tmp_path / "unused.json"), 0.005, state_dir=state_dir)
+    for run in range(KILLS):  # each run gets new input, and is killed in the middle of it (mostly)
+        _produce(path, run * CHUNK, (run + 1) * CHUNK)
+        # 5 ms per record: a run cannot finish its chunk before it is killed (at most 0.7 s)
+        with _fork(path, str(tmp_path / "unused.json"), 0.005, state_dir=state_dir) as app:
             time.sleep(rng.uniform(0.2, 0.7))
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pid = 0
-        with pylog.open(path) as log:
-            before = len(committed_records(log, "counts-out"))
-        _produce(path, KILLS * CHUNK, INPUT)
-        pid = _fork(path, str(tmp_path / "metrics.json"), state_dir=state_dir)
+            app.kill()
+    with pylog.open(path) as log:
+        before = len(committed_records(log, "counts-out"))
+    _produce(path, KILLS * CHUNK, INPUT)
+    with _fork(path, str(tmp_path / "metrics.json"), state_dir=state_dir) as app:
         with pylog.open(path) as log:
             wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        app.stop()
     _check(
         path,
         f"{stores} stores, {KILLS} kills in {time.monotonic() - started:.1f} s; {before} of {INPUT} counts "
@@ -223,30 +202,28 @@ def test_three_processes_killed_and_restarted_are_exactly_once(tmp_path: Path) -
     kills = 5
     chunk = INPUT // (kills + 1)
     started = time.monotonic()
-    pids: dict[int, int] = {}
+    apps: dict[int, Child] = {}
     try:
         for i in range(3):
-            pids[i] = _fork(path, str(tmp_path / f"metrics-{i}.json"), 0.002, f"w{i}", 1)
+            apps[i] = _fork(path, str(tmp_path / f"metrics-{i}.json"), 0.002, f"w{i}", 1)
         for run in range(kills):
             _produce(path, run * chunk, (run + 1) * chunk)
             time.sleep(rng.uniform(0.1, 0.5))
             victim = rng.randrange(3)
-            os.kill(pids[victim], signal.SIGKILL)
-            os.waitpid(pids[victim], 0)
+            apps[victim].kill()
             time.sleep(rng.uniform(0.0, 0.3))
-            pids[victim] = _fork(path, str(tmp_path / f"metrics-{victim}.json"), 0.002, f"w{victim}", 1)
+            apps[victim] = _fork(path, str(tmp_path / f"metrics-{victim}.json"), 0.002, f"w{victim}", 1)
         _produce(path, kills * chunk, INPUT)
         with pylog.open(path) as log:
             wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the processes to finish")
-        for i in list(pids):
-            os.kill(pids[i], signal.SIGTERM)
-        for i in list(pids):
-            _, status = os.waitpid(pids.pop(i), 0)
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"process {i} exited with {status}"
+        for app in apps.values():
+            app.terminate()
+        for i, app in apps.items():
+            code = app.wait()
+            assert code == 0, f"process {i} exited with {code}"
     finally:
-        for pid in pids.values():
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        for app in apps.values():
+            app.kill()
     metrics = [json.loads((tmp_path / f"metrics-{i}.json").read_text()) for i in range(3)]
     _check(path, f"3 processes, {kills} kills in {time.monotonic() - started:.1f} s", metrics)
 
@@ -258,28 +235,16 @@ def _crash_at_commits_then_finish(
     committing 2, 1 and 4 times (each run commits n - 1 times, then dies in its n-th commit), then one that
     runs until the count of every input record is committed (``settled``: and the group's offsets too) and
     is stopped with SIGTERM: the metrics of the last run."""
-    pid = 0
-    try:
-        for n in (3, 2, 5):
-            pid = _fork(
-                path, str(tmp_path / "unused.json"), 0.0005, "worker", 1, state_dir, crash_at_commit=n, **kind
-            )
-            _, status = os.waitpid(pid, 0)
-            pid = 0
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
-        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir, **kind)
+    for n in (3, 2, 5):
+        with _fork(path, str(tmp_path / "unused.json"), 0.0005, "worker", 1, state_dir, n, **kind) as app:
+            code = app.wait()
+            assert code == 17, f"run exited with {code}"
+    with _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir, **kind) as app:
         with pylog.open(path) as log:
             wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
             if settled:
                 wait_for(lambda: sum(log.group_lag("eos").values()) == 0, "the last run's commits")
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        app.stop()
     return json.loads((tmp_path / "metrics.json").read_text())
 
 
@@ -378,34 +343,24 @@ def test_a_crash_in_the_middle_of_a_restore_is_repaired(tmp_path: Path) -> None:
         log.create_topic("echo", partitions=2)
         log.create_topic("counts-out", partitions=2)
     _produce(path, 0, INPUT // 2)
-    pid = 0
-    try:
-        pid = _fork(
-            path, str(tmp_path / "unused.json"), 0.0, "worker", 1
-        )  # in-memory stores: the changelog fills up
+    # in-memory stores: the changelog fills up
+    with _fork(path, str(tmp_path / "unused.json"), 0.0, "worker", 1) as app:
         with pylog.open(path) as log:
             wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT // 2, "the first half")
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
-        pid = _fork(
-            path, str(tmp_path / "unused.json"), 0.0, "worker", 1, state_dir, crash_in_restore=True
-        )  # new files: restore
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 17, f"run exited with {status}"
-        assert list(Path(state_dir).rglob("counts.sqlite")), "the restore had begun writing the files"
-        _produce(path, INPUT // 2, INPUT)
-        pid = _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir)
+        app.terminate()
+        app.wait()
+    # new files: the run restores them from the changelog, and dies after the first batch of the restore
+    with _fork(
+        path, str(tmp_path / "unused.json"), 0.0, "worker", 1, state_dir, crash_in_restore=True
+    ) as app:
+        code = app.wait()
+        assert code == 17, f"run exited with {code}"
+    assert list(Path(state_dir).rglob("counts.sqlite")), "the restore had begun writing the files"
+    _produce(path, INPUT // 2, INPUT)
+    with _fork(path, str(tmp_path / "metrics.json"), 0.0, "worker", 1, state_dir) as app:
         with pylog.open(path) as log:
             wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the last run to finish")
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        app.stop()
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     _check(path, "a crash in a restore", metrics)
     assert metrics["restored-records"] > 0

@@ -10,14 +10,12 @@ offsets are at the log end."""
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 
-from streams_helpers import committed_records, wait_for
+from streams_helpers import Child, committed_records, wait_for
 
 import pylog
 from pylog.streams import App, StateRestoreListener
@@ -73,18 +71,8 @@ def _worker(path: str, instance: str, state_dir: str, marker: str | None) -> Non
         app.run()
 
 
-def _fork(path: str, instance: str, state_dir: str, marker: str | None = None) -> int:
-    pid = os.fork()
-    if pid == 0:  # the child never returns into pytest
-        code = 1
-        try:
-            _worker(path, instance, state_dir, marker)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    return pid
+def _fork(path: str, instance: str, state_dir: str, marker: str | None = None) -> Child:
+    return Child(lambda: _worker(path, instance, state_dir, marker))
 
 
 def _produce(path: str, start: int, stop: int) -> None:
@@ -93,11 +81,6 @@ def _produce(path: str, start: int, stop: int) -> None:
         for i in range(start, stop):
             producer.send("in", {"i": i, "user": f"u{i % USERS}"}, key=f"k{i % 101}")
         producer.close()
-
-
-def _kill(pid: int) -> None:
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
 
 
 def test_kills_during_a_rebalance_and_during_a_restore_are_exactly_once(tmp_path: Path) -> None:
@@ -109,12 +92,12 @@ def test_kills_during_a_rebalance_and_during_a_restore_are_exactly_once(tmp_path
     names = [f"w{i}" for i in range(3)] + [f"j{r}" for r in range(ROUNDS)]
     states = {name: str(tmp_path / "state" / name) for name in names}
     started = time.monotonic()
-    pids: dict[str, int] = {}
+    apps: dict[str, Child] = {}
     seen: list[str] = []
     try:
         _produce(path, 0, CHUNK)
         for name in ("w0", "w1", "w2"):
-            pids[name] = _fork(path, name, states[name])
+            apps[name] = _fork(path, name, states[name])
         with pylog.open(path) as log:
 
             def stable(members: int) -> bool:
@@ -130,7 +113,7 @@ def test_kills_during_a_rebalance_and_during_a_restore_are_exactly_once(tmp_path
                 generation = log.describe_group(APP).generation
                 joiner, victim = f"j{r}", f"w{r}"
                 marker = str(tmp_path / f"restoring-{joiner}")
-                pids[joiner] = _fork(path, joiner, states[joiner], marker)
+                apps[joiner] = _fork(path, joiner, states[joiner], marker)
 
                 def rebalancing(generation: int = generation) -> bool:
                     group = log.describe_group(APP)
@@ -143,30 +126,30 @@ def test_kills_during_a_rebalance_and_during_a_restore_are_exactly_once(tmp_path
                 while not rebalancing():
                     assert time.monotonic() < deadline, "timed out waiting for the joiner's rebalance"
                     time.sleep(0.002)
-                _kill(pids.pop(victim))  # in the middle of the rebalance the joiner started
+                apps.pop(victim).kill()  # in the middle of the rebalance the joiner started
                 wait_for(lambda m=marker: os.path.exists(m), "the joiner to restore a store")
-                _kill(pids.pop(joiner))  # in the middle of its restore
+                apps.pop(joiner).kill()  # in the middle of its restore
                 seen.append(f"{joiner} killed {Path(marker).read_text()}")
                 # back on its old state directory, killed again in its restore, then back for good
                 marker = str(tmp_path / f"restoring-{victim}-{r}")
-                pids[victim] = _fork(path, victim, states[victim], marker)
+                apps[victim] = _fork(path, victim, states[victim], marker)
                 wait_for(lambda m=marker: os.path.exists(m), "the restarted process to restore")
-                _kill(pids.pop(victim))
+                apps.pop(victim).kill()
                 seen.append(f"{victim} killed {Path(marker).read_text()}")
-                pids[victim] = _fork(path, victim, states[victim])
+                apps[victim] = _fork(path, victim, states[victim])
             _produce(path, (ROUNDS + 1) * CHUNK, INPUT)
             wait_for(
                 lambda: len(committed_records(log, "counts-out")) >= INPUT, "the processes to finish", 120.0
             )
             wait_for(lambda: sum(log.group_lag(APP).values()) == 0, "the last commits")
-        for name in list(pids):
-            os.kill(pids[name], signal.SIGTERM)
-        for name in list(pids):
-            _, status = os.waitpid(pids.pop(name), 0)
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"{name} exited with {status}"
+        for app in apps.values():
+            app.terminate()
+        for name, app in apps.items():
+            code = app.wait()
+            assert code == 0, f"{name} exited with {code}"
     finally:
-        for pid in pids.values():
-            _kill(pid)
+        for app in apps.values():
+            app.kill()
     with pylog.open(path) as log:
         echo = Counter(r.value for r in committed_records(log, "echo"))
         counts: dict[str, list[int]] = {}

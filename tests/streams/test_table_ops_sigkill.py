@@ -5,15 +5,12 @@ exactly what a model of each partition's buffer forwards: no duplicate, nothing 
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
-from streams_helpers import committed_records, suppress_model, wait_for
+from streams_helpers import Child, committed_records, suppress_model, wait_for
 
 import pylog
 from pylog.errors import UnknownGroupError
@@ -78,21 +75,15 @@ def _produce(path: str, steps: list[tuple[str, str, Any, int]]) -> None:
         producer.close()
 
 
-def _fork(path: str, delay: float) -> int:
-    pid = os.fork()
-    if pid == 0:  # the child never returns into pytest
-        code = 1
-        try:
-            with pylog.open(path) as log:
-                app = App(log, "tables", instance_id="worker", commit_interval_ms=30, max_poll_records=50)
-                _define(app, delay)
-                app.run(threads=2)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    return pid
+def _run(path: str, delay: float) -> None:
+    with pylog.open(path) as log:
+        app = App(log, "tables", instance_id="worker", commit_interval_ms=30, max_poll_records=50)
+        _define(app, delay)
+        app.run(threads=2)
+
+
+def _fork(path: str, delay: float) -> Child:
+    return Child(lambda: _run(path, delay))
 
 
 def _offsets(log: pylog.Log) -> dict[pylog.TopicPartition, Any]:
@@ -116,30 +107,26 @@ def test_table_operations_are_exactly_once_under_sigkill(tmp_path: Path) -> None
             log.create_topic(topic, partitions=2)
     steps = _steps()
     rng = random.Random(45)
-    pid = 0
     interrupted = 0
-    try:
-        for run in range(KILLS):
-            _produce(path, steps[run * CHUNK : (run + 1) * CHUNK])
-            pid = _fork(path, 0.004)
-            # killed once it has committed part of the new chunk (restores, then more work, then a kill)
+    for run in range(KILLS):
+        _produce(path, steps[run * CHUNK : (run + 1) * CHUNK])
+        # killed once it has committed part of the new chunk (restores, then more work, then a kill)
+        with _fork(path, 0.004) as app:
             with pylog.open(path) as log:
                 target = _committed(log) + rng.randrange(20, CHUNK // 2)
                 wait_for(lambda log=log, target=target: _committed(log) >= target, "some progress")
             time.sleep(rng.uniform(0, 0.1))
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pid = 0
-            with pylog.open(path) as log:
-                offsets = _offsets(log)
-                ends = log.topic("orders").end_offsets()
-                behind = sum(
-                    end - (om.offset if (om := offsets.get(pylog.TopicPartition("orders", p))) else 0)
-                    for p, end in ends.items()
-                )
-            interrupted += behind > 0
-        _produce(path, steps[KILLS * CHUNK :])
-        pid = _fork(path, 0.0)
+            app.kill()
+        with pylog.open(path) as log:
+            offsets = _offsets(log)
+            ends = log.topic("orders").end_offsets()
+            behind = sum(
+                end - (om.offset if (om := offsets.get(pylog.TopicPartition("orders", p))) else 0)
+                for p, end in ends.items()
+            )
+        interrupted += behind > 0
+    _produce(path, steps[KILLS * CHUNK :])
+    with _fork(path, 0.0) as app:
         with pylog.open(path) as log:
 
             def done() -> bool:
@@ -160,14 +147,7 @@ def test_table_operations_are_exactly_once_under_sigkill(tmp_path: Path) -> None
                 ),
                 "the internal topics to be read",
             )
-        os.kill(pid, signal.SIGTERM)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the application exited with {status}"
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        app.stop()
 
     tables: dict[str, dict[str, Any]] = {"orders": {}, "customers": {}}
     for topic, key, value, _ in steps:
