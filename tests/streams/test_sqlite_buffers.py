@@ -144,7 +144,7 @@ def test_sqlite_suppress_buffer_follows_the_memory_buffer(tmp_path: Path, seed: 
         else:
             while (oldest := _both(memory, file, "oldest")) is not None and oldest <= memory.stream_time - 30:
                 _both(memory, file, "evict")
-        assert file.bytes == memory.bytes
+        assert file.bytes == memory.bytes and len(file) == len(memory)
         if rng.random() < 0.1:
             assert _changes(file, []) == _changes(memory, changelog)
             file.checkpoint(step)
@@ -300,3 +300,27 @@ def test_the_expiry_scan_reads_pages_without_splitting_a_time(tmp_path: Path, pe
             file.checkpoint(2)
     assert file.purge(top) == memory.purge(top)
     assert file.to_dict() == memory.to_dict() == {}
+
+
+def test_the_suppression_buffer_counts_its_keys_without_reading_the_file(tmp_path: Path) -> None:
+    """suppress(max_records=...) asks the buffer's len() after every record: the SQLite buffer answers from its
+    count of the keys held (file and overlay), running no SQL statement."""
+    path = str(tmp_path / "b.sqlite")
+    buffer = SqliteSuppressBuffer("b", "c", path, "id")
+    for i in range(100):
+        buffer.advance(i)
+        buffer.buffer(f"k{i}", i, i)
+    buffer.take_changes()
+    buffer.checkpoint(1)
+    for i in range(100, 200):  # 50 keys of the file again, 50 new ones
+        buffer.advance(i)
+        buffer.buffer(f"k{i - 50}", i, i)
+    for _ in range(10):
+        buffer.evict()
+    statements: list[str] = []
+    buffer._db.set_trace_callback(statements.append)
+    assert len(buffer) == 140 and statements == []
+    buffer.take_changes()
+    buffer.checkpoint(2)
+    buffer.close()
+    assert len(SqliteSuppressBuffer("b", "c", path, "id")) == 140

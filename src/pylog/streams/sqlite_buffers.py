@@ -575,6 +575,7 @@ class SqliteSuppressBuffer(_SqliteTimed, SuppressBuffer):
     def _reload(self) -> None:
         """The byte count and the next sequence from the file; its eviction order read again from the start."""
         self.bytes = _count(self, "SELECT SUM(size) FROM held")
+        self._held = _count(self, "SELECT COUNT(*) FROM held")  # keys held, file and overlay
         self._seq = itertools.count(_count(self, "SELECT MAX(seq) + 1 FROM held"))
         self._rewind()
 
@@ -646,6 +647,7 @@ class SqliteSuppressBuffer(_SqliteTimed, SuppressBuffer):
         value, _, timestamp, _, size = self._live(key)
         self._data[key] = _MISSING
         self.bytes -= size
+        self._held -= 1
         self._dirty.add(key)
         return key, value, timestamp
 
@@ -658,6 +660,7 @@ class SqliteSuppressBuffer(_SqliteTimed, SuppressBuffer):
             seq = next(self._seq)
             heapq.heappush(self._heap, (timestamp, seq, key))
             self._data[key] = (value, timestamp, timestamp, seq, size)
+            self._held += 1
         else:
             self.bytes -= old[4]
             self._data[key] = (value, old[1], timestamp, old[3], size)
@@ -672,10 +675,7 @@ class SqliteSuppressBuffer(_SqliteTimed, SuppressBuffer):
         return self._live(key) is not None
 
     def __len__(self) -> int:
-        n = _count(self, "SELECT COUNT(*) FROM held")
-        for key, value in list(self._data.items()):
-            n += (value is not _MISSING) - (self._stored(key) is not None)
-        return n
+        return self._held  # counted as keys come and go: the node checks max_records after each record
 
     def items(self) -> list[tuple[Any, Any]]:
         overlay = dict(self._data)
@@ -722,6 +722,7 @@ class SqliteSuppressBuffer(_SqliteTimed, SuppressBuffer):
         self._wipe()
         self._heap.clear()
         self.bytes = 0
+        self._held = 0
         self._seq = itertools.count()
         self._rewind()
 
