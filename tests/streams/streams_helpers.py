@@ -7,7 +7,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pylog
@@ -80,6 +80,16 @@ class Child:
         if self.pid:
             os.kill(self.pid, signal.SIGKILL)
             self.wait()
+
+
+def stop_all(children: Mapping[Any, Child]) -> None:
+    """SIGTERM every child at once (they leave the group together), then wait for each: each must stop
+    cleanly (exit 0)."""
+    for child in children.values():
+        child.terminate()
+    for name, child in children.items():
+        code = child.wait()
+        assert code == 0, f"process {name} exited with {code}"
 
 
 def suppress_model(

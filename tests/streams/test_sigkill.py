@@ -10,10 +10,12 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from streams_helpers import Child, committed_records, wait_for
+from streams_helpers import Child, committed_records, stop_all, wait_for
 
 import pylog
 from pylog.idempotent import IdempotentProducer
@@ -121,6 +123,17 @@ def _fork(
     )
 
 
+def _in_files(state_dir: str, name: str, open_file: Callable[[str], Any]) -> dict[Any, Any]:
+    """What the SQLite files of store ``name`` under ``state_dir`` (one per task) hold together, each file
+    opened with ``open_file`` (its path)."""
+    held: dict[Any, Any] = {}
+    for file in sorted(Path(state_dir).rglob(f"{name}.sqlite")):
+        store = open_file(str(file))
+        held.update(store.to_dict())
+        store.close()
+    return held
+
+
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
 def test_sigkill_loop_is_exactly_once(tmp_path: Path, stores: str) -> None:
     path = str(tmp_path / "log")
@@ -153,11 +166,9 @@ def test_sigkill_loop_is_exactly_once(tmp_path: Path, stores: str) -> None:
     if state_dir is not None:  # the files hold the committed state too
         with pylog.open(path) as log:
             topic_id = str(log.topic("eos-counts-changelog").topic_id)
-        held: dict[str, int] = {}
-        for file in sorted(Path(state_dir).rglob("counts.sqlite")):
-            store = SqliteStore("counts", "eos-counts-changelog", str(file), topic_id)
-            held.update(store.to_dict())
-            store.close()
+        held: dict[str, int] = _in_files(
+            state_dir, "counts", lambda file: SqliteStore("counts", "eos-counts-changelog", file, topic_id)
+        )
         assert held == dict(Counter(f"u{i % 37}" for i in range(INPUT)))
     assert before < KILLS * CHUNK, "the kills interrupted the work"
 
@@ -216,11 +227,7 @@ def test_three_processes_killed_and_restarted_are_exactly_once(tmp_path: Path) -
         _produce(path, kills * chunk, INPUT)
         with pylog.open(path) as log:
             wait_for(lambda: len(committed_records(log, "counts-out")) >= INPUT, "the processes to finish")
-        for app in apps.values():
-            app.terminate()
-        for i, app in apps.items():
-            code = app.wait()
-            assert code == 0, f"process {i} exited with {code}"
+        stop_all(apps)
     finally:
         for app in apps.values():
             app.kill()
@@ -289,11 +296,11 @@ def test_crashes_at_the_commit_point_with_sqlite_window_stores(tmp_path: Path) -
         "updates once, in order"
     )
     assert len(late) == len(set(late)) and sum(len(c) for c in updates.values()) + len(late) == INPUT
-    held: dict[tuple[str, int], int] = {}
-    for file in sorted(Path(state_dir).rglob("windowed.sqlite")):
-        store = SqliteWindowStore("windowed", "eos-windowed-changelog", 100, str(file), topic_id)
-        held.update(store.to_dict())
-        store.close()
+    held: dict[tuple[str, int], int] = _in_files(
+        state_dir,
+        "windowed",
+        lambda file: SqliteWindowStore("windowed", "eos-windowed-changelog", 100, file, topic_id),
+    )
     assert held == table and all(len(updates[w]) == n for w, n in held.items())
     assert held and len(held) < len(updates), "windows closed and left the files"
     print(f"{len(updates)} windows, {len(held)} open in the files, {len(late)} late records")
@@ -318,11 +325,9 @@ def test_crashes_at_the_commit_point_with_a_sqlite_suppression_buffer(tmp_path: 
             emitted.setdefault(r.key.decode(), []).append(r.value)
         table = {k: v[0] for k, v in read_store(log, "eos", "held").items()}
         topic_id = str(log.topic("eos-held-changelog").topic_id)
-    held: dict[str, int] = {}
-    for file in sorted(Path(state_dir).rglob("held.sqlite")):
-        store = SqliteSuppressBuffer("held", "eos-held-changelog", str(file), topic_id)
-        held.update(store.to_dict())
-        store.close()
+    held: dict[str, int] = _in_files(
+        state_dir, "held", lambda file: SqliteSuppressBuffer("held", "eos-held-changelog", file, topic_id)
+    )
     assert held == table, "the files hold the committed buffer"
     assert all(values == sorted(set(values)) for values in emitted.values()), "increasing, none twice"
     users = Counter(f"u{i % 37}" for i in range(INPUT))
@@ -366,9 +371,7 @@ def test_a_crash_in_the_middle_of_a_restore_is_repaired(tmp_path: Path) -> None:
     assert metrics["restored-records"] > 0
     with pylog.open(path) as log:
         topic_id = str(log.topic("eos-counts-changelog").topic_id)
-    held: dict[str, int] = {}
-    for file in sorted(Path(state_dir).rglob("counts.sqlite")):
-        store = SqliteStore("counts", "eos-counts-changelog", str(file), topic_id)
-        held.update(store.to_dict())
-        store.close()
+    held: dict[str, int] = _in_files(
+        state_dir, "counts", lambda file: SqliteStore("counts", "eos-counts-changelog", file, topic_id)
+    )
     assert held == dict(Counter(f"u{i % 37}" for i in range(INPUT)))

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from streams_helpers import Child, committed_records, wait_for
+from streams_helpers import Child, committed_records, stop_all, wait_for
 
 import pylog
 from pylog.streams import App, StateRestoreListener
@@ -142,11 +142,7 @@ def test_kills_during_a_rebalance_and_during_a_restore_are_exactly_once(tmp_path
                 lambda: len(committed_records(log, "counts-out")) >= INPUT, "the processes to finish", 120.0
             )
             wait_for(lambda: sum(log.group_lag(APP).values()) == 0, "the last commits")
-        for app in apps.values():
-            app.terminate()
-        for name, app in apps.items():
-            code = app.wait()
-            assert code == 0, f"{name} exited with {code}"
+        stop_all(apps)
     finally:
         for app in apps.values():
             app.kill()
