@@ -58,6 +58,9 @@ IN_FLIGHT = 500  # records a producer may have unacknowledged before it waits (b
 # runs for the second half and the drain, long enough to see its memory grow if it does
 RESTARTS = [(0.1, signal.SIGTERM), (0.2, signal.SIGTERM), (0.3, signal.SIGKILL), (0.4, signal.SIGTERM)]
 RESTARTS += [(0.5, signal.SIGTERM)]
+# and once the broker is paused (SIGSTOP) for longer than the consumers' session timeout: every member's
+# session expires at once, and its next commit is refused
+STALL_AT, STALL_S, SESSION_TIMEOUT_MS = 0.13, 15.0, 10_000
 WARM_UP_S = 20.0  # the RSS this long after an incarnation started is its warmed-up size
 RSS_GROWTH = 1.5
 WAIT_S = 120.0  # the longest any one wait (a broker start or stop) may take
@@ -139,6 +142,14 @@ class Broker:
         assert inc.proc.stdout is not None
         inc.proc.stdout.close()
         self.sample()  # nothing: the process is gone
+
+    def pause(self, seconds: float) -> None:
+        pid = self.incarnations[-1].proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     def sample(self) -> None:
         with self._lock:
@@ -226,7 +237,9 @@ class Tally:
     in_doubt: list[Doubt] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)  # failed commits by error
     failures: list[str] = field(default_factory=list)  # each failed commit, for a post-mortem
+    client_errors: Counter[str] = field(default_factory=Counter)  # what error_cb reported, by error
     commits: int = 0
+    skipped: int = 0  # batches dropped because they did not start where a failed commit's batch did
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -247,7 +260,9 @@ class Consumer(threading.Thread):
         self.tally = tally
         self.restarts = restarts
         self.stop = stop
-        self.disconnects = 0  # connections to the broker this member's client lost
+        self.disconnects = 0  # errors librdkafka reported (error_cb): connections lost, requests timed out
+        # partition -> the offset this member must read next: the start of a batch whose commit failed
+        self.resume: dict[int, int] = {}
         self.consumer = ck.Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -256,7 +271,7 @@ class Consumer(threading.Thread):
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
-                "session.timeout.ms": 10_000,
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
                 "heartbeat.interval.ms": 1_000,
                 "reconnect.backoff.max.ms": 1000,
                 "log_level": 0,  # the refused connections while the broker restarts are expected
@@ -264,13 +279,18 @@ class Consumer(threading.Thread):
             }
         )
 
-    def _error(self, err: Any) -> None:
-        if err.code() in (ck.KafkaError._TRANSPORT, ck.KafkaError._ALL_BROKERS_DOWN):
-            self.disconnects += 1
+    def _error(self, err: Any) -> None:  # a lost connection, a request timed out (then retried), ...
+        self.disconnects += 1
+        with self.tally.lock:
+            self.tally.client_errors[err.name()] += 1
+
+    def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        for tp in partitions:  # a new assignment starts at the group's committed offsets
+            self.resume.pop(tp.partition, None)
 
     def run(self) -> None:
         c = self.consumer
-        c.subscribe([TOPIC])
+        c.subscribe([TOPIC], on_assign=self._assigned)
         try:
             while not self.stop.is_set():
                 self._one_batch(c.consume(500, 0.5))
@@ -282,6 +302,21 @@ class Consumer(threading.Thread):
         for m in messages:
             if m.error() is None:
                 parts.setdefault(m.partition(), []).append(m)
+        for p in list(parts):
+            # After a failed commit librdkafka may still return records fetched past the batch (the seek
+            # back did not take, e.g. the assignment was just lost), and a member between generations
+            # commits with generation -1, which Kafka accepts while the group is empty: committing those
+            # would skip the batch. They are dropped until the batch is read again (or the partition is
+            # assigned anew).
+            if p in self.resume:
+                if parts[p][0].offset() == self.resume[p]:
+                    del self.resume[p]
+                else:
+                    with contextlib.suppress(ck.KafkaException):
+                        self.consumer.seek(ck.TopicPartition(TOPIC, p, self.resume[p]))
+                    del parts[p]
+                    with self.tally.lock:
+                        self.tally.skipped += 1
         if not parts:
             return
         offsets = [ck.TopicPartition(TOPIC, p, ms[-1].offset() + 1) for p, ms in parts.items()]
@@ -294,20 +329,21 @@ class Consumer(threading.Thread):
         except ck.KafkaException as exc:
             error = exc.args[0]
             name = error.name() if hasattr(error, "name") else str(error)
-            # A commit whose request was in flight when a connection was lost (the broker stopped, or
-            # librdkafka closed its coordinator connection) may have been written even though librdkafka
-            # reports the error of its retry (UNKNOWN_MEMBER_ID from the next broker): in doubt. A commit
-            # refused with no connection lost was not written: its batch must be read again.
+            # librdkafka retries a commit whose request was lost with its connection (the broker stopped, or
+            # librdkafka closed its coordinator connection when another closed) or timed out, and reports
+            # the error of the retry (UNKNOWN_MEMBER_ID from the next broker, or once the member's session
+            # expired) although the first attempt may have been written: every failed commit is in doubt.
             after = self.restarts.changes, self.disconnects
-            self._not_committed(parts, name, after != before or name.startswith("_"))
+            self._not_committed(parts, name, after != before)
             return
         with self.tally.lock:
             self.tally.commits += 1
             for ms in parts.values():
                 self.tally.counted.update(m.value() for m in ms)
 
-    def _not_committed(self, parts: dict[int, list[Any]], name: str, doubtful: bool) -> None:
+    def _not_committed(self, parts: dict[int, list[Any]], name: str, disturbed: bool) -> None:
         for p, ms in parts.items():  # read them again (a partition no longer ours is read by its new owner)
+            self.resume[p] = ms[0].offset()
             with contextlib.suppress(ck.KafkaException):
                 self.consumer.seek(ck.TopicPartition(TOPIC, p, ms[0].offset()))
         probes = {p: "unknown" for p in parts}
@@ -320,35 +356,39 @@ class Consumer(threading.Thread):
                     probes[tp.partition] = "not written"
         with self.tally.lock:
             self.tally.failures.extend(
-                f"{time.monotonic():.1f} {self.name} {name} doubtful={doubtful} p{p} {ms[0].offset()}-"
+                f"{time.monotonic():.1f} {self.name} {name} restart or client error={disturbed} p{p} {ms[0].offset()}-"
                 f"{ms[-1].offset()} committed offset after: {probes[p]}"
                 for p, ms in parts.items()
             )
-            self.tally.refused[name + (" (connection lost)" if doubtful else "")] += 1
-            if doubtful:
-                self.tally.in_doubt.extend(
-                    Doubt([m.value() for m in ms], probes[p]) for p, ms in parts.items()
-                )
+            self.tally.refused[name + (" (restart or client error)" if disturbed else "")] += 1
+            self.tally.in_doubt.extend(Doubt([m.value() for m in ms], probes[p]) for p, ms in parts.items())
 
 
-def _resolve(tally: Tally) -> tuple[int, int, list[str]]:
+@dataclass
+class Decided:
+    written: int = 0  # no one read the batch again: its commit was written
+    late: int = 0  # of those, the committed offset read just after the failure did not have it yet
+    again: int = 0  # the group read the whole batch again: its commit was not written
+    problems: list[str] = field(default_factory=list)  # part of a batch read again
+
+
+def _resolve(tally: Tally) -> Decided:
     """Decide the batches in doubt, all or nothing: read again by the group (the commit was not written) or
-    by no one (it was, and then the committed offset just after must not have said otherwise). Returns
-    (written, read again, violations)."""
-    written = again = 0
-    problems: list[str] = []
+    by no one (it was written: the group's committed offset passed the batch)."""
+    decided = Decided()
     for doubt in tally.in_doubt:
         seen = sum(1 for v in doubt.values if tally.counted[v])
         if seen == len(doubt.values):
-            again += 1
-        elif seen == 0 and doubt.probe != "not written":
-            written += 1
+            decided.again += 1
+        elif seen == 0:
+            decided.written += 1
+            decided.late += doubt.probe == "not written"
             tally.counted.update(doubt.values)
         else:
-            problems.append(
+            decided.problems.append(
                 f"{seen} of {len(doubt.values)} read again, the committed offset said {doubt.probe}"
             )
-    return written, again, problems
+    return decided
 
 
 def _caught_up(bootstrap: str, groups: list[str]) -> bool:
@@ -438,8 +478,11 @@ def test_soak_of_the_broker_under_restarts(tmp_path: Path) -> None:
         for t in [*consumers, *producers]:
             t.start()
         began = time.monotonic()
-        for fraction, sig in RESTARTS:
+        for fraction, sig in sorted([*RESTARTS, (STALL_AT, signal.SIGSTOP)]):
             time.sleep(max(0.0, began + fraction * SECONDS - time.monotonic()))
+            if sig == signal.SIGSTOP:
+                broker.pause(STALL_S)
+                continue
             restarts.changes += 1
             broker.stop(sig)
             broker.start()
@@ -489,12 +532,15 @@ def test_soak_of_the_broker_under_restarts(tmp_path: Path) -> None:
         + "; ".join(
             f"group {g}: read={len(read[g])} duplicates={duplicates[g]} lost={lost[g]} "
             f"commits={tallies[g].commits} failed commits={dict(tallies[g].refused)} "
-            f"in doubt={len(tallies[g].in_doubt)} (written {resolved[g][0]}, read again {resolved[g][1]})"
+            f"batches dropped after a failed commit={tallies[g].skipped} "
+            f"client errors={dict(tallies[g].client_errors)} "
+            f"in doubt={len(tallies[g].in_doubt)} (written {resolved[g].written}, of which after the "
+            f"committed offset was read {resolved[g].late}; read again {resolved[g].again})"
             for g in GROUPS
         )
         + f"; restarts={len(RESTARTS)} ("
         + ", ".join(signal.Signals(s).name for _, s in RESTARTS)
-        + "); broker RSS per incarnation: "
+        + f") and a {STALL_S:.0f} s SIGSTOP; sessions expired={stderr.count('session expired')}; broker RSS per incarnation: "
         + " | ".join(_rss_figures(inc) for inc in broker.incarnations)
     )
     assert not fatal and not failed[:5], (fatal, failed[:5])
@@ -511,7 +557,7 @@ def test_soak_of_the_broker_under_restarts(tmp_path: Path) -> None:
             print(g, "lost per partition", dict(where), "from offset", first)
             print("\n".join(tallies[g].failures))
             print("\n".join(line for line in stderr.splitlines() if "connection" not in line))
-        assert resolved[g][2] == []
+        assert resolved[g].problems == []
         assert duplicates[g] == 0 and lost[g] == 0, g
         assert read[g] <= set(in_log), "a group read a value the log does not hold"
     assert [i.exit_code for i in broker.incarnations] == [
