@@ -29,6 +29,24 @@ from pylog.streams.stores import JoinBufferStore
 from pylog.streams.windows import Windows
 
 
+def _from_changelog(driver: TestDriver, empty: Any, name: str) -> Any:
+    """``empty`` (an in-memory store) restored from what ``driver`` wrote to store ``name``'s changelog."""
+    changelog = driver._outputs.get(f"model-{name}-changelog", [])
+    empty.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+    return empty
+
+
+def _reopened(app: Any, driver: TestDriver, store: Any, name: str, expected: dict[Any, Any]) -> None:
+    """Closed and read again from its file by a new driver, as a restart does, store ``name`` holds
+    ``expected`` at the same stream time, in a store of the same kind."""
+    driver.close()
+    again = TestDriver(app)
+    reopened = again.store(name)
+    assert type(reopened) is type(store) and reopened.to_dict() == expected
+    assert reopened.stream_time == store.stream_time
+    again.close()
+
+
 def _model(
     records: list[tuple[str, int, int]], size: int, advance: int, grace: int, emit: str
 ) -> tuple[list[tuple[Any, Any, int]], list[tuple[str, int]], dict[tuple[str, int], list[int]]]:
@@ -115,21 +133,14 @@ def _windowed_aggregate_case(
     assert driver.metrics().get("late-records", 0) == len(late)
     store = driver.store("w")
     assert store.to_dict() == open_windows
-    restored = WindowStore("w", None, windows.size_ms)
-    changelog = driver._outputs.get("model-w-changelog", [])
-    restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+    restored = _from_changelog(driver, WindowStore("w", None, windows.size_ms), "w")
     assert restored.to_dict() == open_windows
     assert isinstance(store, WindowStore) and restored.stream_time == store.stream_time == max(
         r[2] for r in records
     )
     if state_dir is not None:  # the file holds the windows (checkpointed after each record), not memory
         assert isinstance(store, SqliteWindowStore) and store._data == {}
-        driver.close()
-        again = TestDriver(app)  # the file read again, as a restart does
-        reopened = again.store("w")
-        assert isinstance(reopened, SqliteWindowStore) and reopened.to_dict() == open_windows
-        assert reopened.stream_time == store.stream_time
-        again.close()
+        _reopened(app, driver, store, "w", open_windows)
 
 
 def _session_model(
@@ -219,19 +230,12 @@ def _session_case(
     assert driver.metrics().get("late-records", 0) == len(late)
     store = driver.store("s")
     assert store.to_dict() == open_sessions
-    restored = SessionStore("s", None, gap)
-    changelog = driver._outputs.get("model-s-changelog", [])
-    restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+    restored = _from_changelog(driver, SessionStore("s", None, gap), "s")
     assert restored.to_dict() == open_sessions
     assert isinstance(store, SessionStore) and restored.stream_time == store.stream_time
     if state_dir is not None:  # the file holds the sessions (checkpointed after each record), not memory
         assert isinstance(store, SqliteSessionStore) and store._data == {}
-        driver.close()
-        again = TestDriver(app)  # the file read again, as a restart does
-        reopened = again.store("s")
-        assert isinstance(reopened, SqliteSessionStore) and reopened.to_dict() == open_sessions
-        assert reopened.stream_time == store.stream_time
-        again.close()
+        _reopened(app, driver, store, "s", open_sessions)
 
 
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
@@ -309,9 +313,7 @@ def _join_case(
     assert driver.metrics().get("late-records", 0) == late
     for name in ("j-left", "j-right"):  # the buffers come back from their changelogs
         store = driver.store(name)
-        restored = JoinBufferStore(name, None)
-        changelog = driver._outputs.get(f"model-{name}-changelog", [])
-        restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+        restored = _from_changelog(driver, JoinBufferStore(name, None), name)
         assert restored.to_dict() == store.to_dict()
         assert isinstance(store, JoinBufferStore) and restored.stream_time == store.stream_time
         if state_dir is not None:  # the file holds the records (checkpointed after each one), not memory
@@ -407,16 +409,9 @@ def _sliding_case(
     assert driver.read_key_values("late") == late
     store = driver.store("s")
     assert store.to_dict() == open_windows
-    restored = SlidingStore("s", None, d)
-    changelog = driver._outputs.get("model-s-changelog", [])
-    restored.restore([k for k, _, _ in changelog], [v for _, v, _ in changelog])
+    restored = _from_changelog(driver, SlidingStore("s", None, d), "s")
     assert restored.to_dict() == open_windows
     assert isinstance(store, SlidingStore) and restored.stream_time == store.stream_time
     if state_dir is not None:  # the file holds the windows and records (checkpointed after each record)
         assert isinstance(store, SqliteSlidingStore) and store._data == {} and store._records == {}
-        driver.close()
-        again = TestDriver(app)  # the file read again, as a restart does
-        reopened = again.store("s")
-        assert isinstance(reopened, SqliteSlidingStore) and reopened.to_dict() == open_windows
-        assert reopened.stream_time == store.stream_time
-        again.close()
+        _reopened(app, driver, store, "s", open_windows)
