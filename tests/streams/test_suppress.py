@@ -130,10 +130,11 @@ def test_suppress_arguments_are_checked() -> None:
         table.join(suppressed.filter(lambda k, v: True), lambda a, b: a)
 
 
-def test_until_time_limit_of_a_windowed_table_matches_a_model() -> None:
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+def test_until_time_limit_of_a_windowed_table_matches_a_model(tmp_path: Path, stores: str) -> None:
     rng = random.Random(12)
     records = [(f"k{rng.randrange(3)}", i * 7 + rng.randrange(0, 60)) for i in range(300)]
-    app = App(None, "windowed")
+    app = App(None, "windowed", state_dir=tmp_path / "state" if stores == "sqlite" else None)
     counts = app.stream("in").group_by_key().windowed_by(TumblingWindows(100, grace=1_000)).count(name="c")
     counts.to_stream().to("updates")
     counts.suppress(until_time_limit=40, max_records=5, name="held").to_stream().to("out")
@@ -153,6 +154,8 @@ def test_until_time_limit_of_a_windowed_table_matches_a_model() -> None:
     )
     held = driver.store("held").to_dict()
     assert held and {Windowed(*k): v for k, v in restored.to_dict().items()} == held
+    assert isinstance(driver.store("held"), SqliteSuppressBuffer) == (stores == "sqlite")
+    driver.close()
 
 
 def test_until_window_closes_is_emit_final_beside_the_updates() -> None:
@@ -185,15 +188,17 @@ def test_until_window_closes_is_emit_final_beside_the_updates() -> None:
         assert last[r.key] == r.value
 
 
-def test_until_time_limit_in_the_runtime_exactly_once_with_a_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+def test_until_time_limit_in_the_runtime_exactly_once_with_a_restart(tmp_path: Path, stores: str) -> None:
     records = _records(11, 400, keys=20)
     expected = suppress_model(records, 150, 8)
+    state_dir = tmp_path / "state" if stores == "sqlite" else None
     with pylog.open(tmp_path / "log") as log:
         log.create_topic("in", partitions=1)
         log.create_topic("out", partitions=1)
         producer = log.producer()
         for half in (records[:230], records[230:]):
-            app = _suppressed_app(150, 8, "suppress-rt", log)
+            app = _suppressed_app(150, 8, "suppress-rt", log, state_dir)
             app.start(threads=1)
             for key, value, ts in half:
                 producer.send("in", value, key=key, timestamp_ms=ts)
@@ -201,7 +206,12 @@ def test_until_time_limit_in_the_runtime_exactly_once_with_a_restart(tmp_path: P
             wait_for(
                 lambda a=app: sum(a.lag().values()) == 0 and bool(log.group_offsets("suppress-rt")), "the app"
             )
+            restored = app.metrics().get("restored-records", 0)
             app.close()
         producer.close()
         got = [(r.key.decode(), r.value, r.timestamp) for r in committed_records(log, "out")]
         assert got == expected
+    if state_dir is None:
+        assert restored > 0  # the second run read the buffer back from its changelog
+    else:  # the second run opened the file the first one left, at the changelog's end: nothing to read
+        assert restored == 0 and [p.name for p in state_dir.rglob("*.sqlite")].count("held.sqlite") == 1
