@@ -344,7 +344,9 @@ def test_undecodable_records_go_to_the_dead_letter_topic_exactly_once(tmp_path: 
         assert metrics["dead-lettered-records"] == 4
 
 
-def test_stream_stream_join_in_the_runtime(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+def test_stream_stream_join_in_the_runtime(tmp_path: Path, stores: str) -> None:
+    state_dir = tmp_path / "state" if stores == "sqlite" else None
     with pylog.open(tmp_path / "log") as log:
         for name in ("views", "clicks", "joined"):
             log.create_topic(name, partitions=2)
@@ -355,18 +357,42 @@ def test_stream_stream_join_in_the_runtime(tmp_path: Path) -> None:
             if i != 7:
                 producer.send("clicks", i, key=f"ad{i % 6}", timestamp_ms=t0 + i * 60_000 + 5_000)
         producer.close()
-        app = App(log, "ctr", commit_interval_ms=20)
-        app.stream("views").join(
-            app.stream("clicks"),
-            lambda view, click: [view, click],
-            pylog.streams.JoinWindows(10_000, 3_600_000),
-        ).to("joined")
+
+        def define() -> App:
+            app = App(log, "ctr", commit_interval_ms=20, state_dir=state_dir)
+            app.stream("views").join(
+                app.stream("clicks"),
+                lambda view, click: [view, click],
+                pylog.streams.JoinWindows(10_000, 3_600_000),
+            ).to("joined")
+            return app
+
+        app = define()
         app.start(threads=2)
         wait_for(lambda: len(committed_records(log, "joined")) >= 59, "the joined records")
+        wait_for(lambda: sum(app.lag().values()) == 0, "the first run's commits")
         app.close()
         assert sorted(r.value for r in committed_records(log, "joined")) == [
             [i, i] for i in range(60) if i != 7
         ]
+        again = define()  # view 7's click comes late: the buffer of the first run joins it
+        again.start(threads=1)
+        with log.producer() as producer:
+            producer.send("clicks", 7, key="ad1", timestamp_ms=t0 + 7 * 60_000 + 5_000)
+        wait_for(lambda: len(committed_records(log, "joined")) >= 60, "the late click's join")
+        restored = again.metrics().get("restored-records", 0)
+        again.close()
+        assert sorted(r.value for r in committed_records(log, "joined")) == [[i, i] for i in range(60)]
+        if state_dir is None:
+            assert restored > 0  # the buffers read back from their changelogs
+        else:  # the buffers' files were at their changelogs' end
+            assert restored == 0
+            assert sorted(p.name for p in state_dir.rglob("*.sqlite")) == [
+                "join-0003-left.sqlite",
+                "join-0003-left.sqlite",
+                "join-0003-right.sqlite",
+                "join-0003-right.sqlite",
+            ]
         assert sorted(t for t in log.topics() if t.startswith("ctr-")) == [
             "ctr-join-0003-left-changelog",
             "ctr-join-0003-right-changelog",
