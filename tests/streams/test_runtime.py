@@ -87,6 +87,43 @@ def test_two_threads_then_a_restart_restores_state(tmp_path: Path, guarantee: st
         assert metrics["processed-records"] == 2 * N  # N new inputs and N repartitioned records
 
 
+def test_at_least_once_fsyncs_what_it_wrote_before_it_commits_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At-least-once writes with acks=1 and fsyncs at each commit: when the group's offsets are committed,
+    every partition the thread wrote (outputs, repartition, changelog) is durable to its end, so a power loss
+    cannot take back an output whose input the committed offset has passed."""
+    written = ["echo", "page-counts", "streams-per-page-repartition", "streams-per-page-changelog"]
+    behind: list[str] = []
+    commits = 0
+    original = pylog.Consumer.commit
+
+    def checked_commit(self: pylog.Consumer, *args: object, **kwargs: object) -> None:
+        nonlocal commits
+        if self.config.group_id == "alos":
+            commits += 1
+            for name in written:
+                topic = log.topic(name)
+                for p in range(topic.num_partitions):
+                    plog = topic.partition(p)
+                    if plog.recovery_point < plog.log_end_offset:
+                        behind.append(f"{name}-{p}: {plog.recovery_point} < {plog.log_end_offset}")
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(pylog.Consumer, "commit", checked_commit)
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=4)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("page-counts", partitions=2)
+        _fill(log, 0, N)
+        app = App(log, "alos", processing_guarantee="at_least_once", commit_interval_ms=20)
+        _define(app)
+        app.start(threads=1)  # one thread: no other writer between its flush and its commit
+        wait_for(lambda: len(committed_records(log, "page-counts")) == N, "the counts")
+        app.close()
+    assert commits > 0 and behind == []
+
+
 def test_a_failing_operation_stops_the_app_and_commits_nothing_of_it(tmp_path: Path) -> None:
     with pylog.open(tmp_path / "log") as log:
         log.create_topic("clicks", partitions=1)
@@ -423,3 +460,44 @@ def test_global_table_in_the_runtime(tmp_path: Path) -> None:
         assert sorted(r.value for r in committed_records(log, "named")) == [
             [i, f"product-{i % 30}"] for i in range(50)
         ]
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+def test_sliding_windows_in_the_runtime_across_a_restart_equal_the_test_driver(
+    tmp_path: Path, stores: str
+) -> None:
+    """A sliding-window count (1 s, grace 2 s) run in two halves with a restart between them writes what the
+    test driver writes for all the records in one go (one partition: the same order); with SQLite stores the
+    second run opens the store's file at its changelog's end and restores nothing."""
+    state_dir = tmp_path / "state" if stores == "sqlite" else None
+    records = [(f"u{i % 5}", i, 1_700_000_000_000 + i * 97 + (i * 7919) % 400) for i in range(400)]
+
+    def define(app: App) -> None:
+        sliding = app.stream("clicks").group_by_key().windowed_by(pylog.streams.SlidingWindows(1_000, 2_000))
+        sliding.count(name="recent").to_stream().to("recent-counts")
+
+    model = App(None, "sliding")
+    define(model)
+    driver = pylog.streams.TestDriver(model)
+    for key, value, ts in records:
+        driver.pipe("clicks", value, key=key, timestamp_ms=ts)
+    expected = [(tuple(r.key), r.value) for r in driver.read_output("recent-counts")]
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=1)
+        log.create_topic("recent-counts", partitions=1)
+        restored = []
+        for half in (records[:250], records[250:]):
+            app = App(log, "sliding", commit_interval_ms=20, state_dir=state_dir)
+            define(app)
+            app.start(threads=1)
+            with log.producer() as producer:
+                for key, value, ts in half:
+                    producer.send("clicks", value, key=key, timestamp_ms=ts)
+            wait_for(
+                lambda a=app: sum(a.lag().values()) == 0 and bool(log.group_offsets("sliding")), "the app"
+            )
+            restored.append(app.metrics().get("restored-records", 0))
+            app.close()
+        got = [(tuple(decode_key(r.key)), r.value) for r in committed_records(log, "recent-counts")]
+    assert got == expected and len(expected) > 400
+    assert restored[1] == 0 if state_dir is not None else restored[1] > 0
