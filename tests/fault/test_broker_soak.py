@@ -1,18 +1,17 @@
 """Soak of ``pylog serve``: 20 idempotent confluent-kafka producers (acks=all) and 20 consumers in two groups
-run for minutes while the broker process is stopped with SIGTERM and restarted several times, and once
-SIGKILLed; then every acknowledged record was read exactly once by each group, none is lost, the log holds
-each sent value at most once (idempotence), and the broker's memory stayed flat.
+run for minutes while the broker process is stopped with SIGTERM and restarted four times, SIGKILLed once and
+paused (SIGSTOP) once for longer than the consumers' session timeout; then every acknowledged record was read
+exactly once by each group, none is lost, the log holds each sent value at most once (idempotence), and the
+broker's memory stayed flat.
 
 Counting is honest about commits: a consumer counts a batch as read only once ``commit(asynchronous=False)``
-of its offsets succeeded. When the broker refused a commit (a rebalance) with no connection lost meanwhile,
-the batch is dropped from the tally and the consumer seeks back, so the group delivers it again. When a
-connection was lost during the call (the broker stopped; librdkafka then also closes its coordinator
-connection, with the commit in flight, and reports the error of its retry, e.g. UNKNOWN_MEMBER_ID from the
-next broker), the commit may or may not have been written: the batch is kept aside as *in doubt* and decided
-at the end, per partition, all or nothing -- either the group delivered all of it again (not written) or
-none of it (written, and then the committed offset read just after the failure must not have said
-otherwise); part of it is a violation. Every failed commit is printed with the committed offset read just
-after it when records are lost.
+of its offsets succeeded. A failed commit may still have been written: librdkafka retries a commit whose
+request was lost with its connection (the broker stopped, or librdkafka closed its coordinator connection when
+another one closed) or timed out, and reports the error of the retry (UNKNOWN_MEMBER_ID from the next broker).
+So the consumer seeks back and reads the batch again if the group still gives it the partition, and the batch
+is kept aside as *in doubt*, decided at the end per partition, all or nothing: either the group read all of it
+again (the commit was not written) or none of it (it was: the committed offset passed it); part of it is a
+violation. Every failed commit is printed with the committed offset read just after it when records are lost.
 
 The broker's resident memory (``VmRSS``) is sampled every second for each incarnation; the last incarnation,
 which runs for the second half of the soak, must end at no more than 1.5 times its RSS after warm-up.
@@ -58,8 +57,8 @@ IN_FLIGHT = 500  # records a producer may have unacknowledged before it waits (b
 # runs for the second half and the drain, long enough to see its memory grow if it does
 RESTARTS = [(0.1, signal.SIGTERM), (0.2, signal.SIGTERM), (0.3, signal.SIGKILL), (0.4, signal.SIGTERM)]
 RESTARTS += [(0.5, signal.SIGTERM)]
-# and once the broker is paused (SIGSTOP) for longer than the consumers' session timeout: every member's
-# session expires at once, and its next commit is refused
+# and once the broker is paused (SIGSTOP) for longer than the consumers' session timeout: the sessions whose
+# heartbeats are not read before the broker next looks for expired ones expire, and their commits are refused
 STALL_AT, STALL_S, SESSION_TIMEOUT_MS = 0.13, 15.0, 10_000
 WARM_UP_S = 20.0  # the RSS this long after an incarnation started is its warmed-up size
 RSS_GROWTH = 1.5
