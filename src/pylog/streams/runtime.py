@@ -13,7 +13,9 @@ produced; every ``commit_interval_ms`` (and before partitions are revoked, and o
 task's changelog records (the latest value of every key changed), then the input offsets with the consumer's
 group metadata (a zombie of an older generation is refused), then commits. A crash at any point leaves either
 all of it or none of it visible to ``read_committed`` readers, and the group's offsets where the state is.
-A failed commit aborts the transaction, drops the tasks' state and resumes from the committed offsets.
+A failed commit aborts the transaction, drops the tasks' state and resumes from the committed offsets. A thread
+fenced (its transaction outlived ``transaction_timeout_ms`` and a reader aborted it, or a process with the same
+``instance_id`` took over) does the same with a new producer of the same transactional id, instead of stopping.
 
 **Restore**: a task assigned to a thread rebuilds each store from its changelog partition, read
 ``read_committed`` from the store's offset (the beginning for an in-memory store; a SQLite store's checkpoint,
@@ -140,11 +142,19 @@ class StreamThread(threading.Thread):
             next_commit = clock.monotonic_ms() + self.app.commit_interval_ms
             while not self._stopping.is_set():
                 records = self.consumer.poll(timeout_ms=self.app.poll_ms)
-                if records:
-                    self._process(records)
-                now = clock.time_ms()
-                for task in list(self.tasks.values()):
-                    task.punctuate("wall_clock", now)
+                try:
+                    if records:
+                        self._process(records)
+                    now = clock.time_ms()
+                    for task in list(self.tasks.values()):
+                        task.punctuate("wall_clock", now)
+                except ProducerFencedError as exc:  # the transaction timed out, or a newer instance took over
+                    _log.warning(
+                        "stream thread %s: fenced (%s); resuming from the committed state", self.name, exc
+                    )
+                    self._renew_producer()
+                    self._reset()
+                    continue
                 if clock.monotonic_ms() >= next_commit:
                     if not self.commit():
                         self._reset()
@@ -225,7 +235,10 @@ class StreamThread(threading.Thread):
             _log.warning(
                 "stream thread %s: commit failed (%s); resuming from the committed state", self.name, exc
             )
-            self._abort()
+            if isinstance(exc, ProducerFencedError):
+                self._renew_producer()  # its transaction is over (aborted by whoever fenced it)
+            else:
+                self._abort()
             return False
         finally:
             self._in_txn = False
@@ -239,12 +252,22 @@ class StreamThread(threading.Thread):
             try:
                 self.producer.abort_transaction()  # type: ignore[attr-defined]
             except ProducerFencedError:
-                self.producer.close()
-                self.producer = self._new_producer()
+                self._renew_producer()
             except Exception:  # the thread is failing anyway; its transaction times out
                 _log.exception("stream thread %s: abort failed", self.name)
         self._in_txn = False
         self._offsets = {}
+
+    def _renew_producer(self) -> None:
+        """A fenced producer cannot be used again (its epoch is old): close it and take a new one with the same
+        transactional id (whose ``init_transactions`` aborts any transaction of the id still open)."""
+        self._in_txn = False
+        self._offsets = {}
+        try:
+            self.producer.close()
+        except Exception:  # a fenced producer may fail to flush what it holds: it is aborted anyway
+            _log.exception("stream thread %s: closing the fenced producer failed", self.name)
+        self.producer = self._new_producer()
 
     def _reset(self) -> None:
         """Drop every task's state and read again from the committed offsets."""
