@@ -104,9 +104,9 @@ def tansu_server(workdir: Path) -> Iterator[Running]:
 
 
 @contextmanager
-def pylog_server(workdir: Path) -> Iterator[Running]:
-    """``pylog --dir WORKDIR/log serve --listen 127.0.0.1:0`` in a subprocess; ready when it prints its
-    address."""
+def pylog_server(workdir: Path, *options: str) -> Iterator[Running]:
+    """``pylog --dir WORKDIR/log serve --listen 127.0.0.1:0 [OPTIONS]`` in a subprocess; ready when it prints
+    its address."""
     _require("kio", "kio (pip install 'pylog[broker]')")
     version = f"pylog {importlib.metadata.version('pylog')}"
     log = workdir / "pylog-serve.log"
@@ -119,6 +119,7 @@ def pylog_server(workdir: Path) -> Iterator[Running]:
         "serve",
         "--listen",
         f"{_HOST}:0",
+        *options,
     ]
     with open(log, "wb") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
@@ -660,3 +661,321 @@ _pair(
     also=(Compare("pylog_serve_busy_10", at_least=0.9),),
     goal=Goal("idle_rss_mb", "<=", 100, "MB"),
 )
+
+
+# -- 1,000 clients sending a maximum-size request at once -------------------------------------------------
+
+_FLOOD_CONNECTIONS = 1_000
+_FLOOD_REQUEST_BYTES = 8 << 20  # the broker's --max-request-bytes, and the size of every request sent
+_FLOOD_STALLED = 10
+_FLOOD_IDLE_MS = 60_000  # --connections-max-idle-ms of the variant with stalled clients (longer than the
+# opening of the 1,000 connections, after which the first ones would be closed as idle between requests)
+_FLOOD_TOPIC = b"absent"
+_FLOOD_DEADLINE_S = 400.0  # 8 GiB through the broker on 2 shared cores: about 30-90 s, much more under load
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_MIB = 1 << 20
+
+
+def _zigzag(value: int) -> bytes:
+    n = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _kafka_batch(value_size: int) -> bytes:
+    """A Kafka record batch (magic 2, uncompressed, CRC-32C) of one record: null key, ``value_size`` bytes."""
+    import crc32c
+
+    value = bytes(value_size)
+    body = b"\0" + _zigzag(0) + _zigzag(0) + _zigzag(-1) + _zigzag(value_size) + value + _zigzag(0)
+    ts = 1_700_000_000_000
+    # attributes, last offset delta, first and max timestamp, producer id, epoch, base sequence, record count
+    after_crc = struct.pack(">hiqqqhii", 0, 0, ts, ts, -1, -1, -1, 1) + _zigzag(len(body)) + body
+    head = struct.pack(">qiib", 0, 4 + 1 + 4 + len(after_crc), 0, 2)  # base offset, length, epoch, magic
+    return head + struct.pack(">I", crc32c.crc32c(after_crc)) + after_crc
+
+
+def _produce_v3(size: int) -> tuple[Callable[[int], bytes], bytes]:
+    """A Produce v3 request (acks=1) of exactly ``size`` bytes after its size prefix, to partition 0 of a topic
+    that does not exist: ``(prefix(correlation_id), rest)``, the prefix being the size, the request header and
+    its correlation id, the rest the same for every connection."""
+    client = b"flood"
+
+    def prefix(correlation_id: int) -> bytes:
+        return struct.pack(">ihhih", size, 0, 3, correlation_id, len(client)) + client
+
+    def rest(value_size: int) -> bytes:
+        batch = _kafka_batch(value_size)
+        topic = struct.pack(">h", len(_FLOOD_TOPIC)) + _FLOOD_TOPIC
+        # transactional id (null), acks, timeout; one topic, one partition (index 0) and its records
+        return struct.pack(">hhii", -1, 1, 30_000, 1) + topic + struct.pack(">iii", 1, 0, len(batch)) + batch
+
+    head = len(prefix(0)) - 4
+    value_size = size - head - len(rest(0))
+    body = rest(value_size)
+    body = rest(value_size - (head + len(body) - size))  # the record's varints grew with its value
+    if head + len(body) != size:
+        raise RuntimeError(f"a Produce request of {head + len(body)} bytes, not {size}")
+    return prefix, body
+
+
+@dataclass
+class _Client:
+    """One connection of the flood: what it has left to send and what it has received."""
+
+    sock: socket.socket
+    correlation_id: int
+    out: list[memoryview]
+    stalls: bool
+    got: bytearray
+    answered_s: float = -1.0
+    closed_by_broker: bool = False
+
+
+def _answer_ok(client: _Client) -> bool:
+    """``client.got`` is a whole Produce v3 answer: its correlation id, UNKNOWN_TOPIC_OR_PARTITION for the
+    one partition."""
+    corr, topics, name_len = struct.unpack_from(">iih", client.got, 4)
+    at = 14 + name_len
+    _parts, index, code = struct.unpack_from(">iih", client.got, at)
+    ok = (corr, topics, index, code) == (client.correlation_id, 1, 0, _UNKNOWN_TOPIC_OR_PARTITION)
+    return ok and bytes(client.got[14:at]) == _FLOOD_TOPIC
+
+
+def _pump(clients: list[_Client], t0: float, deadline: Deadline, until: Callable[[], bool]) -> None:
+    """Non-blocking sends and receives on every client until ``until()``: each sends what is left in its
+    ``out`` as fast as the broker takes it, then reads its answer (or sees the broker close it)."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    for c in clients:
+        if c.answered_s < 0 and not c.closed_by_broker:
+            sel.register(c.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if c.out else 0), c)
+    try:
+        while not until():
+            if deadline.passed():
+                raise TimeoutError("the flood did not finish before the deadline")
+            for key, events in sel.select(0.5):
+                c = key.data
+                if events & selectors.EVENT_WRITE and c.out:
+                    try:
+                        n = c.sock.send(c.out[0])
+                    except (BlockingIOError, InterruptedError):
+                        n = 0
+                    except (BrokenPipeError, ConnectionResetError):
+                        c.closed_by_broker, c.out = True, []
+                        sel.unregister(c.sock)
+                        continue
+                    c.out[0] = c.out[0][n:]
+                    if not c.out[0]:
+                        c.out.pop(0)
+                        if not c.out:
+                            sel.modify(c.sock, selectors.EVENT_READ, c)
+                if events & selectors.EVENT_READ:
+                    try:
+                        chunk = c.sock.recv(1 << 16)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except ConnectionResetError:
+                        chunk = b""
+                    if not chunk:
+                        c.closed_by_broker = True
+                        sel.unregister(c.sock)
+                        continue
+                    c.got += chunk
+                    while len(c.got) >= 4 and len(c.got) >= 4 + struct.unpack_from(">i", c.got)[0]:
+                        if struct.unpack_from(">i", c.got, 4)[0] != c.correlation_id:
+                            del c.got[: 4 + struct.unpack_from(">i", c.got)[0]]  # the ApiVersions before it
+                            continue
+                        if not _answer_ok(c):
+                            raise RuntimeError(f"connection {c.correlation_id}: an unexpected answer")
+                        c.answered_s = time.perf_counter() - t0
+                        sel.unregister(c.sock)
+                        break
+    finally:
+        sel.close()
+
+
+def _open_many(
+    servers: str, count: int, deadline: Deadline, batch: int = 50
+) -> tuple[list[socket.socket], int]:
+    """Like :func:`_open_idle`, ``batch`` connections at a time (each sends ApiVersions, then the batch's answers
+    are read), so that opening 1,000 takes seconds on a loaded machine and the first ones are not idle for
+    long before the flood."""
+    host, port = servers.rsplit(":", 1)
+    socks: list[socket.socket] = []
+    answered = 0
+    while len(socks) < count:
+        if deadline.passed():
+            raise TimeoutError(f"opened {len(socks)} of {count} connections before the deadline")
+        group = [
+            socket.create_connection((host, int(port)), timeout=30)
+            for _ in range(min(batch, count - len(socks)))
+        ]
+        for s in group:
+            s.sendall(_api_versions_v0(len(socks)))
+        for s in group:
+            head = s.recv(4, socket.MSG_WAITALL)
+            if len(head) == 4:
+                size = struct.unpack(">i", head)[0]
+                answered += len(s.recv(size, socket.MSG_WAITALL)) == size
+        socks.extend(group)
+    return socks, answered
+
+
+def _clear_peak(pid: int) -> bool:
+    """Reset the process's peak resident memory (VmHWM) to its current one (Linux's clear_refs 5)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _flood_body(budget: int, stalled: int) -> Body:
+    prefix, body = _produce_v3(_FLOOD_REQUEST_BYTES)
+    rest = memoryview(body)
+
+    def run(broker: Running, deadline: Deadline) -> dict[str, Any]:
+        t_open = time.perf_counter()
+        socks, answered = _open_many(broker.servers, _FLOOD_CONNECTIONS, deadline)
+        open_s = time.perf_counter() - t_open
+        clients = []
+        for i, sock in enumerate(socks):
+            sock.setblocking(False)
+            stalls = i % (_FLOOD_CONNECTIONS // stalled) == 0 if stalled else False
+            # ApiVersions first, in the same send: the connection's idle time ends when the flood begins
+            again = _api_versions_v0(_FLOOD_CONNECTIONS + i)
+            out = [memoryview(again + prefix(i)), rest[: len(rest) // 2] if stalls else rest]
+            clients.append(_Client(sock, i, out, stalls, bytearray()))
+        try:
+            time.sleep(0.5)  # the broker settles after answering the ApiVersions
+            rss_before = _rss_mb(broker.pid)
+            peak_reset = _clear_peak(broker.pid)
+            stallers = [c for c in clients if c.stalls]
+            others = [c for c in clients if not c.stalls]
+            t0 = time.perf_counter()
+            if (
+                stallers
+            ):  # first in line, for 2 s: the broker reserves budget for their requests and reads them
+                _pump(stallers, t0, deadline, lambda: time.perf_counter() - t0 > 2.0)
+            t0 = time.perf_counter()
+            _pump(clients, t0, deadline, lambda: all(c.answered_s >= 0 or c.closed_by_broker for c in others))
+            seconds = time.perf_counter() - t0
+            if stallers:  # the broker closes them after connections_max_idle_ms without a byte
+                _pump(stallers, t0, deadline, lambda: all(c.closed_by_broker for c in stallers))
+            peak = _rss_mb(broker.pid, "VmHWM")
+        finally:
+            for sock in socks:
+                sock.close()
+        done = sorted(c.answered_s for c in others if c.answered_s >= 0)
+        if len(done) != len(others):
+            raise RuntimeError(f"{len(others) - len(done)} of {len(others)} connections were not answered")
+        sent = len(others) * (_FLOOD_REQUEST_BYTES + 4)
+        return result(
+            len(others),
+            seconds,
+            sent,
+            connections=len(clients),
+            open_s=round(open_s, 2),
+            api_versions_answered=answered,
+            request_mb=round(_FLOOD_REQUEST_BYTES / 1e6, 1),
+            budget_mb=round(budget / 1e6, 1),
+            rss_before_mb=rss_before,
+            peak_extra_mb=round(peak - rss_before, 1) if peak_reset else None,
+            all_at_once_mb=round(len(clients) * _FLOOD_REQUEST_BYTES / 1e6, 1),
+            first_answer_s=round(done[0], 2),
+            median_answer_s=round(statistics.median(done), 2),
+            last_answer_s=round(done[-1], 2),
+            stalled=len(stallers),
+            stalled_closed=sum(c.closed_by_broker for c in stallers),
+        )
+
+    return run
+
+
+def _flood(
+    budget: int, stalled: int = 0, idle_ms: int = 600_000
+) -> Callable[[int, int, Path], dict[str, Any]]:
+    options = (
+        "--no-auto-create-topics",
+        f"--max-request-bytes={_FLOOD_REQUEST_BYTES}",
+        f"--queued-max-request-bytes={budget}",
+        f"--connections-max-idle-ms={idle_ms}",
+    )
+
+    def run(_requested: int, _seed: int, workdir: Path) -> dict[str, Any]:
+        try:
+            _require("crc32c", "crc32c")
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # the broker inherits the limit
+            want = 2 * _FLOOD_CONNECTIONS + 512
+            if soft < want:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+            with pylog_server(workdir, *options) as broker:
+                out = _flood_body(budget, stalled)(broker, Deadline(_FLOOD_DEADLINE_S))
+                out["broker_rss_mb"] = _rss_mb(broker.pid, "VmHWM")
+                return out
+        except BrokerUnavailable as exc:
+            return skipped(str(exc))
+
+    return run
+
+
+# What the broker may hold beyond the budget (the goal): each connection waiting for its turn has read ahead
+# what asyncio read before pausing it (reading pauses above 32 KiB buffered, and one read takes up to 256 KiB),
+# and the event loop copies one request at a time twice for a moment (its chunks joined, then its decoding).
+_FLOOD_OVERHEAD = _FLOOD_CONNECTIONS * (256 + 32) * 1024 + 2 * _FLOOD_REQUEST_BYTES
+
+
+def _flood_goal(budget: int) -> Goal:
+    return Goal("peak_extra_mb", "<=", round((budget + _FLOOD_OVERHEAD) / 1e6, 1), "MB")
+
+
+_FLOOD_TEXT = (
+    f"{_FLOOD_CONNECTIONS:,} connections (one process, non-blocking sockets), each asked ApiVersions once, "
+    f"then each sends one Produce request (acks=1) of {_FLOOD_REQUEST_BYTES >> 20} MiB, the broker's "
+    f"--max-request-bytes, all at once, and reads its answer. The requests are for a topic that does not "
+    "exist (--no-auto-create-topics): the broker reads and decodes every byte and answers "
+    "UNKNOWN_TOPIC_OR_PARTITION, so nothing reaches the disk and only the request path is measured. "
+    "peak_extra_mb = the broker's peak resident memory (VmHWM, reset once the connections are open) - its "
+    "resident memory before the requests; all_at_once_mb is what holding every request would take. Goal: "
+    "peak_extra_mb <= the budget + 288 KiB per connection (what asyncio reads ahead on a connection waiting "
+    "for its turn) + 2 requests (the copies the event loop makes of one request at a time), 311.7 MB here. "
+    f"{_FLOOD_CONNECTIONS:,} x 100 MiB (Kafka's default socket.request.max.bytes) is 100 GiB of sends, "
+    "beyond this machine's run time, hence 8 MiB"
+)
+_FLOOD_FSYNC = "n/a: nothing is written (the topic does not exist)"
+case(
+    "pylog_serve_flood_1000",
+    group=_GROUP,
+    kind="pylog",
+    fsync=_FLOOD_FSYNC,
+    description=f"{_FLOOD_TEXT}; --queued-max-request-bytes 512 MiB (the default)",
+    goal=_flood_goal(512 * _MIB),
+    timeout_s=600.0,
+)(_flood(512 * _MIB))
+case(
+    "pylog_serve_flood_1000_budget_64m",
+    group=_GROUP,
+    kind="pylog",
+    fsync=_FLOOD_FSYNC,
+    description=f"{_FLOOD_TEXT}; --queued-max-request-bytes 64 MiB",
+    goal=_flood_goal(64 * _MIB),
+    timeout_s=600.0,
+)(_flood(64 * _MIB))
+case(
+    "pylog_serve_flood_1000_stalled_10",
+    group=_GROUP,
+    kind="pylog",
+    fsync=_FLOOD_FSYNC,
+    description=f"{_FLOOD_TEXT}; --queued-max-request-bytes 64 MiB, and {_FLOOD_STALLED} of the connections "
+    "send half their request first and then nothing more: they hold 80 MiB of budget, more than the whole "
+    f"64 MiB, until the broker closes them after --connections-max-idle-ms {_FLOOD_IDLE_MS} without a byte; "
+    "the other connections must all be answered (records = those), stalled_closed counts the closed ones",
+    goal=_flood_goal(64 * _MIB),
+    timeout_s=600.0,
+)(_flood(64 * _MIB, _FLOOD_STALLED, _FLOOD_IDLE_MS))
