@@ -87,6 +87,43 @@ def test_two_threads_then_a_restart_restores_state(tmp_path: Path, guarantee: st
         assert metrics["processed-records"] == 2 * N  # N new inputs and N repartitioned records
 
 
+def test_at_least_once_fsyncs_what_it_wrote_before_it_commits_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At-least-once writes with acks=1 and fsyncs at each commit: when the group's offsets are committed,
+    every partition the thread wrote (outputs, repartition, changelog) is durable to its end, so a power loss
+    cannot take back an output whose input the committed offset has passed."""
+    written = ["echo", "page-counts", "alos-per-page-repartition", "alos-per-page-changelog"]
+    behind: list[str] = []
+    commits = 0
+    original = pylog.Consumer.commit
+
+    def checked_commit(self: pylog.Consumer, *args: object, **kwargs: object) -> None:
+        nonlocal commits
+        if self.config.group_id == "alos":
+            commits += 1
+            for name in written:
+                topic = log.topic(name)
+                for p in range(topic.num_partitions):
+                    plog = topic.partition(p)
+                    if plog.recovery_point < plog.log_end_offset:
+                        behind.append(f"{name}-{p}: {plog.recovery_point} < {plog.log_end_offset}")
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(pylog.Consumer, "commit", checked_commit)
+    with pylog.open(tmp_path / "log") as log:
+        log.create_topic("clicks", partitions=4)
+        log.create_topic("echo", partitions=2)
+        log.create_topic("page-counts", partitions=2)
+        _fill(log, 0, N)
+        app = App(log, "alos", processing_guarantee="at_least_once", commit_interval_ms=20)
+        _define(app)
+        app.start(threads=1)  # one thread: no other writer between its flush and its commit
+        wait_for(lambda: len(committed_records(log, "page-counts")) == N, "the counts")
+        app.close()
+    assert commits > 0 and behind == []
+
+
 def test_a_failing_operation_stops_the_app_and_commits_nothing_of_it(tmp_path: Path) -> None:
     with pylog.open(tmp_path / "log") as log:
         log.create_topic("clicks", partitions=1)

@@ -31,8 +31,12 @@ until then. A process restarted with the same ``instance_id`` aborts it at once 
 
 Global tables are kept by a :class:`GlobalThread` of their own, outside the group and the transactions.
 
-``processing_guarantee="at_least_once"``: no transactions; records are flushed and then offsets committed.
-After a crash, records since the last commit are processed again, and their state updates may count twice.
+``processing_guarantee="at_least_once"``: no transactions. Records are written as they are produced
+(``acks=1``: to the operating system, so they survive a crash of the process); at each commit every partition
+written since the last one is fsynced, then the offsets are committed, so no committed offset passes an output
+that a power loss could take back (one fsync per partition per commit interval, as a transaction's commit
+does, rather than one per batch). After a crash, records since the last commit are processed again, and their
+state updates may count twice.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ class StreamThread(threading.Thread):
         self._suspended: dict[TaskId, tuple[Task, dict[TopicPartition, int]]] = {}
         self._sub_of = {t: sub.id for sub in topology.subtopologies for t in sub.sources}
         self._offsets: dict[TopicPartition, int] = {}
+        self._written: set[tuple[str, int | None]] = set()  # at-least-once: fsynced before the commit
         self._in_txn = False
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # tasks, for interactive queries from other threads
@@ -128,7 +133,7 @@ class StreamThread(threading.Thread):
             )
             producer.init_transactions()  # type: ignore[attr-defined]
             return producer
-        return self.log.producer(value_serializer=None, acks="all")
+        return self.log.producer(value_serializer=None, acks=1)
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -199,6 +204,8 @@ class StreamThread(threading.Thread):
         headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         self._begin()
+        if not self.eos:
+            self._written.add((topic, partition))
         self.producer.send(
             topic, value, key=key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
         )
@@ -207,6 +214,8 @@ class StreamThread(threading.Thread):
         self, topic: str, keys: list[bytes], values: list[bytes | None], timestamp_ms: int, partition: int
     ) -> None:
         self._begin()
+        if not self.eos:
+            self._written.add((topic, partition))
         self.producer.send_batch(
             topic, keys, values, partition=partition, timestamps=[timestamp_ms] * len(keys), wait=False
         )
@@ -230,6 +239,7 @@ class StreamThread(threading.Thread):
                 producer.commit_transaction()
             else:
                 self.producer.flush()
+                self._sync_written()
                 self.consumer.commit(dict(self._offsets))
         except (CommitFailedError, ProducerFencedError) as exc:
             _log.warning(
@@ -246,6 +256,16 @@ class StreamThread(threading.Thread):
         self._checkpoint()
         self.metrics["commits"] += 1
         return True
+
+    def _sync_written(self) -> None:
+        """At-least-once: fsync every partition written since the last commit (a partition chosen by the
+        partitioner is not known here: its whole topic, as opened by this process)."""
+        written, self._written = self._written, set()
+        for topic, partition in written:
+            if partition is None:
+                self.log.topic(topic).flush()
+            else:
+                self.log.topic(topic).partition(partition).flush()
 
     def _abort(self) -> None:
         if self.eos and self._in_txn:
