@@ -155,7 +155,8 @@ def secured(log_dir: Path) -> Iterator[Broker]:
 
 
 def deliver(conf: dict[str, Any], topic: str, values: list[bytes]) -> list[ck.KafkaError | None]:
-    producer = ck.Producer({**conf, "acks": "all", "message.timeout.ms": 10000, "retries": 0})
+    # a delivery waits as long as any other step may (the log-in and first metadata take seconds under load)
+    producer = ck.Producer({**conf, "acks": "all", "message.timeout.ms": int(WAIT_S * 1000), "retries": 0})
     results: list[ck.KafkaError | None] = []
     for value in values:
         producer.produce(topic, value=value, partition=0, on_delivery=lambda err, msg: results.append(err))
