@@ -265,9 +265,9 @@ def notes_section(cases: list[dict[str, Any]]) -> list[str]:
                 else ""
             )
             out.append(f"- `{s['name']}`: {extra['peer']}{before}")
-        if "open_s" in extra:
+        if "reopen_s" in extra:
             out.append(
-                f"- `{s['name']}`: opening the log after the kill took {extra['open_s']:g} s (not timed)"
+                f"- `{s['name']}`: opening the log after the kill took {extra['reopen_s']:g} s (not timed)"
             )
         if "warmup_seconds" in extra:
             reps = ", ".join(f"{t:g}" for t in extra.get("query_seconds", []))

@@ -881,7 +881,7 @@ def _flood_body(budget: int, stalled: int) -> Body:
             seconds,
             sent,
             connections=len(clients),
-            open_s=round(open_s, 2),
+            connect_s=round(open_s, 2),
             api_versions_answered=answered,
             request_mb=round(_FLOOD_REQUEST_BYTES / 1e6, 1),
             budget_mb=round(budget / 1e6, 1),
@@ -942,9 +942,9 @@ _FLOOD_TEXT = (
     "exist (--no-auto-create-topics): the broker reads and decodes every byte and answers "
     "UNKNOWN_TOPIC_OR_PARTITION, so nothing reaches the disk and only the request path is measured. "
     "peak_extra_mb = the broker's peak resident memory (VmHWM, reset once the connections are open) - its "
-    "resident memory before the requests; all_at_once_mb is what holding every request would take. Goal: "
+    "resident memory before the requests; connect_s the time to open the connections (not timed); all_at_once_mb is what holding every request would take. Goal: "
     "peak_extra_mb <= the budget + 288 KiB per connection (what asyncio reads ahead on a connection waiting "
-    "for its turn) + 2 requests (the copies the event loop makes of one request at a time), 311.7 MB here. "
+    "for its turn) + 2 requests (the copies the event loop makes of one request at a time). "
     f"{_FLOOD_CONNECTIONS:,} x 100 MiB (Kafka's default socket.request.max.bytes) is 100 GiB of sends, "
     "beyond this machine's run time, hence 8 MiB"
 )

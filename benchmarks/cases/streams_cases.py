@@ -22,7 +22,7 @@ favours Quix. Without the package the Quix cases report ``skipped``.
 
 The restore case builds a count store of N distinct keys with a running exactly-once application in a child
 process, SIGKILLs it once everything is processed and committed, and then, in the benchmark's own process,
-opens the log (``open_s``: recovery after the unclean stop) and times the rebuild of the four tasks' stores
+opens the log (``reopen_s``: recovery after the unclean stop) and times the rebuild of the four tasks' stores
 from their changelog partitions, the runtime's ``restore_tasks`` (Arrow batches decoded by column).
 """
 
@@ -315,7 +315,7 @@ def _build_and_kill(path: Path, records: int, seed: int) -> None:
     kind="pylog",
     fsync="none (reads)",
     description="after a SIGKILL of the exactly-once application that built it, rebuild a count store of N "
-    "distinct keys from its compacted changelog in a fresh process (4 partitions, Arrow): restore_s; open_s: "
+    "distinct keys from its compacted changelog in a fresh process (4 partitions, Arrow): restore_s; reopen_s: "
     "opening the log after the kill (not in restore_s)",
     goal=Goal("restore_s", "<=", 2.0, "s"),
     timeout_s=_BUILD_TIMEOUT_S + 300,
@@ -339,4 +339,4 @@ def pylog_streams_restore(records: int, seed: int, workdir: Path) -> dict[str, A
         raise RuntimeError(
             f"restored {restored} records, {held} keys, {counted} counted of {records} records"
         )
-    return result(records, seconds, restore_s=round(seconds, 3), open_s=round(open_s, 3), keys=held)
+    return result(records, seconds, restore_s=round(seconds, 3), reopen_s=round(open_s, 3), keys=held)
