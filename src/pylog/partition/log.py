@@ -503,7 +503,10 @@ class PartitionLog:
         newest = now  # the batch's largest timestamp once stamped (LogAppendTime: now)
         if c.message_timestamp_type == "CreateTime":
             low, newest = _TIMESTAMPS.unpack_from(buf, BASE_TIMESTAMP_AT)  # smallest and largest in the batch
-            if newest - now > c.message_timestamp_after_max_ms or now - low > c.message_timestamp_before_max_ms:
+            if (
+                newest - now > c.message_timestamp_after_max_ms
+                or now - low > c.message_timestamp_before_max_ms
+            ):
                 self._check_timestamps(buf, now, low, newest)
         last_delta = _I32.unpack_from(buf, LAST_DELTA_AT)[0]
         active = self._segments[-1]
