@@ -18,7 +18,11 @@ The protocol, as Kafka's ``GroupCoordinator`` runs it (simplified to one node):
   included) and answers every member's SyncGroup with its own (Stable).
 - Heartbeat answers REBALANCE_IN_PROGRESS during a rebalance (the member rejoins), ILLEGAL_GENERATION or
   UNKNOWN_MEMBER_ID to a fenced member. A member whose last heartbeat is older than its session timeout is
-  removed, which starts a rebalance.
+  removed, which starts a rebalance. A session counts only the time the broker was able to hear the member:
+  an OffsetCommit of the member counts as a heartbeat (as in Kafka) and the member cannot expire while one
+  is being stored (its next heartbeat waits behind it on the connection), and a stretch in which the
+  broker's event loop did not run (a long synchronous step, the process descheduled on a loaded machine)
+  is added to every session, since the heartbeats sent meanwhile wait unread in the sockets.
 - OffsetCommit checks the member and generation (a commit with generation -1 and no member id is a
   "simple" commit of a consumer that uses ``assign()``); a partition that does not exist is answered
   UNKNOWN_TOPIC_OR_PARTITION and its offset is not stored. OffsetFetch reads the committed offsets.
@@ -82,6 +86,7 @@ class Member:
     last_seen: float = 0.0
     join: asyncio.Future[dict[str, Any]] | None = None
     sync: asyncio.Future[dict[str, Any]] | None = None
+    busy: int = 0  # requests of the member being handled (an OffsetCommit being stored): it is alive
 
 
 @dataclass(eq=False)
@@ -443,15 +448,29 @@ class Coordinator:
 
     async def _expire_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        checked = loop.time()
         while True:
             await asyncio.sleep(_CHECK_S)
             now = loop.time()
-            for group in list(self.groups.values()):
-                for member_id, m in list(group.members.items()):
-                    waiting = m.join is not None and not m.join.done()
-                    if not waiting and now - m.last_seen > m.session_timeout_ms / 1000:
-                        _log.info("member %s of group %r: session expired", member_id, group.group_id)
-                        self._remove(group, member_id)
+            self.expire(now, now - checked - _CHECK_S)
+            checked = now
+
+    def expire(self, now: float, late: float) -> list[tuple[str, str]]:
+        """Remove the members whose session expired at ``now`` (loop time); ``late``: how much later than
+        planned this check runs. That delay is the broker's, not the members': while the event loop did
+        not run, heartbeats waited unread in the sockets, and a check right after such a stall would expire
+        every member at once. It is added to every session. Returns the (group, member) removed."""
+        gone = []
+        for group in list(self.groups.values()):
+            for member_id, m in list(group.members.items()):
+                if late > 0:
+                    m.last_seen += late
+                waiting = m.busy > 0 or (m.join is not None and not m.join.done())
+                if not waiting and now - m.last_seen > m.session_timeout_ms / 1000:
+                    _log.info("member %s of group %r: session expired", member_id, group.group_id)
+                    self._remove(group, member_id)
+                    gone.append((group.group_id, member_id))
+        return gone
 
     # -- OffsetCommit, OffsetFetch -----------------------------------------------------------------------
 
@@ -468,11 +487,23 @@ class Coordinator:
                 for t in body.topics
                 for p in t.partitions
             ]
+            # the commit is the member's sign of life (Kafka's too), and while the thread pool stores it the
+            # member's next heartbeat waits behind it on the connection: no expiry until it is answered
+            group = self.groups.get(group_id)
+            member = group.members.get(member_id) if group is not None and member_id else None
+            loop = asyncio.get_running_loop()
+            if member is not None:
+                member.last_seen = loop.time()
+                member.busy += 1
             try:
                 codes = await ctx.run(_commit, ctx, group_id, entries, generation, member_id)
             except PylogError as exc:
                 _log.warning("commit of group %r failed: %s", group_id, exc)
                 code = ErrorCode.kafka_storage_error
+            finally:
+                if member is not None:
+                    member.busy -= 1
+                    member.last_seen = loop.time()
         return {
             "throttle_time": 0,
             "topics": [
