@@ -43,36 +43,44 @@ WAIT_S = 60.0  # bound of every wait on the broker
 class _Member:
     """A Kafka consumer-group member speaking the classic protocol over its own connection."""
 
-    def __init__(self, broker: Broker, group: str) -> None:
+    def __init__(self, broker: Broker, group: str, *, join: bool = True) -> None:
         self.group = group
         self.client = RawClient(broker.host, broker.port)
-        join = self.client.call(
+        self.member_id, self.generation = "", -1
+        if join:
+            assert self.join() == ErrorCode.none
+            assert self.sync() == ErrorCode.none
+
+    def join(self) -> ErrorCode:
+        answer = self.client.call(
             11,
             5,
             JoinGroupRequest(
-                group_id=GroupId(group),
+                group_id=GroupId(self.group),
                 session_timeout=timedelta(seconds=SESSION_S),
                 rebalance_timeout=timedelta(seconds=SESSION_S),
-                member_id="",
+                member_id=self.member_id,
                 group_instance_id=None,
                 protocol_type="consumer",
                 protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
             ),
         )
-        assert join.error_code == ErrorCode.none, join
-        self.member_id, self.generation = str(join.member_id), int(join.generation_id)
-        sync = self.client.call(
+        self.member_id, self.generation = str(answer.member_id), int(answer.generation_id)
+        return ErrorCode(answer.error_code)
+
+    def sync(self) -> ErrorCode:
+        answer = self.client.call(
             14,
             3,
             SyncGroupRequest(
-                group_id=GroupId(group),
+                group_id=GroupId(self.group),
                 generation_id=i32(self.generation),
                 member_id=self.member_id,
                 group_instance_id=None,
                 assignments=(),
             ),
         )
-        assert sync.error_code == ErrorCode.none, sync
+        return ErrorCode(answer.error_code)
 
     def heartbeat(self) -> ErrorCode:
         answer = self.client.call(
@@ -143,14 +151,26 @@ def stalling_broker(tmp_path: Any) -> Iterator[tuple[Broker, Callable[[float], N
         yield broker, stall
 
 
+def _group(broker: Broker, group: str) -> Any:
+    coordinator = broker._server.coordinator
+    assert coordinator is not None
+    return coordinator.groups.get(group)
+
+
 def _members(broker: Broker, group: str) -> set[str]:
     def members() -> set[str]:
-        coordinator = broker._server.coordinator
-        assert coordinator is not None
-        found = coordinator.groups.get(group)
+        found = _group(broker, group)
         return set() if found is None else set(found.members)
 
     return set(_in_loop(broker, members))
+
+
+def _expire(broker: Broker, later_s: float) -> list[tuple[str, str]]:
+    """A session check ``later_s`` from now, on time (the loop did not stall): the members it removed."""
+    coordinator = broker._server.coordinator
+    assert coordinator is not None
+    loop = broker._server._loop
+    return list(_in_loop(broker, lambda: coordinator.expire(loop.time() + later_s, 0.0)))
 
 
 def test_a_stall_of_the_broker_expires_no_member(
@@ -191,10 +211,8 @@ def test_a_member_whose_commit_waits_in_the_broker_is_not_expired(
     try:
         sender.start()
         assert entered.wait(WAIT_S)
-        coordinator = broker._server.coordinator
-        assert coordinator is not None
         # a session check an hour later, on time: the member that said nothing goes, the committing one stays
-        gone = _in_loop(broker, lambda: coordinator.expire(broker._server._loop.time() + 3600, 0.0))
+        gone = _expire(broker, 3600)
         assert gone == [("idle", idle.member_id)]
         release.set()
         sender.join(WAIT_S)
@@ -208,3 +226,63 @@ def test_a_member_whose_commit_waits_in_the_broker_is_not_expired(
         sender.join(WAIT_S)
         committing.client.close()
         idle.client.close()
+
+
+def test_members_that_waited_in_a_long_rebalance_are_not_expired_when_it_completes(broker: Broker) -> None:
+    """A rebalance may wait for a slow member up to the rebalance timeout (librdkafka: max.poll.interval.ms,
+    5 min), longer than a session (45 s). The members waiting in JoinGroup and SyncGroup meanwhile cannot
+    heartbeat (their heartbeats wait behind those requests on the coordinator connection): when the
+    rebalance completes, they must not be expired for it, all at once."""
+    first, second = _Member(broker, "slow"), _Member(broker, "slow", join=False)
+    answers: dict[str, ErrorCode] = {}
+    joining = threading.Thread(target=lambda: answers.update(join=second.join()))
+    syncing: threading.Thread | None = None
+    try:
+        joining.start()
+        _wait_in_loop(broker, lambda: _group(broker, "slow").state == "PreparingRebalance")
+        # it has waited an hour for the first member to rejoin (its session is much shorter)
+        _in_loop(broker, lambda: _set_waiting_long_ago(broker, "slow", 3600))
+        assert first.join() == ErrorCode.none
+        joining.join(WAIT_S)
+        assert answers == {"join": ErrorCode.none}
+        assert first.generation == second.generation
+        assert _expire(broker, 0) == []  # the session of the member that waited restarted with its answer
+        follower = (
+            second if first.member_id == _in_loop(broker, lambda: _group(broker, "slow").leader) else first
+        )
+        leader = first if follower is second else second
+        syncing = threading.Thread(target=lambda: answers.update(sync=follower.sync()))
+        syncing.start()
+        _wait_in_loop(broker, lambda: _group(broker, "slow").members[follower.member_id].sync is not None)
+        # the follower has waited an hour in SyncGroup for the leader's: it is alive all the same
+        _in_loop(broker, lambda: _set_waiting_long_ago(broker, "slow", 3600))
+        assert _expire(broker, 0) == []
+        assert leader.sync() == ErrorCode.none
+        syncing.join(WAIT_S)
+        assert answers["sync"] == ErrorCode.none
+        assert _expire(broker, SESSION_S / 2) == []  # every session restarted with the answers
+        assert _members(broker, "slow") == {first.member_id, second.member_id}
+        for m in (first, second):
+            assert m.heartbeat() == ErrorCode.none
+    finally:
+        for t in (joining, syncing):
+            if t is not None and t.ident is not None:
+                t.join(WAIT_S)
+        first.client.close()
+        second.client.close()
+
+
+def _set_waiting_long_ago(broker: Broker, group: str, seconds: float) -> None:
+    """Members waiting in JoinGroup or SyncGroup: as if they had been heard last ``seconds`` ago."""
+    for m in _group(broker, group).members.values():
+        if any(f is not None and not f.done() for f in (m.join, m.sync)):
+            m.last_seen -= seconds
+
+
+def _wait_in_loop(broker: Broker, condition: Callable[[], bool]) -> None:
+    """Wait (bounded by WAIT_S) until ``condition()``, evaluated in the broker's loop, holds."""
+    for _ in range(int(WAIT_S / 0.01)):
+        if _in_loop(broker, condition):
+            return
+        _sleep_in_loop(broker, 0.01)
+    raise AssertionError("the broker never reached the expected state")

@@ -19,10 +19,12 @@ The protocol, as Kafka's ``GroupCoordinator`` runs it (simplified to one node):
 - Heartbeat answers REBALANCE_IN_PROGRESS during a rebalance (the member rejoins), ILLEGAL_GENERATION or
   UNKNOWN_MEMBER_ID to a fenced member. A member whose last heartbeat is older than its session timeout is
   removed, which starts a rebalance. A session counts only the time the broker was able to hear the member:
-  an OffsetCommit of the member counts as a heartbeat (as in Kafka) and the member cannot expire while one
-  is being stored (its next heartbeat waits behind it on the connection), and a stretch in which the
-  broker's event loop did not run (a long synchronous step, the process descheduled on a loaded machine)
-  is added to every session, since the heartbeats sent meanwhile wait unread in the sockets.
+  a member waiting in JoinGroup or SyncGroup cannot expire, and its session restarts when it is answered (a
+  rebalance may wait for a slow member up to the rebalance timeout, longer than a session); an OffsetCommit
+  counts as a heartbeat (as in Kafka), and the member cannot expire while one is being stored (its next
+  heartbeat waits behind it on the connection); a stretch in which the broker's event loop did not run (a
+  long synchronous step, the process descheduled on a loaded machine) is added to every session, since the
+  heartbeats sent meanwhile wait unread in the sockets.
 - OffsetCommit checks the member and generation (a commit with generation -1 and no member id is a
   "simple" commit of a consumer that uses ``assign()``); a partition that does not exist is answered
   UNKNOWN_TOPIC_OR_PARTITION and its offset is not stored. OffsetFetch reads the committed offsets.
@@ -287,8 +289,10 @@ class Coordinator:
     def _prepare_rebalance(self, group: Group) -> None:
         if group.state == "PreparingRebalance":
             return
+        now = asyncio.get_running_loop().time()
         for m in group.members.values():  # a member waiting in SyncGroup rejoins
             if m.sync is not None and not m.sync.done():
+                m.last_seen = now
                 m.sync.set_result(_sync_answer(ErrorCode.rebalance_in_progress))
         group.state = "PreparingRebalance"
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
@@ -330,8 +334,10 @@ class Coordinator:
             }
             for m in group.members.values()
         ]
+        now = asyncio.get_running_loop().time()
         for m in group.members.values():
             assert m.join is not None
+            m.last_seen = now  # it could not heartbeat while its JoinGroup waited (Kafka restarts it too)
             m.join.set_result(
                 {
                     "throttle_time": 0,
@@ -366,8 +372,10 @@ class Coordinator:
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
             group.state = "Stable"
+            now = asyncio.get_running_loop().time()
             for m in group.members.values():
                 if m.sync is not None and not m.sync.done():
+                    m.last_seen = now  # it could not heartbeat while its SyncGroup waited
                     m.sync.set_result(_sync_answer(ErrorCode.none, m.assignment, group))
                 m.sync = None
             return _sync_answer(ErrorCode.none, member.assignment, group)
@@ -461,11 +469,13 @@ class Coordinator:
         not run, heartbeats waited unread in the sockets, and a check right after such a stall would expire
         every member at once. It is added to every session. Returns the (group, member) removed."""
         gone = []
+        if late > _CHECK_S:
+            _log.info("the event loop did not run for %.1f s: added to every member's session", late)
         for group in list(self.groups.values()):
             for member_id, m in list(group.members.items()):
                 if late > 0:
                     m.last_seen += late
-                waiting = m.busy > 0 or (m.join is not None and not m.join.done())
+                waiting = m.busy > 0 or any(f is not None and not f.done() for f in (m.join, m.sync))
                 if not waiting and now - m.last_seen > m.session_timeout_ms / 1000:
                     _log.info("member %s of group %r: session expired", member_id, group.group_id)
                     self._remove(group, member_id)
