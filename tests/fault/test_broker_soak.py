@@ -57,8 +57,9 @@ IN_FLIGHT = 500  # records a producer may have unacknowledged before it waits (b
 # runs for the second half and the drain, long enough to see its memory grow if it does
 RESTARTS = [(0.1, signal.SIGTERM), (0.2, signal.SIGTERM), (0.3, signal.SIGKILL), (0.4, signal.SIGTERM)]
 RESTARTS += [(0.5, signal.SIGTERM)]
-# and once the broker is paused (SIGSTOP) for longer than the consumers' session timeout: the sessions whose
-# heartbeats are not read before the broker next looks for expired ones expire, and their commits are refused
+# and once the broker is paused (SIGSTOP) for longer than the consumers' session timeout: the broker adds the
+# pause to every session (it could not hear anyone), so only the members whose client gave up on its own
+# session during the pause (librdkafka rejoins then) lose their generation and see their commits refused
 STALL_AT, STALL_S, SESSION_TIMEOUT_MS = 0.13, 15.0, 10_000
 WARM_UP_S = 20.0  # the RSS this long after an incarnation started is its warmed-up size
 RSS_GROWTH = 1.5
