@@ -41,9 +41,10 @@ Record = tuple[Any, ...]
 
 def make_log(path: str, seed: int, records: int = 600) -> None:
     """A random log: topics ``a`` (3 partitions) and ``b`` (1), small segments, headers, None keys/values,
-    increasing timestamps 10 ms apart."""
+    increasing timestamps 10 ms apart. ``segment_ms=1`` rolls a segment for every batch with a newer
+    timestamp (segments roll by record time), so most segments hold one batch: many segment boundaries."""
     rng = random.Random(seed)
-    with pylog.open(path, segment_bytes=2048) as log:
+    with pylog.open(path, segment_bytes=2048, segment_ms=1) as log:
         log.create_topic("a", partitions=3)
         log.create_topic("b", partitions=1)
         producer = log.producer(value_serializer=None, batch_size=rng.choice([300, 1500]))
