@@ -398,6 +398,17 @@ class _SqliteTimed:
         self._time_dirty = False
 
     def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
+        """Changelog records (decoded) go straight to the file: they are committed already."""
+        latest = dict(zip(keys, values, strict=True))
+        time = latest.pop(STREAM_TIME_KEY, None)
+        if time is not None:
+            self.stream_time = max(self.stream_time, int(time))
+        self._restore_latest(latest)
+        self._dirty.clear()
+        self._time_dirty = False
+
+    def _restore_latest(self, latest: dict[Any, Any]) -> None:
+        """Write each key's latest changelog value (None: deleted) to the file and update what indexes it."""
         raise NotImplementedError
 
     def restore(self, keys: Iterable[bytes], values: Iterable[bytes | None]) -> None:
@@ -673,12 +684,7 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
         self._new = {}
         self._sweep.reset()
 
-    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
-        """Changelog records (decoded) go straight to the file: they are committed already."""
-        latest = dict(zip(keys, values, strict=True))
-        time = latest.pop(STREAM_TIME_KEY, None)
-        if time is not None:
-            self.stream_time = max(self.stream_time, int(time))
+    def _restore_latest(self, latest: dict[Any, Any]) -> None:
         size, seq = self.size_ms, self._seq
         with self._lock:
             db = self._db
@@ -700,8 +706,6 @@ class SqliteWindowStore(_SqliteTimed, WindowStore):
             for window in latest:
                 self._cache.pop(window, None)
             self._max_start = max([self._max_start, *(w[1] for w, v in latest.items() if v is not None)])
-        self._dirty.clear()
-        self._time_dirty = False
         self._sweep.refresh()
 
 
@@ -895,12 +899,7 @@ class SqliteSessionStore(_SqliteTimed, SessionStore):
         self._ends.clear()
         self._sweep.reset()
 
-    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
-        """Changelog records (decoded) go straight to the file: they are committed already."""
-        latest = dict(zip(keys, values, strict=True))
-        time = latest.pop(STREAM_TIME_KEY, None)
-        if time is not None:
-            self.stream_time = max(self.stream_time, int(time))
+    def _restore_latest(self, latest: dict[Any, Any]) -> None:
         seq = self._seq
         with self._lock:
             db = self._db
@@ -918,6 +917,4 @@ class SqliteSessionStore(_SqliteTimed, SessionStore):
                 [(encode_key(s[0]), s[1]) for s, v in latest.items() if v is None],
             )
             db.execute("COMMIT")
-        self._dirty.clear()
-        self._time_dirty = False
         self._sweep.refresh()

@@ -49,7 +49,6 @@ from pylog.streams.sqlite import (
 )
 from pylog.streams.stores import (
     _MISSING,
-    STREAM_TIME_KEY,
     JoinBufferStore,
     KeyValueStore,
     SlidingStore,
@@ -337,15 +336,8 @@ class SqliteSlidingStore(_SqliteTimed, SlidingStore):
         self._closes.reset()
         self._purges.reset()
 
-    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
-        """Changelog records (decoded) go straight to the file: they are committed already."""
-        latest = dict(zip(keys, values, strict=True))
-        time = latest.pop(STREAM_TIME_KEY, None)
-        if time is not None:
-            self.stream_time = max(self.stream_time, int(time))
+    def _restore_latest(self, latest: dict[Any, Any]) -> None:
         self._apply(self._writes(latest), None)
-        self._dirty.clear()
-        self._time_dirty = False
         self._reload()
 
 
@@ -537,15 +529,8 @@ class SqliteJoinBufferStore(_SqliteTimed, JoinBufferStore):
         self._next_seq = 0
         self._purges.reset()
 
-    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
-        """Changelog records (decoded) go straight to the file: they are committed already."""
-        latest = dict(zip(keys, values, strict=True))
-        time = latest.pop(STREAM_TIME_KEY, None)
-        if time is not None:
-            self.stream_time = max(self.stream_time, int(time))
+    def _restore_latest(self, latest: dict[Any, Any]) -> None:
         self._apply(self._writes(latest), None)
-        self._dirty.clear()
-        self._time_dirty = False
         self._reload()
 
 
@@ -726,12 +711,7 @@ class SqliteSuppressBuffer(_SqliteTimed, SuppressBuffer):
         self._seq = itertools.count()
         self._rewind()
 
-    def restore_decoded(self, keys: list[Any], values: list[Any]) -> None:
-        """Changelog records (decoded) go straight to the file: they are committed already."""
-        latest = dict(zip(keys, values, strict=True))
-        time = latest.pop(STREAM_TIME_KEY, None)
-        if time is not None:
-            self.stream_time = max(self.stream_time, int(time))
+    def _restore_latest(self, latest: dict[Any, Any]) -> None:
         changes: dict[Any, Any] = {}
         for key, value in latest.items():
             if value is None:
@@ -741,8 +721,6 @@ class SqliteSuppressBuffer(_SqliteTimed, SuppressBuffer):
                 size = len(encode_key(key)) + (0 if held is None else len(MSGPACK.encode(held)))
                 changes[key] = (held, value[1], value[2], value[3], size)
         self._apply(self._writes(changes), None)
-        self._dirty.clear()
-        self._time_dirty = False
         self._reload()
 
 
