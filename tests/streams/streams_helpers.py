@@ -7,10 +7,13 @@ import os
 import signal
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pylog
+from pylog.streams.admin import read_store
 
 DEADLINE_S = 60.0  # a bound against hanging, not a speed assertion
 
@@ -33,6 +36,50 @@ def wait_for(condition: Callable[[], bool], what: str, deadline_s: float = DEADL
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+@dataclass
+class EchoCounts:
+    """What an application of the kill tests committed: it echoes input ``i`` (topic ``in``) to ``echo`` and
+    counts it for user ``f"u{i % users}"`` in store ``counts`` (each count sent to ``counts-out``)."""
+
+    echo: Counter[int]  # committed echoes
+    written: int  # echoes written, committed or not
+    counts: dict[str, list[int]]  # committed counts per user, in order
+    store: dict[Any, Any]  # the store's committed state
+    offsets: dict[int, int]  # the group's committed offsets of ``in``
+    ends: list[int]  # ``in``'s end offsets
+
+    def duplicates(self) -> int:
+        return sum(c - 1 for c in self.echo.values() if c > 1)
+
+    def missing(self, inputs: int) -> int:
+        return inputs - len(set(self.echo) & set(range(inputs)))
+
+    def check_exactly_once(self, inputs: int, users: int) -> None:
+        """Every input echoed once, each user's counts 1..n once and in order, the store equal to them, and the
+        group's offsets at the input's end."""
+        per_user = Counter(f"u{i % users}" for i in range(inputs))
+        assert self.duplicates() == 0 and self.missing(inputs) == 0 and set(self.echo) == set(range(inputs))
+        assert self.counts == {u: list(range(1, n + 1)) for u, n in per_user.items()}
+        assert self.store == dict(per_user)
+        assert self.offsets == self.ends
+
+
+def read_echo_counts(path: str, app_id: str) -> EchoCounts:
+    """Read what the application ``app_id`` over the log at ``path`` committed (see :class:`EchoCounts`)."""
+    with pylog.open(path) as log:
+        echo = Counter(r.value for r in committed_records(log, "echo"))
+        written = sum(1 for _ in log.consumer("echo", auto_offset_reset="earliest", consumer_timeout_ms=0))
+        counts: dict[str, list[int]] = {}
+        for r in committed_records(log, "counts-out"):
+            counts.setdefault(r.key.decode(), []).append(r.value)
+        store = read_store(log, app_id, "counts")
+        offsets = {
+            tp.partition: om.offset for tp, om in log.group_offsets(app_id).items() if tp.topic == "in"
+        }
+        ends = log.topic("in").end_offsets()
+    return EchoCounts(echo, written, counts, store, offsets, ends)
 
 
 class Child:

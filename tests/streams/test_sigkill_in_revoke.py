@@ -12,15 +12,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from streams_helpers import Child, committed_records, stop_all, wait_for
+from streams_helpers import Child, committed_records, read_echo_counts, stop_all, wait_for
 
 import pylog
 from pylog.streams import App
-from pylog.streams.admin import read_store
 from pylog.streams.runtime import StreamThread
 
 USERS = 2000
@@ -118,24 +116,10 @@ def test_a_process_killed_in_its_revocation_with_an_open_transaction(tmp_path: P
     finally:
         for app in apps.values():
             app.kill()
-    with pylog.open(path) as log:
-        echo = Counter(r.value for r in committed_records(log, "echo"))
-        written = sum(1 for _ in log.consumer("echo", auto_offset_reset="earliest", consumer_timeout_ms=0))
-        counts: dict[str, list[int]] = {}
-        for r in committed_records(log, "counts-out"):
-            counts.setdefault(r.key.decode(), []).append(r.value)
-        store = read_store(log, APP, "counts")
-        offsets = {tp.partition: om.offset for tp, om in log.group_offsets(APP).items() if tp.topic == "in"}
-        ends = log.topic("in").end_offsets()
-    duplicates = sum(c - 1 for c in echo.values() if c > 1)
-    missing = INPUT - len(set(echo) & set(range(INPUT)))
+    out = read_echo_counts(path, APP)
     print(
         f"{2 * ROUNDS} kills in {time.monotonic() - started:.1f} s, {open_kills} with processed records in an "
-        f"open transaction ({'; '.join(seen)}): {written} echoes "
-        f"written, {sum(echo.values())} committed, {duplicates} duplicates, {missing} missing"
+        f"open transaction ({'; '.join(seen)}): {out.written} echoes "
+        f"written, {sum(out.echo.values())} committed, {out.duplicates()} duplicates, {out.missing(INPUT)} missing"
     )
-    users = Counter(f"u{i % USERS}" for i in range(INPUT))
-    assert duplicates == 0 and missing == 0 and set(echo) == set(range(INPUT))
-    assert counts == {u: list(range(1, n + 1)) for u, n in users.items()}
-    assert store == dict(users)
-    assert offsets == ends
+    out.check_exactly_once(INPUT, USERS)

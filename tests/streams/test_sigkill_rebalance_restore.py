@@ -12,14 +12,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
-from streams_helpers import Child, committed_records, stop_all, wait_for
+from streams_helpers import Child, committed_records, read_echo_counts, stop_all, wait_for
 
 import pylog
 from pylog.streams import App, StateRestoreListener
-from pylog.streams.admin import read_store
 from pylog.structs import TopicPartition
 
 USERS = 3000
@@ -146,22 +144,9 @@ def test_kills_during_a_rebalance_and_during_a_restore_are_exactly_once(tmp_path
     finally:
         for app in apps.values():
             app.kill()
-    with pylog.open(path) as log:
-        echo = Counter(r.value for r in committed_records(log, "echo"))
-        counts: dict[str, list[int]] = {}
-        for r in committed_records(log, "counts-out"):
-            counts.setdefault(r.key.decode(), []).append(r.value)
-        store = read_store(log, APP, "counts")
-        offsets = {tp.partition: om.offset for tp, om in log.group_offsets(APP).items() if tp.topic == "in"}
-        ends = log.topic("in").end_offsets()
-    duplicates = sum(c - 1 for c in echo.values() if c > 1)
-    missing = INPUT - len(set(echo) & set(range(INPUT)))
+    out = read_echo_counts(path, APP)
     print(
-        f"{3 * ROUNDS} kills in {time.monotonic() - started:.1f} s ({'; '.join(seen)}): {sum(echo.values())} "
-        f"echoes, {duplicates} duplicates, {missing} missing"
+        f"{3 * ROUNDS} kills in {time.monotonic() - started:.1f} s ({'; '.join(seen)}): {sum(out.echo.values())} "
+        f"echoes, {out.duplicates()} duplicates, {out.missing(INPUT)} missing"
     )
-    users = Counter(f"u{i % USERS}" for i in range(INPUT))
-    assert duplicates == 0 and missing == 0 and set(echo) == set(range(INPUT))
-    assert counts == {u: list(range(1, n + 1)) for u, n in users.items()}
-    assert store == dict(users)
-    assert offsets == ends
+    out.check_exactly_once(INPUT, USERS)
