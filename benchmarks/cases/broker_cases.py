@@ -676,27 +676,14 @@ _UNKNOWN_TOPIC_OR_PARTITION = 3
 _MIB = 1 << 20
 
 
-def _zigzag(value: int) -> bytes:
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _kafka_batch(value_size: int) -> bytes:
-    """A Kafka record batch (magic 2, uncompressed, CRC-32C) of one record: null key, ``value_size`` bytes."""
-    import crc32c
+    """A Kafka record batch (magic 2, uncompressed) of one record: null key, ``value_size`` bytes; written by
+    the broker's own Kafka batch encoder (:func:`pylog.broker.records.from_pylog`), the format's one
+    implementation."""
+    from pylog.broker.records import from_pylog
+    from pylog.record import encode_batch
 
-    value = bytes(value_size)
-    body = b"\0" + _zigzag(0) + _zigzag(0) + _zigzag(-1) + _zigzag(value_size) + value + _zigzag(0)
-    ts = 1_700_000_000_000
-    # attributes, last offset delta, first and max timestamp, producer id, epoch, base sequence, record count
-    after_crc = struct.pack(">hiqqqhii", 0, 0, ts, ts, -1, -1, -1, 1) + _zigzag(len(body)) + body
-    head = struct.pack(">qiib", 0, 4 + 1 + 4 + len(after_crc), 0, 2)  # base offset, length, epoch, magic
-    return head + struct.pack(">I", crc32c.crc32c(after_crc)) + after_crc
+    return from_pylog(encode_batch(0, [None], [bytes(value_size)], [1_700_000_000_000]), 0)
 
 
 def _produce_v3(size: int) -> tuple[Callable[[int], bytes], bytes]:
@@ -910,7 +897,6 @@ def _flood(
 
     def run(_requested: int, _seed: int, workdir: Path) -> dict[str, Any]:
         try:
-            _require("crc32c", "crc32c")
             soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # the broker inherits the limit
             want = 2 * _FLOOD_CONNECTIONS + 512
             if soft < want:
