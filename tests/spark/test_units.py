@@ -258,9 +258,16 @@ def test_planned_partition_pickles_with_its_ranges_as_json(tmp_path: Any) -> Non
 
     path = str(tmp_path / "log")
     make_log(path, seed=4, records=300)
-    opts = Options({"path": path, "subscribe": "a,b", "failOnDataLoss": "false", "minPartitions": "3"})
+    with pylog.open(path) as log:  # a compacted topic: its offsets may have gaps, its ranges are not dense
+        log.create_topic("c", partitions=1, cleanup_policy="compact")
+        producer = log.producer()
+        for i in range(20):
+            producer.send("c", i, key=b"k%d" % (i % 3))
+        producer.close()
+    opts = Options({"path": path, "subscribe": "a,b,c", "failOnDataLoss": "false", "minPartitions": "3"})
     parts = PylogReader(opts, _schema_json(KAFKA)).partitions()
     assert len(parts) >= 3
+    assert {r.topic for part in parts for r in part.ranges} == {"a", "b", "c"}
     for part in parts:
         raw = pickle.dumps(part)
         assert pickle.loads(raw) == part  # the Python reader gets the same partition back
@@ -271,7 +278,7 @@ def test_planned_partition_pickles_with_its_ranges_as_json(tmp_path: Any) -> Non
         assert plan == {
             "path": part.spec.path,
             "failOnDataLoss": False,
-            "ranges": [[r.topic, r.partition, r.start, r.end, []] for r in part.ranges],
+            "ranges": [[r.topic, r.partition, r.start, r.end, [], r.topic != "c"] for r in part.ranges],
         }
 
 

@@ -69,6 +69,9 @@ class ReadSpec:
     bounds: Bounds
     #: a log in an object store (``path`` is its URL): the store and the segments pinned at planning
     remote: RemoteRead | None = None
+    #: the topics whose ``cleanup_policy`` includes ``compact``: their offsets may have gaps; every other
+    #: topic's batches follow each other without one (checked by pylog's JVM reader)
+    compacted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,11 +48,13 @@ class RangePartition(InputPartition):
 
     It pickles as ``_restore(plan, state)``: ``plan`` is JSON that pylog's JVM reader
     (:mod:`pylog.spark.jvm`) reads without a Python interpreter, ``{"path": str, "failOnDataLoss": bool,
-    "ranges": [[topic, partition, start, end, skipped], ...], "timestamp": {"lo": int|null, "hi": int|null,
-    "values": [int]|null}}`` (``skipped``: ``[[first, next], ...]``, the offsets of aborted and control batches
-    a read_committed read leaves out, see :mod:`pylog.spark.committed`, empty otherwise; ``timestamp``: the
-    pushed timestamp bounds in microseconds, present only when a filter set them; the JVM reader skips segments
-    and batches outside them); ``state`` is the pickled partition itself.
+    "ranges": [[topic, partition, start, end, skipped, dense], ...], "timestamp": {"lo": int|null, "hi":
+    int|null, "values": [int]|null}}`` (``skipped``: ``[[first, next], ...]``, the offsets of aborted and
+    control batches a read_committed read leaves out, see :mod:`pylog.spark.committed`, empty otherwise;
+    ``dense``: the topic is not compacted, so the JVM reader checks that each batch's base offset is exactly
+    the offset after its predecessor's, as pylog's log does, and only that it is greater otherwise;
+    ``timestamp``: the pushed timestamp bounds in microseconds, present only when a filter set them; the JVM
+    reader skips segments and batches outside them); ``state`` is the pickled partition itself.
 
     A partition of a tiered log directory also has ``"tiered": url`` (the store): the JVM reader then finds
     the pinned remote segments and the planned local log starts in the pickled
@@ -67,7 +69,15 @@ class RangePartition(InputPartition):
             "path": self.spec.path,
             "failOnDataLoss": self.spec.fail_on_data_loss,
             "ranges": [
-                [r.topic, r.partition, r.start, r.end, [list(s) for s in r.skipped]] for r in self.ranges
+                [
+                    r.topic,
+                    r.partition,
+                    r.start,
+                    r.end,
+                    [list(s) for s in r.skipped],
+                    r.topic not in self.spec.compacted,
+                ]
+                for r in self.ranges
             ],
         }
         remote = self.spec.remote
@@ -186,7 +196,15 @@ def _spec(options: Options, schema_json: str, bounds: Bounds, log: LogView) -> R
     elif log.tiered_url is not None:  # a log directory with tiered topics: their remote segments too
         remote = RemoteRead(log.tiered_url, options.remote_storage_options)
     path = options.path if is_url(options.path) else check_log_dir(options.path)
-    return ReadSpec(path, schema_json, options.fail_on_data_loss, options.value_format, bounds, remote)
+    return ReadSpec(
+        path,
+        schema_json,
+        options.fail_on_data_loss,
+        options.value_format,
+        bounds,
+        remote,
+        log.compacted_topics,
+    )
 
 
 class PylogReader(DataSourceReader):

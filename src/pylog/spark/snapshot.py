@@ -92,6 +92,8 @@ class LogView:
         self.remote_options = dict(remote_options or {})
         self.tiered_url: str | None = None
         self.tiered_topics: frozenset[str] = frozenset()
+        #: topics whose ``cleanup_policy`` includes ``compact`` (their segments' offsets may have gaps)
+        self.compacted_topics: frozenset[str] = frozenset()
         self._tiered: RemoteLog | None = None
         if is_url(path):
             self.path = path
@@ -106,6 +108,11 @@ class LogView:
         self.partition_counts = {name: int(meta["partitions"]) for name, meta in sorted(topics.items())}
         self.tiered_topics = frozenset(
             name for name, meta in topics.items() if meta["config"].get("remote_storage_enable")
+        )
+        self.compacted_topics = frozenset(
+            name
+            for name, meta in topics.items()
+            if "compact" in meta["config"].get("cleanup_policy", "delete")
         )
         if self.tiered_topics:
             self.tiered_url = read_remote_storage(self.path)

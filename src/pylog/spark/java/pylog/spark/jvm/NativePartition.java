@@ -13,21 +13,27 @@ final class NativePartition implements InputPartition {
    * and control batches a {@code read_committed} read leaves out. The Python planner computed them (and
    * ended the range at the last stable offset) with pylog's visibility rule, as Kafka's fetch response
    * carries the aborted transactions: this reader never reads the transaction log.
+   *
+   * <p>{@code dense}: the topic is not compacted, so each batch's base offset must be exactly the offset after
+   * its predecessor's last one; otherwise (compacted, or a plan that does not say) it must only be greater,
+   * as {@code pylog.partition.segment.Segment} checks them.
    */
   static final class Range implements Serializable {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
     final String topic;
     final int partition;
     final long start;
     final long end;
     final long[] skipped;
+    final boolean dense;
 
-    Range(String topic, int partition, long start, long end, long[] skipped) {
+    Range(String topic, int partition, long start, long end, long[] skipped, boolean dense) {
       this.topic = topic;
       this.partition = partition;
       this.start = start;
       this.end = end;
       this.skipped = skipped;
+      this.dense = dense;
     }
 
     /** Whether {@code offset} lies in a skipped range. */

@@ -21,9 +21,10 @@ import org.apache.spark.sql.types.StructType;
  *
  * <p>Each partition the Python planner made pickles as {@code pylog.spark.reader._restore(plan, state)},
  * where {@code plan} is JSON: {@code {"path": str, "failOnDataLoss": bool, "ranges": [[topic, partition,
- * start, end, [[first, next], ...]], ...], "timestamp": {"lo", "hi", "values"}}} (the fifth item of a
- * range: the offsets a {@code read_committed} read skips, see {@link NativePartition.Range}; {@code
- * timestamp} only when a timestamp filter was pushed). This class reads that JSON; anything else (Spark's
+ * start, end, [[first, next], ...], dense], ...], "timestamp": {"lo", "hi", "values"}}} (the fifth item of
+ * a range: the offsets a {@code read_committed} read skips; the sixth: whether its offsets have no gaps (the
+ * topic is not compacted), false when absent; see {@link NativePartition.Range}; {@code timestamp} only when
+ * a timestamp filter was pushed). This class reads that JSON; anything else (Spark's
  * stand-in when there is nothing to read) is an empty partition. For a URL read ({@code path} an
  * object-store URL) the store and the segments pinned for the partition come from the pickled state
  * ({@link PlanUnpickler}): the driver made them, presigned URLs included, when it planned the query. A log
@@ -190,9 +191,15 @@ final class NativeScan implements Scan, Batch {
           skipped[2 * j] = skips.get(j).get(0).asLong();
           skipped[2 * j + 1] = skips.get(j).get(1).asLong();
         }
+        JsonNode dense = r.get(5); // absent from older plans: the check that holds for every log
         out[i] =
             new NativePartition.Range(
-                r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong(), skipped);
+                r.get(0).asText(),
+                r.get(1).asInt(),
+                r.get(2).asLong(),
+                r.get(3).asLong(),
+                skipped,
+                dense != null && dense.asBoolean(false));
       }
       String path = plan.get("path").asText();
       NativePartition.RemotePlan remote = null;

@@ -243,23 +243,11 @@ final class PartitionFiles {
   }
 
   /**
-   * Byte position of the first batch whose last offset is {@code >= offset} ({@code size} if none),
-   * starting from the {@code .index} entry at or below it when that entry points at a batch header.
+   * A byte position at or before the batch holding {@code offset}: the {@code .index} entry at or below it
+   * when that entry points at a batch header carrying the entry's offset, else 0 (the index is only a hint).
+   * The batch at a position above 0 has the base offset its entry names.
    */
-  static int positionFor(Segment seg, ByteBuffer buf, long offset) throws IOException {
-    int size = (int) seg.size;
-    int pos = indexFloor(seg, buf, offset);
-    while (pos < size) {
-      BatchDecoder.Header h = BatchDecoder.header(buf, pos, size);
-      if (h.baseOffset + h.lastOffsetDelta >= offset) {
-        return pos;
-      }
-      pos += h.batchLength;
-    }
-    return size;
-  }
-
-  private static int indexFloor(Segment seg, ByteBuffer buf, long offset) throws IOException {
+  static int indexFloor(Segment seg, ByteBuffer buf, long offset) throws IOException {
     Path index = seg.sibling(".index");
     byte[] raw;
     try {

@@ -22,8 +22,9 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  *
  * <p>Same semantics as {@code pylog.spark.batches}: each range is checked against the partition's current
  * log start and end (data loss fails the task, or is skipped with {@code failOnDataLoss=false}); a segment
- * deleted by retention after planning is data loss too; every batch read is CRC-checked, and a corrupt one
- * names the file and position. With pushed timestamp filters, sealed segments whose time index ends before
+ * deleted by retention after planning is data loss too; every batch read is CRC-checked, every base offset
+ * walked over is checked against its predecessor's ({@link #checkBase}), and a corrupt batch names the file
+ * and position. With pushed timestamp filters, sealed segments whose time index ends before
  * them and batches whose header's timestamp span misses them are skipped without decoding (Spark applies
  * the filters to the rows). A {@code read_committed} range leaves out the batches its planner marked
  * skipped (see {@link NativePartition.Range}). A URL read reads the pinned remote segments ({@link
@@ -66,6 +67,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private PartitionFiles.Segment segment;
   private ByteBuffer buf;
   private int pos;
+  /**
+   * The base offset the next batch of the current segment must have: exactly ({@link #exact}, or a dense
+   * range), or at least (a compacted segment's batch after a gap its cleaning left).
+   */
+  private long expected;
+  private boolean exact;
   private int cursor;
   private int hi;
   /** A URL read: the store's objects, the pinned segments left of the range, the current one's batches. */
@@ -291,6 +298,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       }
       if (buf != null && pos < segment.size) {
         BatchDecoder.Header h = header(segment, buf, pos);
+        checkBase(h);
         if (h.baseOffset >= end) {
           buf = null;
           segments = null; // later segments hold higher offsets still
@@ -435,6 +443,29 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
           + " after the query was planned (remote retention)");
     }
     skipping(range, seg.base, seg.next, what);
+  }
+
+  /**
+   * The base offset lies outside the CRC: each batch of a segment must continue the one before it, exactly
+   * in a dense range, at or after it in a compacted one, and end before the segment's end offset, as {@code
+   * pylog.partition.segment.Segment} checks; the indexed batch a walk starts from must carry its entry's
+   * offset, and a dense segment's first batch the segment's base offset. A damaged base offset fails the
+   * task; it never ends a read early or gives rows wrong offsets.
+   */
+  private void checkBase(BatchDecoder.Header h) {
+    long base = h.baseOffset;
+    if (base != expected && (exact || range.dense || base < expected)) {
+      throw new PylogReadException(
+          "corrupt batch in " + segment.path + " at position " + pos + ": batch has base offset " + base
+              + ", expected " + (exact || range.dense ? "" : "at least ") + expected);
+    }
+    if (h.lastOffset() >= segment.next) {
+      throw new PylogReadException(
+          "corrupt batch in " + segment.path + " at position " + pos + ": batch has base offset " + base
+              + " and last offset " + h.lastOffset() + ", past the segment's end offset " + segment.next);
+    }
+    expected = h.lastOffset() + 1;
+    exact = false;
   }
 
   private void decodeChecked(int at) {
@@ -622,11 +653,10 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       buf = null;
       return;
     }
-    try {
-      pos = seg.base < start ? PartitionFiles.positionFor(seg, buf, start) : 0;
-    } catch (PylogReadException e) {
-      throw named(seg, e);
-    }
+    // from the indexed batch at or before the range's start; the walk skips the batches before it
+    pos = seg.base < start ? PartitionFiles.indexFloor(seg, buf, start) : 0;
+    expected = pos > 0 ? header(seg, buf, pos).baseOffset : seg.base;
+    exact = pos > 0;
   }
 
   /** The header of the batch at {@code at}; one that fails its checks is an error naming the file. */
