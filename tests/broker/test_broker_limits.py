@@ -1,5 +1,5 @@
-"""Connection limits: max_connections, max_connections_per_ip and connections_max_idle_ms, seen from raw
-sockets; the broker keeps serving the others."""
+"""Connection limits: max_connections, max_connections_per_ip, connections_max_idle_ms,
+request_read_timeout_ms and the request budget, seen from raw sockets; the broker keeps serving the others."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import socket
 import struct
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from kafka_support import WAIT_S, BrokerProcess, wait_until
 
 import pylog
 import pylog.broker.server as server_module
+from pylog.broker.limits import REQUEST_READ_TIMEOUT_MS, ConnectionLimits
+from pylog.cli._app import main as pylog_main
 from pylog.errors import ConfigError
 
 
@@ -138,8 +141,9 @@ def _answered(sock: socket.socket) -> int:
 
 def test_a_client_stalled_in_the_middle_of_a_request_is_closed_and_blocks_no_other(log_dir: Path) -> None:
     """A client that sends half a request and then nothing holds its share of the request budget; after
-    connections_max_idle_ms without a byte its connection is closed and the budget given back, so a request
-    that did not fit beside it is read and answered."""
+    request_read_timeout_ms without a byte (by default connections_max_idle_ms when that is shorter than
+    30 s, as here) its connection is closed and the budget given back, so a request that did not fit beside
+    it is read and answered."""
     with pylog.serve(
         log_dir, queued_max_request_bytes=1 << 20, max_request_bytes=4 << 20, connections_max_idle_ms=1000
     ) as broker:
@@ -156,6 +160,133 @@ def test_a_client_stalled_in_the_middle_of_a_request_is_closed_and_blocks_no_oth
             assert closed(stalled)
             other.close()
         wait_until(lambda: budget.in_use == 0, "every request's bytes given back")
+
+
+_LONG_IDLE_MS = 300_000  # connections_max_idle_ms far beyond any wait of these tests
+_ANSWER_WAIT_S = 20.0  # generous beside a limit of 0.5 s, short beside the idle limit
+
+
+def test_a_stalled_request_is_closed_after_request_read_timeout_ms_long_before_the_idle_limit(
+    log_dir: Path,
+) -> None:
+    """With connections_max_idle_ms of 5 minutes and request_read_timeout_ms of 0.5 s: a client that sends
+    half a request and stalls is closed after the shorter limit, its share of the budget is given back, and
+    the request of a second client, which did not fit in the budget beside it, is answered (it waited for
+    budget, not for the idle limit). The broker keeps serving: a new connection is answered."""
+    with pylog.serve(
+        log_dir,
+        queued_max_request_bytes=1 << 20,
+        max_request_bytes=4 << 20,
+        connections_max_idle_ms=_LONG_IDLE_MS,
+        request_read_timeout_ms=500,
+    ) as broker:
+        address = (broker.host, broker.port)
+        budget = broker.limits.budget
+        with socket.create_connection(address) as stalled, socket.create_connection(address) as other:
+            frame = _api_versions_frame(1, 600 << 10)
+            stalled.sendall(frame[: len(frame) // 2])
+            wait_until(lambda: budget.in_use == len(frame) - 4, "the stalled request's bytes reserved")
+            other.sendall(_api_versions_frame(2, 600 << 10))  # does not fit beside it: waits its turn
+            other.settimeout(_ANSWER_WAIT_S)
+            assert _answered(other) == 2
+            assert closed(stalled)
+            assert api_versions(other, 3) == 3  # the other connection is still served
+        wait_until(lambda: budget.in_use == 0, "every request's bytes given back")
+        with socket.create_connection(address) as later:
+            assert api_versions(later, 4) == 4
+
+
+def test_a_client_stalled_in_its_size_prefix_is_closed_after_request_read_timeout_ms(log_dir: Path) -> None:
+    """Two bytes of a request's 4-byte size prefix begin the request: a client that stalls there is closed
+    after request_read_timeout_ms, not after connections_max_idle_ms; a connection that sent nothing yet
+    between two requests is left open."""
+    with pylog.serve(log_dir, connections_max_idle_ms=_LONG_IDLE_MS, request_read_timeout_ms=500) as broker:
+        address = (broker.host, broker.port)
+        with socket.create_connection(address) as stalled, socket.create_connection(address) as idle:
+            assert api_versions(idle) == 1
+            frame = _api_versions_frame(1, 0)
+            stalled.sendall(frame[:2])
+            stalled.settimeout(_ANSWER_WAIT_S)
+            assert stalled.recv(1) == b""  # closed by the broker
+            assert api_versions(idle, 2) == 2  # idle far longer than 0.5 s between its requests: still open
+
+
+def test_a_slow_client_whose_bytes_keep_coming_is_read_to_the_end(log_dir: Path) -> None:
+    """request_read_timeout_ms is a limit between two bytes, not for the whole request: a client that
+    trickles a request (size prefix included) in 40 pieces, 0.1 s apart, takes several times the 1.5 s limit
+    in all and is answered; so is its next request on the same connection."""
+    with (
+        pylog.serve(log_dir, connections_max_idle_ms=_LONG_IDLE_MS, request_read_timeout_ms=1500) as broker,
+        socket.create_connection((broker.host, broker.port)) as slow,
+    ):
+        slow.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        frame = _api_versions_frame(7, 4000)
+        step = -(-(len(frame) - 4) // 37)
+        pieces = [frame[:1], frame[1:2], frame[2:4]]  # the size prefix a byte or two at a time
+        pieces += [frame[start : start + step] for start in range(4, len(frame), step)]
+        assert len(pieces) == 40 and b"".join(pieces) == frame
+        began = time.monotonic()
+        for piece in pieces:
+            slow.sendall(piece)
+            time.sleep(0.1)
+        assert time.monotonic() - began > 2 * 1.5  # the whole request took longer than the limit
+        slow.settimeout(WAIT_S)
+        assert _answered(slow) == 7
+        assert api_versions(slow, 8) == 8
+
+
+def test_request_read_timeout_ms_is_checked(log_dir: Path) -> None:
+    """request_read_timeout_ms: a positive int of milliseconds, not longer than connections_max_idle_ms;
+    by default 30 s, or connections_max_idle_ms when that is shorter."""
+    assert ConnectionLimits().request_read_timeout_ms == REQUEST_READ_TIMEOUT_MS == 30_000
+    assert ConnectionLimits(connections_max_idle_ms=1000).request_read_timeout_ms == 1000
+    limits = ConnectionLimits(connections_max_idle_ms=1000, request_read_timeout_ms=1000)
+    assert limits.request_read_s == 1.0
+    bad: list[dict[str, Any]] = [
+        {"request_read_timeout_ms": 0},
+        {"request_read_timeout_ms": -1},
+        {"request_read_timeout_ms": 1.5},
+        {"request_read_timeout_ms": "30000"},
+        {"request_read_timeout_ms": True},
+        {"request_read_timeout_ms": 600_001},  # longer than connections_max_idle_ms' default
+        {"request_read_timeout_ms": 2000, "connections_max_idle_ms": 1000},
+    ]
+    for options in bad:
+        with pytest.raises(ConfigError, match="request_read_timeout_ms"):
+            pylog.serve(log_dir, **options)
+    with pylog.serve(log_dir, request_read_timeout_ms=600_000) as broker:  # as long as the idle limit
+        assert broker.limits.request_read_timeout_ms == 600_000
+
+
+def test_serve_request_read_timeout_ms_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``pylog serve --request-read-timeout-ms``: a value longer than --connections-max-idle-ms is refused
+    with a message naming both; a valid one closes a client stalled in the middle of a request."""
+    status = pylog_main(
+        [
+            "--dir",
+            str(tmp_path / "refused"),
+            "serve",
+            "--connections-max-idle-ms",
+            "1000",
+            "--request-read-timeout-ms",
+            "2000",
+        ]
+    )
+    assert status == 1
+    err = capsys.readouterr().err
+    assert "request_read_timeout_ms" in err and "connections_max_idle_ms" in err
+    broker = BrokerProcess(
+        tmp_path / "log", "--connections-max-idle-ms", str(_LONG_IDLE_MS), "--request-read-timeout-ms", "500"
+    )
+    try:
+        host, port = broker.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as stalled:
+            frame = _api_versions_frame(1, 4000)
+            stalled.sendall(frame[:100])
+            stalled.settimeout(_ANSWER_WAIT_S)
+            assert stalled.recv(1) == b""
+    finally:
+        broker.close()
 
 
 def test_an_answered_request_is_not_held_while_its_connection_waits_for_the_next(log_dir: Path) -> None:

@@ -113,10 +113,15 @@ class Broker:
         consumer_byte_rate: int | None = None,
         metrics: str | None = None,
         queued_max_request_bytes: int = 512 << 20,
+        request_read_timeout_ms: int | None = None,
         owns_log: bool = False,
     ) -> None:
         limits = ConnectionLimits(
-            max_connections, max_connections_per_ip, connections_max_idle_ms, queued_max_request_bytes
+            max_connections,
+            max_connections_per_ip,
+            connections_max_idle_ms,
+            queued_max_request_bytes,
+            request_read_timeout_ms,
         )
         security = _security(log.path, sasl, tls_cert, tls_key, tls_client_ca, super_users, limits)
         self._limits = limits
@@ -345,7 +350,9 @@ def serve(path_or_log: str | os.PathLike[str] | Log, listen: str = "127.0.0.1:0"
     ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second per principal, where no quota set with
     ``pylog quotas`` or AlterClientQuotas applies; unlimited),
     ``metrics`` (``HOST:PORT`` of a Prometheus endpoint, ``GET /metrics``; port 0 picks one),
-    ``queued_max_request_bytes`` (512 MiB: requests read and not answered yet, all connections together)."""
+    ``queued_max_request_bytes`` (512 MiB: requests read and not answered yet, all connections together),
+    ``request_read_timeout_ms`` (30000, or ``connections_max_idle_ms`` if shorter: a connection silent that
+    long in the middle of a request is closed and its share of ``queued_max_request_bytes`` given back)."""
     if isinstance(path_or_log, Log):
         return Broker(path_or_log, listen=listen, **options)
     authenticates = bool(options.get("sasl")) or options.get("tls_client_ca") is not None

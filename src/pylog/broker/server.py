@@ -3,10 +3,11 @@
 Each connection is read frame by frame: a 4-byte big-endian size, then that many bytes. A size over
 ``max_request_bytes`` (Kafka's ``socket.request.max.bytes``, 100 MiB) or negative closes that connection
 without reading the frame, so one client cannot make the broker allocate more than that; a frame that cannot
-be decoded closes that connection too. Nothing one connection does affects the others. Requests of one
-connection are answered in the order they came (Kafka's guarantee: a client pipelines them), one at a time;
-disk work runs in a thread pool, so a slow fsync or a long-polling fetch of one connection does not hold the
-event loop.
+be decoded closes that connection too, and so does a request begun and then left without a byte for
+``request_read_timeout_ms`` (see :mod:`pylog.broker.limits`). Nothing one connection does affects the
+others. Requests of one connection are answered in the order they came (Kafka's guarantee: a client
+pipelines them), one at a time; disk work runs in a thread pool, so a slow fsync or a long-polling fetch of
+one connection does not hold the event loop.
 
 Why asyncio: a Kafka consumer spends most of its time in long-polling fetches, so a broker holds many idle or
 waiting connections: a coroutine costs a few KiB, where a thread per connection costs a stack and a scheduler
@@ -185,13 +186,18 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
+        limits = self._security.limits
         while not self._stopping:
             limit = self.ctx.options.max_request_bytes if session.authenticated else _SASL_MAX_BYTES
-            idle = loop.call_later(self._security.limits.idle_s, _close_idle, writer, peer)
+            idle = loop.call_later(limits.idle_s, _close_idle, writer, peer)
             try:
-                head = await reader.readexactly(4)
+                head = await reader.read(4)  # what has come of the size prefix, once something has
             finally:
                 idle.cancel()
+            if len(head) < 4:  # the request has begun: the rest of its size prefix comes within the limit
+                if not head:
+                    return
+                head += await _read_frame(reader, writer, 4 - len(head), limits.request_read_s, peer)
             size = int.from_bytes(head, "big", signed=True)
             if size < 0 or size > limit:
                 _log.warning(
@@ -201,7 +207,7 @@ class Server:
                     limit,
                 )
                 return
-            budget = self._security.limits.budget  # bytes of requests read and not yet answered
+            budget = limits.budget  # bytes of requests read and not yet answered
             await budget.acquire(size)
             try:
                 answer = await self._request(reader, writer, size, peer, session)
@@ -242,7 +248,7 @@ class Server:
         """Read the ``size`` bytes of a request and answer it (see :meth:`_answer`). Its bytes are freed when
         this returns; its share of the request budget is given back by the caller before the answer is
         written, so a client that does not read its answers holds no budget."""
-        frame = await _read_frame(reader, writer, size, self._security.limits.idle_s, peer)
+        frame = await _read_frame(reader, writer, size, self._security.limits.request_read_s, peer)
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = True
@@ -283,18 +289,19 @@ def _decode(frame: bytes, peer: Any) -> Request | bytes | bool:
 
 
 async def _read_frame(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int, idle_s: float, peer: Any
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int, timeout_s: float, peer: Any
 ) -> bytes:
     """The ``size`` bytes of a request, read as they arrive. A client that sends none of them for
-    ``idle_s`` (connections.max.idle.ms: Kafka closes a connection idle in the middle of a request the same
-    way) has its connection closed, so a stalled client does not hold its share of the request budget, and
-    with it the requests of others, for ever. Raises :class:`asyncio.IncompleteReadError` when the
-    connection ends first."""
+    ``timeout_s`` (request_read_timeout_ms, 30 s by default: see :mod:`pylog.broker.limits`) has its
+    connection closed, so a client stalled in the middle of a request does not hold its share of the
+    request budget, and with it the requests of others, for long. The limit is between two reads, not for
+    the whole request: a slow client whose bytes keep coming is read to the end. Raises
+    :class:`asyncio.IncompleteReadError` when the connection ends first."""
     loop = asyncio.get_running_loop()
     chunks: list[bytes] = []
     left = size
     while left:
-        idle = loop.call_later(idle_s, _close_stalled, writer, peer)
+        idle = loop.call_later(timeout_s, _close_stalled, writer, peer, timeout_s)
         try:
             chunk = await reader.read(left)
         finally:
@@ -306,8 +313,13 @@ async def _read_frame(
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _close_stalled(writer: asyncio.StreamWriter, peer: Any) -> None:
-    _log.info("closing the connection from %s: no byte of its request for connections_max_idle_ms", peer)
+def _close_stalled(writer: asyncio.StreamWriter, peer: Any, timeout_s: float) -> None:
+    """request_read_timeout_ms passed without a byte of a begun request: close (its read then ends)."""
+    _log.warning(
+        "closing the connection from %s: no byte of its request for %g s (request_read_timeout_ms)",
+        peer,
+        timeout_s,
+    )
     writer.close()
 
 

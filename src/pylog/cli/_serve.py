@@ -144,6 +144,13 @@ def register(sub: Subparsers, parents: Parents) -> None:
         help="bytes of requests read and not yet answered, all connections together (queued.max.request.bytes)",
     )
     p.add_argument(
+        "--request-read-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="close a connection that sends no byte of a request it has begun for that long, giving its share "
+        "of --queued-max-request-bytes back (30000, or --connections-max-idle-ms if shorter)",
+    )
+    p.add_argument(
         "--metrics",
         metavar="HOST:PORT",
         help="serve Prometheus metrics on http://HOST:PORT/metrics (no authentication: keep it on a private address)",
@@ -178,6 +185,7 @@ def serve(args: argparse.Namespace) -> int:
             consumer_byte_rate=args.consumer_byte_rate,
             metrics=args.metrics,
             queued_max_request_bytes=args.queued_max_request_bytes,
+            request_read_timeout_ms=args.request_read_timeout_ms,
             max_request_bytes=args.max_request_bytes,
         ) as broker:
             sys.stdout.write(broker.bootstrap_servers + "\n")
