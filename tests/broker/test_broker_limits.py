@@ -9,6 +9,7 @@ import struct
 import threading
 import time
 import tracemalloc
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +83,12 @@ def test_connections_per_address_and_in_total(log_dir: Path) -> None:
 
 
 def test_idle_connections_are_closed(log_dir: Path) -> None:
-    with pylog.serve(log_dir, connections_max_idle_ms=200) as broker:
+    with pylog.serve(log_dir, connections_max_idle_ms=200, metrics="127.0.0.1:0") as broker:
         with socket.create_connection((broker.host, broker.port)) as idle:
             assert api_versions(idle) == 1
             assert closed(idle)
+        assert broker.metrics_address is not None
+        assert closes_counted(broker.metrics_address) == {"connections_max_idle_ms": 1}
         # a client that reconnects when needed keeps working
         producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
         producer.produce("t", value=b"v")
@@ -162,6 +165,18 @@ def test_a_client_stalled_in_the_middle_of_a_request_is_closed_and_blocks_no_oth
         wait_until(lambda: budget.in_use == 0, "every request's bytes given back")
 
 
+def closes_counted(metrics_address: str) -> dict[str, float]:
+    """pylog_connections_closed_total per limit, scraped from the broker's Prometheus endpoint."""
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=WAIT_S) as response:
+        text = response.read().decode()
+    prefix = 'pylog_connections_closed_total{limit="'
+    return {
+        line[len(prefix) :].split('"', 1)[0]: float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
 _LONG_IDLE_MS = 300_000  # connections_max_idle_ms far beyond any wait of these tests
 _ANSWER_WAIT_S = 20.0  # generous beside a limit of 0.5 s, short beside the idle limit
 
@@ -172,13 +187,15 @@ def test_a_stalled_request_is_closed_after_request_read_timeout_ms_long_before_t
     """With connections_max_idle_ms of 5 minutes and request_read_timeout_ms of 0.5 s: a client that sends
     half a request and stalls is closed after the shorter limit, its share of the budget is given back, and
     the request of a second client, which did not fit in the budget beside it, is answered (it waited for
-    budget, not for the idle limit). The broker keeps serving: a new connection is answered."""
+    budget, not for the idle limit). The broker keeps serving: a new connection is answered. The close is
+    counted in pylog_connections_closed_total under its limit."""
     with pylog.serve(
         log_dir,
         queued_max_request_bytes=1 << 20,
         max_request_bytes=4 << 20,
         connections_max_idle_ms=_LONG_IDLE_MS,
         request_read_timeout_ms=500,
+        metrics="127.0.0.1:0",
     ) as broker:
         address = (broker.host, broker.port)
         budget = broker.limits.budget
@@ -194,6 +211,8 @@ def test_a_stalled_request_is_closed_after_request_read_timeout_ms_long_before_t
         wait_until(lambda: budget.in_use == 0, "every request's bytes given back")
         with socket.create_connection(address) as later:
             assert api_versions(later, 4) == 4
+        assert broker.metrics_address is not None
+        assert closes_counted(broker.metrics_address) == {"request_read_timeout_ms": 1}
 
 
 def test_a_client_stalled_in_its_size_prefix_is_closed_after_request_read_timeout_ms(log_dir: Path) -> None:

@@ -12,6 +12,7 @@ Names follow Kafka's JMX metrics as Prometheus' JMX exporter spells them:
 | ``kafka_server_socket_server_metrics_connection_count`` | gauge | | socket-server-metrics connection-count |
 | ``kafka_server_socket_server_metrics_successful_authentication_total`` | counter | | successful-authentication-total |
 | ``kafka_server_socket_server_metrics_failed_authentication_total`` | counter | | failed-authentication-total |
+| ``pylog_connections_closed_total`` | counter | limit (``request_read_timeout_ms``, ``connections_max_idle_ms``, ``max_request_bytes``) | connections the broker closed for that limit (Kafka counts idle closes in its Selector) |
 | ``kafka_server_quota_throttle_time_seconds_total`` | counter | quota (produce, fetch), user, client_id | Produce/Fetch throttle-time per quota entity |
 | ``kafka_server_quota_throttled_responses_total`` | counter | quota, user, client_id | responses sent with a throttle time |
 | ``kafka_server_quota_bytes_total`` | counter | quota, user, client_id | Produce/Fetch byte-rate per quota entity (record bytes counted against a quota) |

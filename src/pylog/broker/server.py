@@ -33,6 +33,7 @@ from pylog.broker import fetch, idempotence, meta, produce, transactions
 from pylog.broker.admin import Admin
 from pylog.broker.context import Context
 from pylog.broker.groups import Coordinator
+from pylog.broker.metrics import BrokerMetrics
 from pylog.broker.protocol import (
     ApiError,
     Request,
@@ -186,10 +187,10 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        limits = self._security.limits
+        limits, metrics = self._security.limits, self._security.metrics
         while not self._stopping:
             limit = self.ctx.options.max_request_bytes if session.authenticated else _SASL_MAX_BYTES
-            idle = loop.call_later(limits.idle_s, _close_idle, writer, peer)
+            idle = loop.call_later(limits.idle_s, _close_idle, writer, peer, metrics)
             try:
                 head = await reader.read(4)  # what has come of the size prefix, once something has
             finally:
@@ -197,7 +198,7 @@ class Server:
             if len(head) < 4:  # the request has begun: the rest of its size prefix comes within the limit
                 if not head:
                     return
-                head += await _read_frame(reader, writer, 4 - len(head), limits.request_read_s, peer)
+                head += await _read_frame(reader, writer, 4 - len(head), limits.request_read_s, peer, metrics)
             size = int.from_bytes(head, "big", signed=True)
             if size < 0 or size > limit:
                 _log.warning(
@@ -206,6 +207,7 @@ class Server:
                     size,
                     limit,
                 )
+                _closed(metrics, "max_request_bytes")
                 return
             budget = limits.budget  # bytes of requests read and not yet answered
             await budget.acquire(size)
@@ -248,7 +250,10 @@ class Server:
         """Read the ``size`` bytes of a request and answer it (see :meth:`_answer`). Its bytes are freed when
         this returns; its share of the request budget is given back by the caller before the answer is
         written, so a client that does not read its answers holds no budget."""
-        frame = await _read_frame(reader, writer, size, self._security.limits.request_read_s, peer)
+        security = self._security
+        frame = await _read_frame(
+            reader, writer, size, security.limits.request_read_s, peer, security.metrics
+        )
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = True
@@ -289,7 +294,12 @@ def _decode(frame: bytes, peer: Any) -> Request | bytes | bool:
 
 
 async def _read_frame(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int, timeout_s: float, peer: Any
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    size: int,
+    timeout_s: float,
+    peer: Any,
+    metrics: BrokerMetrics | None,
 ) -> bytes:
     """The ``size`` bytes of a request, read as they arrive. A client that sends none of them for
     ``timeout_s`` (request_read_timeout_ms, 30 s by default: see :mod:`pylog.broker.limits`) has its
@@ -301,7 +311,7 @@ async def _read_frame(
     chunks: list[bytes] = []
     left = size
     while left:
-        idle = loop.call_later(timeout_s, _close_stalled, writer, peer, timeout_s)
+        idle = loop.call_later(timeout_s, _close_stalled, writer, peer, timeout_s, metrics)
         try:
             chunk = await reader.read(left)
         finally:
@@ -313,17 +323,27 @@ async def _read_frame(
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _close_stalled(writer: asyncio.StreamWriter, peer: Any, timeout_s: float) -> None:
+def _close_stalled(
+    writer: asyncio.StreamWriter, peer: Any, timeout_s: float, metrics: BrokerMetrics | None
+) -> None:
     """request_read_timeout_ms passed without a byte of a begun request: close (its read then ends)."""
     _log.warning(
         "closing the connection from %s: no byte of its request for %g s (request_read_timeout_ms)",
         peer,
         timeout_s,
     )
+    _closed(metrics, "request_read_timeout_ms")
     writer.close()
 
 
-def _close_idle(writer: asyncio.StreamWriter, peer: Any) -> None:
+def _close_idle(writer: asyncio.StreamWriter, peer: Any, metrics: BrokerMetrics | None) -> None:
     """connections.max.idle.ms passed without a request: close (the read waiting for one then ends)."""
     _log.info("closing the connection from %s: idle longer than connections_max_idle_ms", peer)
+    _closed(metrics, "connections_max_idle_ms")
     writer.close()
+
+
+def _closed(metrics: BrokerMetrics | None, limit: str) -> None:
+    """Count a connection the broker closed for ``limit`` (``pylog_connections_closed_total``)."""
+    if metrics is not None:
+        metrics.add("pylog_connections_closed_total", limit=limit)
