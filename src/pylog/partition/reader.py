@@ -139,6 +139,37 @@ class SegmentFile:
                 return p
         return self.size
 
+    def checked_headers(self, buf: Buffer, offset: int, *, dense: bool) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of each batch from the indexed one at or before ``offset`` (the first byte
+        when the index does not help) to the end. The base offset lies outside the CRC, so each one is checked
+        as :class:`pylog.partition.segment.Segment` checks it: the indexed batch must carry its entry's offset,
+        every later one must continue its predecessor (exactly when ``dense``: the topic is not compacted; at
+        or after it otherwise, as cleaning leaves gaps), a dense segment's first batch must start at its base
+        offset, and no batch may hold offsets at or past the segment's next offset. A damaged base offset is
+        a :class:`CorruptRecordError` naming the file and the position, never a walk that ends early or
+        yields a misplaced batch."""
+        pos = self._index_floor(buf, offset) if self.base_offset < offset else 0
+        exact = pos > 0  # _index_floor checked the indexed batch's base offset
+        expected = decode_header(buf, pos, self.size).base_offset if exact else self.base_offset
+        for p, h in walk_headers(buf, pos, self.size, self.path):
+            if h.base_offset != expected and (exact or dense or h.base_offset < expected):
+                at_least = "" if exact or dense else "at least "
+                raise CorruptRecordError(
+                    f"corrupt batch in {self.path} at position {p}: batch has base offset {h.base_offset}, "
+                    f"expected {at_least}{expected}",
+                    path=self.path,
+                    position=p,
+                )
+            if h.last_offset >= self.next_offset:
+                raise CorruptRecordError(
+                    f"corrupt batch in {self.path} at position {p}: batch has base offset {h.base_offset} "
+                    f"and last offset {h.last_offset}, past the segment's end offset {self.next_offset}",
+                    path=self.path,
+                    position=p,
+                )
+            yield p, h
+            expected, exact = h.next_offset, False
+
     def _index_floor(self, buf: Buffer, offset: int) -> int:
         """A position at or before the batch holding ``offset``, from the ``.index`` hint (0 when unusable)."""
         try:

@@ -36,7 +36,7 @@ from pylog.record import DecodedBatch
 from pylog.spark.filters import Bounds
 from pylog.spark.options import OffsetRange
 from pylog.spark.remote import RemoteRead, read_batches
-from pylog.spark.snapshot import PartitionView, decode_checked, open_partition, walk
+from pylog.spark.snapshot import PartitionView, decode_checked, open_partition
 
 __all__ = [
     "BYTES_PER_BATCH",
@@ -70,7 +70,7 @@ class ReadSpec:
     #: a log in an object store (``path`` is its URL): the store and the segments pinned at planning
     remote: RemoteRead | None = None
     #: the topics whose ``cleanup_policy`` includes ``compact``: their offsets may have gaps; every other
-    #: topic's batches follow each other without one (checked by pylog's JVM reader)
+    #: topic's batches follow each other without one (both readers check base offsets by it)
     compacted: frozenset[str] = frozenset()
 
 
@@ -158,10 +158,11 @@ def _batches(spec: ReadSpec, rng: OffsetRange) -> Iterator[tuple[DecodedBatch, i
                 seg.path,
             )
             continue
-        pos = seg.position_for(buf, start) if seg.base_offset < start else 0
-        for p, h in walk(buf, pos, seg.size, seg.path):
+        for p, h in seg.checked_headers(buf, start, dense=rng.topic not in spec.compacted):
             if h.base_offset >= end:
                 break
+            if h.last_offset < start:
+                continue  # between the indexed batch and the range's start
             if ts.active and not ts.overlaps(h.base_timestamp * 1000, h.max_timestamp * 1000):
                 continue
             if rng.skipped and is_skipped(rng.skipped, max(h.base_offset, start)):

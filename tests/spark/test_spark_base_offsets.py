@@ -1,6 +1,7 @@
-"""pylog's JVM reader checks every batch's base offset, which lies outside the batch's CRC: a damaged one fails
-the read with pylog's CorruptRecordError naming the segment file, the position and both offsets, never a read
-that ends early (fewer rows) or rows with wrong offsets. A dense topic's batches must follow each other exactly,
+"""Both readers of ``format("pylog")`` (pylog's JVM reader and the Python path) check every batch's base offset,
+which lies outside the batch's CRC: a damaged one fails the read with pylog's CorruptRecordError naming the
+segment file, the position and both offsets, never a read that ends early (fewer rows) or rows with wrong
+offsets. A dense topic's batches must follow each other exactly,
 a compacted topic's may leave gaps (its cleaned records) but must increase and stay inside their segment."""
 
 from __future__ import annotations
@@ -105,17 +106,22 @@ def _corrupt(src: str, dst: Path, topic: str, to: str) -> tuple[str, int, int]:
     return os.path.basename(seg), pos, new
 
 
+@pytest.mark.parametrize("native", ["true", "false"])
 @pytest.mark.parametrize(
     ("topic", "to"), [("dense", "high"), ("dense", "low"), ("dense", "skip"), ("cmp", "high"), ("cmp", "low")]
 )
 def test_damaged_base_offset_fails_the_read(
-    spark: Any, logs: str, tmp_path: Path, topic: str, to: str
+    spark: Any, logs: str, tmp_path: Path, topic: str, to: str, native: str
 ) -> None:
     name, pos, new = _corrupt(logs, tmp_path, topic, to)
-    df = read(spark, str(tmp_path / "log"), topic)
-    assert "JVM reader" in plan(df)
-    with pytest.raises(Exception) as info:
-        df.select("offset").collect()
+    try:
+        spark.conf.set(jvm.ENABLED, native)
+        df = read(spark, str(tmp_path / "log"), topic)
+        assert ("JVM reader" in plan(df)) == (native == "true")
+        with pytest.raises(Exception) as info:
+            df.select("offset").collect()
+    finally:
+        spark.conf.set(jvm.ENABLED, "true")
     message = str(info.value)
     pattern = (
         rf"pylog\.errors\.CorruptRecordError: corrupt batch in \S*{topic}-0/{name} at position {pos}: "
