@@ -668,8 +668,6 @@ _pair(
 _FLOOD_CONNECTIONS = 1_000
 _FLOOD_REQUEST_BYTES = 8 << 20  # the broker's --max-request-bytes, and the size of every request sent
 _FLOOD_STALLED = 10
-_FLOOD_IDLE_MS = 60_000  # --connections-max-idle-ms of the variant with stalled clients (longer than the
-# opening of the 1,000 connections, after which the first ones would be closed as idle between requests)
 _FLOOD_TOPIC = b"absent"
 _FLOOD_DEADLINE_S = 400.0  # 8 GiB through the broker on 2 shared cores: about 30-90 s, much more under load
 _UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -853,7 +851,7 @@ def _flood_body(budget: int, stalled: int) -> Body:
             t0 = time.perf_counter()
             _pump(clients, t0, deadline, lambda: all(c.answered_s >= 0 or c.closed_by_broker for c in others))
             seconds = time.perf_counter() - t0
-            if stallers:  # the broker closes them after connections_max_idle_ms without a byte
+            if stallers:  # the broker closes them after request_read_timeout_ms without a byte
                 _pump(stallers, t0, deadline, lambda: all(c.closed_by_broker for c in stallers))
             peak = _rss_mb(broker.pid, "VmHWM")
         finally:
@@ -885,14 +883,11 @@ def _flood_body(budget: int, stalled: int) -> Body:
     return run
 
 
-def _flood(
-    budget: int, stalled: int = 0, idle_ms: int = 600_000
-) -> Callable[[int, int, Path], dict[str, Any]]:
+def _flood(budget: int, stalled: int = 0) -> Callable[[int, int, Path], dict[str, Any]]:
     options = (
         "--no-auto-create-topics",
         f"--max-request-bytes={_FLOOD_REQUEST_BYTES}",
         f"--queued-max-request-bytes={budget}",
-        f"--connections-max-idle-ms={idle_ms}",
     )
 
     def run(_requested: int, _seed: int, workdir: Path) -> dict[str, Any]:
@@ -960,8 +955,9 @@ case(
     fsync=_FLOOD_FSYNC,
     description=f"{_FLOOD_TEXT}; --queued-max-request-bytes 64 MiB, and {_FLOOD_STALLED} of the connections "
     "send half their request first and then nothing more: they hold 80 MiB of budget, more than the whole "
-    f"64 MiB, until the broker closes them after --connections-max-idle-ms {_FLOOD_IDLE_MS} without a byte; "
-    "the other connections must all be answered (records = those), stalled_closed counts the closed ones",
+    "64 MiB, until the broker closes them after --request-read-timeout-ms without a byte (the defaults: "
+    "30000 for a begun request, --connections-max-idle-ms 600000 between requests); the other connections "
+    "must all be answered (records = those), stalled_closed counts the closed ones",
     goal=_flood_goal(64 * _MIB),
     timeout_s=600.0,
-)(_flood(64 * _MIB, _FLOOD_STALLED, _FLOOD_IDLE_MS))
+)(_flood(64 * _MIB, _FLOOD_STALLED))
