@@ -254,6 +254,44 @@ def test_a_slow_client_whose_bytes_keep_coming_is_read_to_the_end(log_dir: Path)
         assert api_versions(slow, 8) == 8
 
 
+def test_bytes_that_came_while_the_broker_was_held_up_are_read_not_cut(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limits count the client's silence, not the broker's: while the broker's event loop is held up
+    for 3 s (as when its process is paused), a client in the middle of a request sends the rest of it. When
+    the loop runs again its 0.5 s timer has expired, but the bytes are there: the request is read and
+    answered, and the connection stays open."""
+    blocking = threading.Event()
+    original = server_module.HANDLERS[18]
+
+    async def holds_the_loop(ctx: Any, request: Any) -> Any:
+        if request.correlation_id == 99:
+            blocking.set()
+            time.sleep(3.0)  # holds the event loop itself, not only this request
+        return await original(ctx, request)
+
+    monkeypatch.setitem(server_module.HANDLERS, 18, holds_the_loop)
+    with pylog.serve(
+        log_dir, connections_max_idle_ms=_LONG_IDLE_MS, request_read_timeout_ms=500, metrics="127.0.0.1:0"
+    ) as broker:
+        address = (broker.host, broker.port)
+        budget = broker.limits.budget
+        with socket.create_connection(address) as client, socket.create_connection(address) as holder:
+            frame = _api_versions_frame(1, 2000)
+            client.sendall(frame[: len(frame) // 2])
+            wait_until(lambda: budget.in_use == len(frame) - 4, "the request's bytes reserved")
+            holder.sendall(_api_versions_frame(99, 0))
+            assert blocking.wait(WAIT_S)
+            client.sendall(frame[len(frame) // 2 :])  # while the loop is held up
+            client.settimeout(WAIT_S)
+            assert _answered(client) == 1
+            assert api_versions(client, 2) == 2
+            holder.settimeout(WAIT_S)
+            assert _answered(holder) == 99
+        assert broker.metrics_address is not None
+        assert closes_counted(broker.metrics_address) == {}
+
+
 def test_request_read_timeout_ms_is_checked(log_dir: Path) -> None:
     """request_read_timeout_ms: a positive int of milliseconds, not longer than connections_max_idle_ms;
     by default 30 s, or connections_max_idle_ms when that is shorter."""

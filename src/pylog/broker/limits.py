@@ -13,7 +13,8 @@
   of a request does not hold the budget, and with it the requests of every other client, for the 10 minutes
   of the idle limit (Kafka has no such limit; its idle check counts from the last byte read, whether or not
   a request is complete). The limit is between two bytes, not for the whole request: a slow link whose
-  bytes keep coming is never cut. Why 30 s: a Kafka client gives up on a request after its
+  bytes keep coming is never cut. Both limits count the client's silence, not the broker's: bytes that
+  arrived while the broker's event loop was held up (its process paused) are read, not cut. Why 30 s: a Kafka client gives up on a request after its
   ``request.timeout.ms`` (30 s for the Java client, kafka-python and librdkafka's producer; 40 s for
   aiokafka) and retries it on a new connection, so a client silent that long in the middle of its own
   request has abandoned it (or its network has); the time a request waits for budget before it is read

@@ -27,6 +27,7 @@ import logging
 import socket
 import threading
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final
 
 from pylog.broker import fetch, idempotence, meta, produce, transactions
@@ -186,15 +187,11 @@ class Server:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        loop = asyncio.get_running_loop()
         limits, metrics = self._security.limits, self._security.metrics
+        idle = partial(_close_idle, writer, peer, metrics)
         while not self._stopping:
             limit = self.ctx.options.max_request_bytes if session.authenticated else _SASL_MAX_BYTES
-            idle = loop.call_later(limits.idle_s, _close_idle, writer, peer, metrics)
-            try:
-                head = await reader.read(4)  # what has come of the size prefix, once something has
-            finally:
-                idle.cancel()
+            head = await _read_within(reader, 4, limits.idle_s, idle)  # what has come of the size prefix
             if len(head) < 4:  # the request has begun: the rest of its size prefix comes within the limit
                 if not head:
                     return
@@ -307,20 +304,39 @@ async def _read_frame(
     request budget, and with it the requests of others, for long. The limit is between two reads, not for
     the whole request: a slow client whose bytes keep coming is read to the end. Raises
     :class:`asyncio.IncompleteReadError` when the connection ends first."""
-    loop = asyncio.get_running_loop()
+    stalled = partial(_close_stalled, writer, peer, timeout_s, metrics)
     chunks: list[bytes] = []
     left = size
     while left:
-        idle = loop.call_later(timeout_s, _close_stalled, writer, peer, timeout_s, metrics)
-        try:
-            chunk = await reader.read(left)
-        finally:
-            idle.cancel()
+        chunk = await _read_within(reader, left, timeout_s, stalled)
         if not chunk:
             raise asyncio.IncompleteReadError(b"", size)
         chunks.append(chunk)
         left -= len(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _read_within(
+    reader: asyncio.StreamReader, n: int, timeout_s: float, on_silence: Callable[[], None]
+) -> bytes:
+    """``await reader.read(n)``, calling ``on_silence()`` (which closes the connection, ending the read)
+    when nothing comes for ``timeout_s``. The silence is the client's, not the broker's: the check is made
+    one turn of the event loop after the timer fires, so bytes that had arrived by then (the loop itself
+    was held up: the process paused, the machine suspended) wake this read first and count as progress."""
+    loop = asyncio.get_running_loop()
+    returned = False
+
+    def check() -> None:
+        if not returned:
+            on_silence()
+
+    timer = loop.call_later(timeout_s, loop.call_soon, check)
+    try:
+        chunk = await reader.read(n)
+        returned = True
+        return chunk
+    finally:
+        timer.cancel()
 
 
 def _close_stalled(
