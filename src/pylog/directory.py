@@ -92,6 +92,7 @@ from pylog.errors import (
 )
 from pylog.framing import frame, unframe
 from pylog.partition import files
+from pylog.partition.cleaner import mark_compacted
 from pylog.partition.log import HandleBudget, PartitionLog, RecoveryReport
 from pylog.partition.recovery import repair_partition
 from pylog.partition.remote import RemoteSegments
@@ -649,7 +650,14 @@ class LogDirectory:
             meta = self._manifest["topics"].get(name)
             if meta is None:
                 raise UnknownTopicError(f"unknown topic {name!r}")
-            cfg = TopicConfig.from_dict(meta["config"]).replace(**config)
+            old = TopicConfig.from_dict(meta["config"])
+            cfg = old.replace(**config)
+            if old.compacted and not cfg.compacted:
+                # compaction's gaps stay in the cleaned segments: mark them before the manifest forgets
+                for p in range(meta["partitions"]):
+                    directory = files.partition_dir(self.path, name, p)
+                    if os.path.isdir(directory):
+                        mark_compacted(directory)
             manifest = _copy(self._manifest)
             manifest["topics"][name]["config"] = cfg.to_dict()
             self._write_manifest(manifest)

@@ -155,6 +155,7 @@ _NOT_SEGMENTS = {
     files.CHECKPOINT: "a partition's recovery-point checkpoint",
     files.CLEANER_CHECKPOINT: "a partition's compaction checkpoint",
     files.CLEANER_LOCK: "a partition's compaction lock file",
+    files.COMPACTED: "a partition's marker that compaction cleaned it (its offsets may skip)",
     ".lock": "the log directory's lock file",
     ".open.lock": "the log directory's open lock file",
     ".clean-shutdown": "the log directory's clean-shutdown marker",

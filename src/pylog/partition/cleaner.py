@@ -94,6 +94,7 @@ __all__ = [
     "TxnStatus",
     "clean_partition",
     "load_checkpoint",
+    "mark_compacted",
     "read_checkpoint",
     "truncate_checkpoint",
 ]
@@ -552,6 +553,17 @@ def _coalesce(chunks: list[bytes | memoryview]) -> Iterator[bytes]:
         yield b"".join(pending)
 
 
+def mark_compacted(directory: str) -> None:
+    """Leave the ``compacted`` marker in a partition directory (durably, once): its offsets may skip from
+    now on, whatever its topic's ``cleanup_policy`` later says (see :func:`files.offsets_may_skip`)."""
+    path = os.path.join(directory, files.COMPACTED)
+    if not os.path.exists(path):
+        fs.atomic_write(path, _COMPACTED_TEXT)
+
+
+_COMPACTED_TEXT = b"pylog: compaction cleaned this partition; its offsets may skip\n"
+
+
 def _swap(plog: PartitionLog, olds: list[Segment], cleaned: str, size: int) -> Segment | None:
     """Replace the consecutive segments ``olds`` by the fsynced file ``cleaned`` of ``size`` bytes, under the
     partition lock. None (and ``cleaned`` deleted) when they changed since the pass read them."""
@@ -570,6 +582,7 @@ def _swap(plog: PartitionLog, olds: list[Segment], cleaned: str, size: int) -> S
             if os.path.exists(path):
                 fs.FS.unlink(path)
         fs.FS.fsync_dir(directory)  # no stale index may outlive the swap
+        mark_compacted(directory)  # before the first gap: a reader must know offsets may skip
         fs.FS.rename(cleaned, log_path + files.SWAP)
         fs.FS.fsync_dir(directory)  # the commit point: recovery completes the swap from here
         for seg in group[1:]:

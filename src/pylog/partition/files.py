@@ -11,6 +11,8 @@
         cleaner.checkpoint               compacted topics: what compaction cleaned, and when
         cleaner.lock                     compacted topics: flock held by the one cleaning pass running
         log-start.offset                 the log start offset delete_records set (see pylog.partition.logstart)
+        compacted                        marker (its text says why): compaction cleaned this partition, so its
+                                         offsets may skip; kept when cleanup_policy no longer includes compact
 
 Temporary suffixes: ``.tmp`` (an atomic write in progress), ``.cleaned`` and ``.swap`` (compaction and
 truncation rewrite a segment under a new name, then rename it over the old one), ``.deleted`` (removed by
@@ -28,6 +30,7 @@ __all__ = [
     "CLEANER_CHECKPOINT",
     "CLEANED",
     "CLEANER_LOCK",
+    "COMPACTED",
     "DELETED",
     "INDEX",
     "LOG",
@@ -38,6 +41,7 @@ __all__ = [
     "TIMEINDEX",
     "TMP",
     "live_segment_bases",
+    "offsets_may_skip",
     "parse_partition_dir_name",
     "parse_segment_name",
     "partition_dir",
@@ -52,6 +56,7 @@ STATE = "partition.state"
 CHECKPOINT = "recovery.checkpoint"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
 CLEANER_LOCK = "cleaner.lock"
+COMPACTED = "compacted"
 LOG_START = "log-start.offset"
 TMP = ".tmp"
 CLEANED = ".cleaned"
@@ -80,6 +85,18 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
 
 def partition_dir(root: str, topic: str, partition: int) -> str:
     return os.path.join(root, partition_dir_name(topic, partition))
+
+
+def offsets_may_skip(directory: str, compacted: bool) -> bool:
+    """Whether the offsets of the partition in ``directory`` may have gaps: its topic is compacted now
+    (``compacted``), or compaction cleaned it before its ``cleanup_policy`` changed (the ``compacted`` marker,
+    or a cleaner checkpoint left by a pass). Readers then check that base offsets increase instead of that
+    they follow each other exactly."""
+    return (
+        compacted
+        or os.path.exists(os.path.join(directory, COMPACTED))
+        or os.path.exists(os.path.join(directory, CLEANER_CHECKPOINT))
+    )
 
 
 def segment_path(directory: str, base_offset: int, suffix: str) -> str:

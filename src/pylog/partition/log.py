@@ -174,7 +174,10 @@ class PartitionLog:
         self._flush_lock = threading.Lock()  # held by the thread running the shared fsync
         self._flush_done = threading.Condition(threading.Lock())  # notified when a shared fsync ends
         self._flushing = False
-        self._segments = SegmentList(directory, cache, dense=not config.compacted)
+        # offsets may skip: the topic is compacted, or compaction cleaned this partition before its
+        # cleanup_policy changed (a segment that was cleaned keeps its gaps)
+        self.gapped = files.offsets_may_skip(directory, config.compacted)
+        self._segments = SegmentList(directory, cache, dense=not self.gapped)
         self._write_locks = (_WriteLock(self, appending=False), _WriteLock(self, appending=True))
         self._seq_seen = -1
         self._closed = False

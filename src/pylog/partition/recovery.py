@@ -159,10 +159,10 @@ def recover_partition(plog: PartitionLog, clean_shutdown: bool) -> RecoveryRepor
             seg.add_final_time_entry()  # a rolled segment: as its roll left it
         seg.rewrite_indexes()
         segments.append(seg)
-    if plog.config.compacted:
+    if plog.gapped:
         segments = _drop_covered(segments, report)
     segments = _drop_strays(segments, report)
-    _check_contiguous(segments, plog.config.compacted)
+    _check_contiguous(segments, plog.gapped)
     layout.reset(segments)
     active = segments[-1]
     changed = report.bytes_truncated or report.segments_removed or report.swaps_completed
@@ -278,6 +278,7 @@ def repair_partition(directory: str, compacted: bool) -> list[str]:
     The only operation that may drop data below the recovery point. The caller must be alone with the log
     directory. Returns one line per action taken (empty when the partition was intact)."""
     actions: list[str] = []
+    compacted = files.offsets_may_skip(directory, compacted)  # cleaned before its cleanup_policy changed
     bases = files.live_segment_bases(fs.FS.listdir(directory))
     cache = MapCache(4)
     expected = -1

@@ -109,10 +109,16 @@ class LogView:
         self.tiered_topics = frozenset(
             name for name, meta in topics.items() if meta["config"].get("remote_storage_enable")
         )
-        self.compacted_topics = frozenset(
+        self.compacted_topics = frozenset(  # offsets may skip: compacted now, or cleaned before
             name
             for name, meta in topics.items()
-            if "compact" in meta["config"].get("cleanup_policy", "delete")
+            if any(
+                files.offsets_may_skip(
+                    files.partition_dir(self.path, name, p),
+                    "compact" in meta["config"].get("cleanup_policy", "delete"),
+                )
+                for p in range(int(meta["partitions"]))
+            )
         )
         if self.tiered_topics:
             self.tiered_url = read_remote_storage(self.path)

@@ -598,3 +598,74 @@ def test_table_equals_a_model(
         assert topic.table(value_deserializer=None) == model
         decoded = topic.table(key_deserializer=bytes.hex, value_deserializer=len)
         assert decoded == {k.hex(): len(v) for k, v in model.items()}
+
+
+# -- a compacted topic whose cleanup_policy changes ----------------------------------------------------------
+
+
+def _compacted_then_delete(log_dir: str, clock: pylog.ManualClock) -> dict[int, tuple[bytes, object]]:
+    """A topic compacted (gaps inside and between its segments), then altered to ``delete`` as Kafka allows;
+    returns what a consumer read before the change."""
+    with pylog.open(log_dir, clock=clock) as log:
+        topic = _compacted(log, segment_bytes=300)
+        _fill(log, clock, [(i % 4, i) for i in range(80)], flush_every=1)
+        topic.compact()
+        before = _records(log)
+        log.alter_topic("kv", cleanup_policy="delete")
+        assert _records(log) == before
+    assert len(before) < 80  # compaction left gaps
+    return before
+
+
+def test_a_cleaned_topic_altered_to_delete_is_read_whole_after_a_reopen(
+    log_dir: str, clock: pylog.ManualClock
+) -> None:
+    before = _compacted_then_delete(log_dir, clock)
+    assert os.path.exists(os.path.join(files.partition_dir(log_dir, "kv", 0), files.COMPACTED))
+    with pylog.open(log_dir, clock=clock) as log:
+        assert _records(log) == before
+        assert log.verify() == {}
+        offset = log.producer().send("kv", 81, key="k1").get().offset  # appends after the gaps read back
+        assert offset == 80
+        after = _records(log)
+    assert after == {**before, 80: (b"k1", 81)}
+    os.unlink(os.path.join(log_dir, ".clean-shutdown"))  # as after a crash: recovery checks every offset
+    with pylog.open(log_dir, clock=clock) as log:
+        assert _records(log) == after
+
+
+def test_repair_drops_nothing_of_a_cleaned_topic_altered_to_delete(
+    log_dir: str, clock: pylog.ManualClock
+) -> None:
+    before = _compacted_then_delete(log_dir, clock)
+    assert pylog.repair(log_dir) == {}
+    with pylog.open(log_dir, clock=clock) as log:
+        assert _records(log) == before
+
+
+def test_a_log_cleaned_before_the_marker_existed_is_read_through_its_cleaner_checkpoint(
+    log_dir: str, clock: pylog.ManualClock
+) -> None:
+    before = _compacted_then_delete(log_dir, clock)
+    directory = files.partition_dir(log_dir, "kv", 0)
+    os.unlink(os.path.join(directory, files.COMPACTED))  # as a log cleaned and altered by an older pylog
+    assert os.path.exists(os.path.join(directory, files.CLEANER_CHECKPOINT))
+    with pylog.open(log_dir, clock=clock) as log:
+        assert _records(log) == before
+    assert pylog.repair(log_dir) == {}
+
+
+def test_a_never_compacted_topic_keeps_the_exact_offset_check(log_dir: str, clock: pylog.ManualClock) -> None:
+    """The marker is left only where compaction ran (or may have run: a compacted topic altered to delete):
+    a topic that was never compacted still has every base offset checked exactly."""
+    with pylog.open(log_dir, clock=clock) as log:
+        topic = log.create_topic("kv", segment_bytes=300)
+        _fill(log, clock, [(i % 4, i) for i in range(40)], flush_every=1)
+        log.alter_topic("kv", retention_ms=DAY)
+        seg = topic.partition(0).segments[1]
+        path, base = seg.path, seg.base_offset
+    assert not files.offsets_may_skip(files.partition_dir(log_dir, "kv", 0), False)
+    with open(path, "r+b") as f:
+        f.write(struct.pack("<q", base + 1))  # a gap only compaction may leave
+    with pylog.open(log_dir, clock=clock) as log, pytest.raises(CorruptRecordError, match="not contiguous"):
+        log.verify()
