@@ -643,7 +643,8 @@ class LogDirectory:
 
     def alter_topic(self, name: str, **config: Any) -> Topic:
         """Change topic configs (for example ``retention_ms``); takes effect for every process on reopen of
-        the topic and at once in this one."""
+        the topic and at once in this one. Invalid values raise :class:`ConfigError` and change nothing, as
+        does turning ``remote_storage_enable`` off (the records in remote storage would be lost to readers)."""
         self._check_writable("change a topic")
         with self._lock, self._open_guard():
             self._load_manifest()
@@ -652,6 +653,13 @@ class LogDirectory:
                 raise UnknownTopicError(f"unknown topic {name!r}")
             old = TopicConfig.from_dict(meta["config"])
             cfg = old.replace(**config)
+            if old.remote_storage_enable and not cfg.remote_storage_enable:
+                # the records tiered to the object store would be read no more (their local copies may be
+                # gone) and no retention would reach them again; Kafka refuses it too
+                raise ConfigError(
+                    f"remote_storage_enable cannot be turned off for topic {name!r}: its records in remote "
+                    "storage would become unreadable; delete the topic to drop them"
+                )
             if old.compacted and not cfg.compacted:
                 # compaction's gaps stay in the cleaned segments: mark them before the manifest forgets
                 for p in range(meta["partitions"]):

@@ -3,6 +3,7 @@ sent, idempotence, the active segment, the remote manifest's rules and the objec
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from datetime import timedelta
@@ -147,11 +148,14 @@ def test_segments_retention_deleted_before_upload_move_the_remote_log_start(tmp_
         plog.roll()
         expired = [s for s in plog.segments[:-1] if s.base_offset < fresh_start]
         assert len(expired) > len(first.segments)  # tiered ones and never-tiered ones
-        # local retention keeps segments until they are uploaded; with tiering off for a moment (as a pylog
-        # without local retention did) the plain retention deletes the never-tiered ones too
-        log.alter_topic("t", remote_storage_enable=False)
+        # local retention keeps segments until they are uploaded; with tiering off in this process for a
+        # moment (as a pylog without local retention did; alter_topic refuses to turn it off) the plain
+        # retention deletes the never-tiered ones too
+        topic = log.topic("t")
+        tiered = topic.config
+        topic.set_config(dataclasses.replace(tiered, remote_storage_enable=False))
         assert log.apply_retention() == {"t": len(expired)}
-        log.alter_topic("t", remote_storage_enable=True)
+        topic.set_config(tiered)
         assert plog.local_log_start_offset == fresh_start
         assert plog.log_start_offset == 0  # the remote segments [0, 200) are still readable
         manifest = log.tier()[0].manifest
