@@ -321,6 +321,24 @@ def test_turning_remote_storage_off_is_refused_and_the_tiered_records_stay_reada
         assert _read(log, "t") == model
 
 
+def test_turning_remote_storage_on_reads_the_tiered_records_in_the_same_process(tmp_path: Path) -> None:
+    """The partitions this process opened before the change read the segments local retention deleted after
+    their upload from the object store, as partitions opened after it do."""
+    root, remote = tmp_path / "log", (tmp_path / "remote").as_uri()
+    clock = ManualClock(T0 + 1000)
+    with pylog.open(root, clock=clock, remote_storage=remote) as log:
+        log.create_topic("t", 1, segment_bytes=2048)
+        model = _send(log, "t", _rows(900, 100))
+        log.alter_topic("t", remote_storage_enable=True, local_retention_ms=1000)
+        log.topic("t").partition(0).roll()
+        assert sum(len(r.uploaded) for r in log.tier()) > 0
+        clock.advance(10_000)
+        assert log.apply_retention()["t"] > 0
+        model |= _send(log, "t", _rows(1000, 10))
+        assert _read(log, "t") == model
+    _check_reopened(root, "t", model, unclean=True, clock=clock, remote_storage=remote)
+
+
 # -- a second process has the log open during the change --------------------------------------------------
 
 _WRITER = textwrap.dedent(
