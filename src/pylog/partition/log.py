@@ -1044,6 +1044,7 @@ class PartitionLog:
             pos = 0
             intact = True
             rebuilt = self._segments.new_segment(seg.base_offset, dense=False)
+            batches: list[tuple[int, int, int]] = []  # (relative base offset, position, max timestamp)
             while pos < seg.size:
                 try:
                     h = decode_header(buf, pos, seg.size)
@@ -1058,12 +1059,13 @@ class PartitionLog:
                         f"{seg.path}: position {pos}: offset {h.base_offset}, expected {expected}"
                     )
                 rebuilt._account(pos, h, self.config.index_interval_bytes)
+                batches.append((h.base_offset - seg.base_offset, pos, h.max_timestamp))
                 expected = h.next_offset
                 pos += h.batch_length
             if intact:
                 if seg is not segments[-1]:
                     rebuilt.add_final_time_entry()  # what the roll that sealed it added
-                problems.extend(_compare_index(seg, rebuilt, seg is segments[-1]))
+                problems.extend(_compare_index(seg, rebuilt, seg is segments[-1], batches))
         return problems
 
     # -- closing ----------------------------------------------------------------------------------------
@@ -1177,9 +1179,13 @@ def _empty_file(path: str) -> bool:
         return False
 
 
-def _compare_index(seg: Segment, rebuilt: Segment, active: bool) -> list[str]:
+def _compare_index(
+    seg: Segment, rebuilt: Segment, active: bool, batches: list[tuple[int, int, int]]
+) -> list[str]:
     """Index entries on disk must be a prefix of what a scan derives (the active segment's files are written a
-    group of entries at a time, so they may not exist yet)."""
+    group of entries at a time, so they may not exist yet), or, when the segment was indexed with another
+    ``index_interval_bytes`` (the topic's config changed while it was written), entries that lead every lookup
+    to the right batch (:func:`_index_sound`)."""
     out = []
     for name, path, derived in (
         ("index", seg.index_path, rebuilt.offset_index.entries),
@@ -1192,9 +1198,39 @@ def _compare_index(seg: Segment, rebuilt: Segment, active: bool) -> list[str]:
                 out.append(f"{path}: missing (rebuildable)")
             continue
         on_disk = np.frombuffer(raw[: len(raw) - len(raw) % derived.dtype.itemsize], dtype=derived.dtype)
-        if len(raw) % derived.dtype.itemsize or not np.array_equal(on_disk, derived[: len(on_disk)]):
+        if len(raw) % derived.dtype.itemsize or not (
+            np.array_equal(on_disk, derived[: len(on_disk)]) or _index_sound(name, on_disk, batches)
+        ):
             out.append(f"{path}: {name} entries do not match the log (rebuildable)")
     return out
+
+
+def _index_sound(name: str, entries: np.ndarray, batches: list[tuple[int, int, int]]) -> bool:
+    """Entries of another density than a scan derives that still serve every lookup: offset entries
+    ``(rel, pos)`` name real batches, in increasing order; time entries ``(ts, rel)`` start at a real batch
+    and ``ts`` is at least every timestamp before it (a lookup for a later time may skip those batches) and
+    at most the segment's largest, with ``ts`` increasing and ``rel`` not decreasing."""
+    if not batches or not len(entries):
+        return not len(entries)
+    rels = np.array([b[0] for b in batches], dtype=np.int64)
+    positions = np.array([b[1] for b in batches], dtype=np.int64)
+    before = np.maximum.accumulate(np.array([-1] + [b[2] for b in batches[:-1]], dtype=np.int64))
+    rel = entries["rel"].astype(np.int64)
+    i = np.searchsorted(rels, rel)
+    found = (i < len(rels)) & (rels[np.minimum(i, len(rels) - 1)] == rel)
+    if not found.all():
+        return False
+    if name == "index":
+        return bool(
+            np.all(np.diff(rel) > 0) and np.array_equal(positions[i], entries["pos"].astype(np.int64))
+        )
+    ts = entries["ts"]
+    return bool(
+        np.all(np.diff(ts) > 0)
+        and np.all(np.diff(rel) >= 0)
+        and np.all(ts >= before[i])
+        and np.all(ts <= max(b[2] for b in batches))
+    )
 
 
 def _window(seg: Segment, pos: int, length: int, active: bool) -> tuple[memoryview | bytes, int, int]:
