@@ -265,6 +265,71 @@ def test_compacting_a_topic_with_keyless_records_keeps_them(tmp_path: Path, uncl
     _check_reopened(root, "t", model, unclean=unclean)
 
 
+_READER = textwrap.dedent(
+    """
+    import json, sys
+    import pylog
+
+    log = pylog.open(sys.argv[1])
+
+    def read():
+        c = log.consumer(value_deserializer=None, key_deserializer=None)
+        tps = log.topic("t").partitions()
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        rows = [[r.partition, r.offset, r.key.decode(), r.value.decode()] for r in c.iterate(timeout_ms=0)]
+        c.close()
+        return rows
+
+    print(json.dumps(read()), flush=True)
+    sys.stdin.readline()  # the other process made the topic compacted and cleaned it
+    print(json.dumps(read()), flush=True)
+    log.close()
+    """
+)
+
+
+def test_a_process_that_opened_the_topic_before_it_became_compacted_reads_it_after_cleaning(
+    tmp_path: Path,
+) -> None:
+    """A reader that opened the partition while the topic was not compacted reads the cleaned segments
+    another process swapped in (their offsets skip) instead of failing with CorruptRecordError."""
+    root = tmp_path / "log"
+    with pylog.open(root) as log:
+        log.create_topic("t", 1, segment_bytes=1024)
+        keyed = _send(log, "t", _rows(0, 200))
+        with subprocess.Popen(
+            [sys.executable, "-c", _READER, str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as child:
+            assert child.stdin is not None and child.stdout is not None
+            try:
+                first = json.loads(child.stdout.readline())
+                assert [(p, o) for p, o, _, _ in first] == sorted(keyed)
+                log.alter_topic("t", cleanup_policy="compact")
+                log.topic("t").partition(0).roll()
+                assert sum(r.records_removed for r in log.topic("t").compact()) > 0
+                child.stdin.write("\n")
+                child.stdin.flush()
+                second = json.loads(child.stdout.readline())
+                assert child.wait(timeout=120) == 0
+            finally:
+                if child.poll() is None:
+                    child.kill()
+        latest: dict[bytes, tuple[int, int]] = {}
+        for pos, row in sorted(keyed.items()):
+            assert row[0] is not None
+            latest[row[0]] = pos
+        model = {pos: keyed[pos] for pos in latest.values()}
+        assert _read(log, "t") == model
+        assert {(p, o): (k.encode(), v.encode()) for p, o, k, v in second} == {
+            pos: row[:2] for pos, row in model.items()
+        }
+    _check_reopened(root, "t", model, unclean=True)
+
+
 # -- partitions ------------------------------------------------------------------------------------------
 
 

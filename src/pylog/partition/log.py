@@ -373,6 +373,14 @@ class PartitionLog:
         self._load_layout_once(snap)
 
     def _load_layout_once(self, snap: Snapshot) -> None:
+        if not self.gapped and files.offsets_may_skip(self.directory, self.config.compacted):
+            # the topic became compacted after this partition was opened, and a cleaner (maybe in another
+            # process, which leaves the marker before its first swap) may have removed offsets: from now on
+            # base offsets are checked to increase, not to follow each other
+            self.gapped = True
+            self._segments.dense = False
+            for listed_seg in self._segments:
+                listed_seg.dense = False
         self.checkpoint.forget()  # a truncation elsewhere may have replaced the file
         self._checkpointed = -1  # ... and lowered the recovery point: the next flush writes it again
         standalone = self.remote is not None and self.remote.standalone
