@@ -212,14 +212,14 @@ class Topic:
         self.num_partitions = partitions
 
     def set_config(self, config: TopicConfig) -> None:
-        with self._lock:
-            self.config = config
-            for number, plog in self._partitions.items():
-                plog.config = config
-                if plog.remote is None and self.env.remote is not None:
-                    # tiered storage turned on: the segments it uploads and then deletes locally are read
-                    # from the object store from now on, as in a partition opened after the change
-                    plog.remote = self.env.remote(self.name, number, config)
+        # not under self._lock: callers hold the log's lock, which partition() takes inside this one
+        self.config = config
+        for number, plog in list(self._partitions.items()):
+            plog.config = config
+            if plog.remote is None and self.env.remote is not None:
+                # tiered storage turned on: the segments it uploads and then deletes locally are read from
+                # the object store from now on, as in a partition opened after the change
+                plog.remote = self.env.remote(self.name, number, config)
 
     def beginning_offsets(self) -> dict[int, int]:
         return {p: self.partition(p).log_start_offset for p in range(self.num_partitions)}
