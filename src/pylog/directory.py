@@ -192,6 +192,8 @@ class LogDirectory:
         self._topics: dict[str, Topic] = {}
         self._manifest: dict[str, Any] = {"topics": {}}
         self._manifest_stamp: tuple[int, int] | None = None
+        # the manifest's config dict each open topic was last checked against (see _refresh_manifest)
+        self._topic_configs: dict[str, dict[str, Any]] = {}
         self._closed = False
         self._fork_generation = FORK_GENERATION[0]
         self.recovery: dict[str, RecoveryReport] = {}
@@ -536,8 +538,16 @@ class LogDirectory:
                 # deleted by another process (and maybe created again: another topic of the same name): the
                 # files this object has open are gone
                 self._topics.pop(name).close(flush=False)
-            elif meta["partitions"] != self._topics[name].num_partitions:
+                continue
+            if meta["partitions"] != self._topics[name].num_partitions:
                 self._topics[name].grow(meta["partitions"])
+            seen = meta["config"]  # a new dict each time the manifest is read: compared once per read
+            if self._topic_configs.get(name) is not seen:
+                self._topic_configs[name] = seen
+                if seen != self._topics[name].config.to_dict():
+                    # altered by another process: its retention, cleanup policy and limits apply here too
+                    # (Kafka applies a topic's new config on every broker)
+                    self._topics[name].set_config(TopicConfig.from_dict(seen))
 
     # -- topics -----------------------------------------------------------------------------------------
 
@@ -642,8 +652,9 @@ class LogDirectory:
         return self.topic(name)
 
     def alter_topic(self, name: str, **config: Any) -> Topic:
-        """Change topic configs (for example ``retention_ms``); takes effect for every process on reopen of
-        the topic and at once in this one. Invalid values raise :class:`ConfigError` and change nothing, as
+        """Change topic configs (for example ``retention_ms``); takes effect at once in this process, and in
+        another one that has the log open when it next looks at the manifest: in :meth:`topics`,
+        :meth:`apply_retention` and :meth:`topic` (there at most once a second). Invalid values raise :class:`ConfigError` and change nothing, as
         does turning ``remote_storage_enable`` off (the records in remote storage would be lost to readers)."""
         self._check_writable("change a topic")
         with self._lock, self._open_guard():

@@ -330,6 +330,62 @@ def test_a_process_that_opened_the_topic_before_it_became_compacted_reads_it_aft
     _check_reopened(root, "t", model, unclean=True)
 
 
+_RETAINER = textwrap.dedent(
+    """
+    import json, sys
+    import pylog
+    from pylog.clock import ManualClock
+
+    day = 24 * 3600 * 1000
+    log = pylog.open(sys.argv[1], clock=ManualClock(int(sys.argv[2]) + 30 * day))
+    p = log.producer(value_serializer=None)
+    topic = log.topic("t")
+    print(json.dumps(topic.config.to_dict()), flush=True)
+    sys.stdin.readline()  # the other process changed the topic's config
+    deleted = log.apply_retention()["t"]
+    failed = ""
+    try:
+        p.send("t", b"keyless").get()
+    except pylog.errors.InvalidRecordError as exc:
+        failed = type(exc).__name__
+    print(json.dumps([deleted, topic.config.to_dict(), failed]), flush=True)
+    p.close()
+    log.close()
+    """
+)
+
+
+def test_another_process_applies_the_new_config(tmp_path: Path) -> None:
+    """A process that has the topic open when another one changes its config uses the new one: its
+    retention keeps what the new retention_ms keeps, its producer refuses keyless records once the topic
+    is compacted (Kafka applies a topic's config on every broker)."""
+    root = tmp_path / "log"
+    with pylog.open(root, clock=ManualClock(T0)) as log:
+        log.create_topic("t", 1, segment_bytes=1024, retention_ms=24 * 3600 * 1000)
+        model = _send(log, "t", [(b"u%d" % i, v, ts) for i, (_, v, ts) in enumerate(_rows(0, 200))])
+        log.topic("t").partition(0).roll()
+        with subprocess.Popen(
+            [sys.executable, "-c", _RETAINER, str(root), str(T0)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as child:
+            assert child.stdin is not None and child.stdout is not None
+            try:
+                assert json.loads(child.stdout.readline())["retention_ms"] == 24 * 3600 * 1000
+                altered = log.alter_topic("t", retention_ms=-1, cleanup_policy="compact,delete").config
+                child.stdin.write("\n")
+                child.stdin.flush()
+                deleted, config, failed = json.loads(child.stdout.readline())
+                assert child.wait(timeout=120) == 0
+            finally:
+                if child.poll() is None:
+                    child.kill()
+        assert (deleted, config, failed) == (0, altered.to_dict(), "InvalidRecordError")
+        assert _read(log, "t") == model
+    _check_reopened(root, "t", model, unclean=True)
+
+
 # -- partitions ------------------------------------------------------------------------------------------
 
 
