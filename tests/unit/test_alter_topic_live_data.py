@@ -482,6 +482,30 @@ def test_turning_remote_storage_on_reads_the_tiered_records_in_the_same_process(
     _check_reopened(root, "t", model, unclean=True, clock=clock, remote_storage=remote)
 
 
+def test_a_tiered_topic_follows_lowered_local_and_whole_log_retention(tmp_path: Path) -> None:
+    root, remote = tmp_path / "log", (tmp_path / "remote").as_uri()
+    day = 24 * 3600 * 1000
+    clock = ManualClock(T0 + 3 * day)
+    with pylog.open(root, clock=clock, remote_storage=remote) as log:
+        log.create_topic("t", 1, segment_bytes=2048, remote_storage_enable=True, retention_ms=7 * day)
+        old = _send(log, "t", _rows(0, 100))  # 3 days old
+        young = _send(log, "t", [(k, v, ts + 3 * day - 1000) for k, v, ts in _rows(100, 100)])
+        plog = log.topic("t").partition(0)
+        plog.roll()
+        log.tier()
+        assert log.apply_retention() == {"t": 0}
+        log.alter_topic("t", local_retention_ms=1000)
+        assert log.apply_retention()["t"] > 0
+        assert (plog.log_start_offset, plog.local_log_start_offset) == (0, 100)  # the old ones from remote
+        assert _read(log, "t") == old | young
+        log.alter_topic("t", retention_ms=day, local_retention_ms=-2)
+        log.apply_retention()
+        assert plog.log_start_offset == 100
+        assert _read(log, "t") == young
+        model = young | _send(log, "t", [(k, v, clock.time_ms()) for k, v, _ in _rows(200, 10)])
+    _check_reopened(root, "t", model, unclean=True, clock=clock, remote_storage=remote)
+
+
 # -- a second process has the log open during the change --------------------------------------------------
 
 _WRITER = textwrap.dedent(
