@@ -671,6 +671,8 @@ class LogDirectory:
                     f"remote_storage_enable cannot be turned off for topic {name!r}: its records in remote "
                     "storage would become unreadable; delete the topic to drop them"
                 )
+            if cfg.remote_storage_enable and not old.remote_storage_enable:
+                self._check_tierable(name, meta["partitions"])
             if old.compacted and not cfg.compacted:
                 # compaction's gaps stay in the cleaned segments: mark them before the manifest forgets
                 for p in range(meta["partitions"]):
@@ -684,6 +686,17 @@ class LogDirectory:
             if topic is not None:
                 topic.set_config(cfg)
         return self.topic(name)
+
+    def _check_tierable(self, name: str, partitions: int) -> None:
+        """Raise :class:`ConfigError` when a partition of topic ``name`` was compacted: tiered storage reads
+        and restores its segments with offsets that follow each other, which compaction's gaps break (Kafka
+        does not tier compacted topics either)."""
+        for p in range(partitions):
+            if files.offsets_may_skip(files.partition_dir(self.path, name, p), False):
+                raise ConfigError(
+                    f"remote_storage_enable cannot be turned on for topic {name!r}: partition {p} was "
+                    "compacted, and tiered storage needs offsets without gaps"
+                )
 
     def topic(self, name: str) -> Topic:
         """The open :class:`Topic` ``name``; raises :class:`UnknownTopicError` if it does not exist."""
