@@ -265,6 +265,41 @@ def test_compacting_a_topic_with_keyless_records_keeps_them(tmp_path: Path, uncl
     _check_reopened(root, "t", model, unclean=unclean)
 
 
+def test_a_cleaned_topic_given_retention_deletes_by_it_and_its_group_resumes_at_the_log_start(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "log"
+    day = 24 * 3600 * 1000
+    clock = ManualClock(T0 + 3 * day)
+    with pylog.open(root, clock=clock) as log:
+        log.create_topic("t", 1, segment_bytes=1024, cleanup_policy="compact")
+        _send(log, "t", _rows(0, 300))  # 3 days old, 7 keys
+        young = [(b"y%d" % i, v, ts + 3 * day - 1000) for i, (_, v, ts) in enumerate(_rows(300, 100))]
+        model = _send(log, "t", young)
+        plog = log.topic("t").partition(0)
+        plog.roll()
+        assert sum(r.records_removed for r in log.topic("t").compact()) > 0
+        tp = TopicPartition("t", 0)
+        c = log.consumer(group_id="g", value_deserializer=None)
+        c.assign([tp])
+        c.commit({tp: pylog.OffsetAndMetadata(150, "")})  # a position compaction emptied
+        c.close()
+        log.alter_topic("t", cleanup_policy="compact,delete", retention_ms=day)
+        assert log.apply_retention()["t"] > 0
+        assert plog.log_start_offset == 300
+        assert _read(log, "t") == model
+        # the commit now lies below the log start: out of range, so auto_offset_reset decides (as in Kafka)
+        c = log.consumer(
+            group_id="g", key_deserializer=None, value_deserializer=None, auto_offset_reset="earliest"
+        )
+        c.assign([tp])
+        assert c.committed(tp) == 150
+        got = [(r.offset, r.key) for r in c.iterate(timeout_ms=0)]
+        c.close()
+        assert got == [(o, model[(0, o)][0]) for _, o in sorted(model)]  # from the log start, nothing skipped
+    _check_reopened(root, "t", model, unclean=True, clock=clock)
+
+
 _READER = textwrap.dedent(
     """
     import json, sys
