@@ -185,17 +185,35 @@ def _drop_covered(segments: list[Segment], report: RecoveryReport) -> list[Segme
     Compaction merges consecutive segments into one (a ``.swap`` named by the first one's base offset) and
     deletes the others only after the merged one is durable; a crash in between (or during the recovery that
     completes the swap) leaves them beside it. The merged segment holds every record of theirs that survives
-    compaction, so they go. Nothing else makes segments overlap."""
+    compaction, so they go.
+
+    A merged segment holds only offsets of the segments it merged, and those are deleted in offset order: it
+    ends at or before the end of the last segment it overlaps. One that reaches past it does so because a
+    base offset (outside the CRC) is damaged; then nothing is deleted and the partition is refused
+    (:class:`CorruptRecordError`: ``pylog verify`` reports it, ``pylog repair`` truncates it)."""
     kept: list[Segment] = []
-    for seg in segments:
+    for i, seg in enumerate(segments):
         prev = kept[-1] if kept else None
         if prev is not None and prev.size and seg.base_offset < prev.next_offset:
+            _check_merged(prev, [s for s in segments[i:] if s.base_offset < prev.next_offset])
             report.problems.append(f"{seg.path}: merged into {prev.path} by compaction")
             seg.delete_files()
             report.segments_removed += 1
             continue
         kept.append(seg)
     return kept
+
+
+def _check_merged(merged: Segment, overlapped: list[Segment]) -> None:
+    end = overlapped[-1].next_offset
+    if merged.next_offset > end:
+        raise CorruptRecordError(
+            f"{merged.path} reaches offset {merged.next_offset - 1}, past the end ({end}) of the segments it "
+            f"overlaps ({', '.join(str(s.base_offset) for s in overlapped)}): a damaged base offset, not a "
+            f"compaction merge; no segment is deleted. Run Log.verify() (or `pylog verify`) for a report and "
+            f"pylog.repair(path) (or `pylog repair`) to truncate it.",
+            path=merged.path,
+        )
 
 
 def _drop_strays(segments: list[Segment], report: RecoveryReport) -> list[Segment]:

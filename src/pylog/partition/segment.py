@@ -70,6 +70,7 @@ _I32, _U32 = struct.Struct("<i"), struct.Struct("<I")
 # sparse index cut at any entry is valid, so lagging entries only lengthen the scan that finds the end of
 # the segment when it is opened (at most this many index intervals).
 _INDEX_WRITE_ENTRIES = 32
+_MAX_REL = 0xFFFFFFFF  # the largest offset relative to the segment's base that its index can hold
 
 
 class MapCache:
@@ -435,6 +436,7 @@ class Segment:
                     h.base_offset < expected
                     or (self.dense and h.base_offset != expected)
                     or h.last_offset_delta > 0x7FFFFFFF
+                    or h.base_offset - self.base_offset > _MAX_REL  # beyond what its index can name
                 ):
                     raise CorruptRecordError(
                         f"offsets not {'contiguous' if self.dense else 'increasing'} at position {pos}: "
