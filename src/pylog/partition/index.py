@@ -107,9 +107,15 @@ class SparseIndex:
         Every batch before the indexed batch of the last entry whose timestamp is < ``timestamp`` holds only
         smaller timestamps, so the scan may start at that batch (0 when there is none).
         """
+        floor = self.time_floor_entry(timestamp)
+        return 0 if floor is None else floor[1]
+
+    def time_floor_entry(self, timestamp: int) -> tuple[int, int] | None:
+        """``(timestamp, relative offset)`` of the last entry whose timestamp is < ``timestamp`` (None when
+        there is none): the entry :meth:`time_floor_rel` starts from."""
         ts = self._entries["ts"][: self._n]
         i = int(np.searchsorted(ts, timestamp, side="left")) - 1
-        return int(self._entries["rel"][i]) if i >= 0 else 0
+        return (int(self._entries["ts"][i]), int(self._entries["rel"][i])) if i >= 0 else None
 
 
 def _load(raw: bytes, dtype: np.dtype[Any], name: str) -> npt.NDArray[Any]:

@@ -223,8 +223,16 @@ class Segment:
         return self.size
 
     def position_for_time(self, timestamp: int) -> int:
-        """Byte position of the first batch whose max timestamp is >= ``timestamp`` (``size`` if none)."""
-        for pos, h in self._walk_from(self.time_index.time_floor_rel(timestamp)):
+        """Byte position of the first batch whose max timestamp is >= ``timestamp`` (``size`` if none).
+
+        A time-index entry ``(ts, rel)`` says that no batch up to the one at ``rel`` holds a timestamp above
+        ``ts``. The index is not checksummed: when the batch the walk starts at holds a larger one, the entry
+        is damaged, and the walk starts again at the segment's first batch (a slower answer, not a wrong
+        one)."""
+        floor = self.time_index.time_floor_entry(timestamp)
+        for n, (pos, h) in enumerate(self._walk_from(0 if floor is None else floor[1])):
+            if n == 0 and floor is not None and h.max_timestamp > floor[0]:
+                return next((p for p, g in self._walk_from(0) if g.max_timestamp >= timestamp), self.size)
             if h.max_timestamp >= timestamp:
                 return pos
         return self.size
