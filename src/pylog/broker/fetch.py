@@ -39,14 +39,16 @@ from pylog.broker.protocol import ErrorCode, Request
 from pylog.broker.records import empty_batch, from_pylog
 from pylog.broker.waiting import Marks
 from pylog.errors import (
+    CorruptRecordError,
     InvalidTopicError,
     OffsetOutOfRangeError,
     PylogError,
     UnknownPartitionError,
     UnknownTopicError,
+    UnsupportedFormatError,
 )
 from pylog.partition.visibility import OPEN, VISIBLE, Visibility
-from pylog.record import decode_header, decode_lists
+from pylog.record import check_crc, decode_header, decode_lists
 
 if TYPE_CHECKING:
     from pylog.partition.log import PartitionLog
@@ -56,6 +58,7 @@ __all__ = ["fetch", "last_stable_offset", "list_offsets"]
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3  # ListOffsets v7+: the record with the largest timestamp (KIP-734)
+_DAMAGED = (CorruptRecordError, UnsupportedFormatError)  # a stored batch that cannot be trusted
 
 
 @dataclass
@@ -100,8 +103,8 @@ def _directories(ctx: Context, parts: list[_Part]) -> list[str]:
     for p in parts:
         try:
             out.append(ctx.log.topic(p.topic).partition(p.partition).directory)
-        except (UnknownTopicError, UnknownPartitionError, InvalidTopicError):
-            pass
+        except (UnknownTopicError, UnknownPartitionError, InvalidTopicError, *_DAMAGED):
+            pass  # answered by the read (a partition that cannot be opened: CORRUPT_MESSAGE)
     return out
 
 
@@ -143,39 +146,92 @@ def _read_partition(ctx: Context, p: _Part, limit: int, visibility: Visibility |
         if p.offset == end or limit <= 0:
             out["records"] = b""
             return out
-        raw = plog.read_raw(p.offset, max(limit, 1))
+        raw = _read_intact(plog, p.offset, max(limit, 1))
     except (UnknownTopicError, UnknownPartitionError, InvalidTopicError):
         out["error_code"] = ErrorCode.unknown_topic_or_partition
         return out
     except OffsetOutOfRangeError:
         out["error_code"] = ErrorCode.offset_out_of_range
         return out
+    except _DAMAGED:
+        out["error_code"] = ErrorCode.corrupt_message
+        return out
     except PylogError:
         out["error_code"] = ErrorCode.kafka_storage_error
         return out
-    chunks: list[bytes] = []
-    skipped: tuple[int, int, int] | None = None  # first offset, last offset, timestamp of batches left out
-    for buf, at in raw:
-        header = decode_header(buf, at)
-        if visibility is not None:
-            verdict = visibility.classify(header)
-            if verdict == OPEN:
-                out["last_stable_offset"] = min(header.base_offset, out["last_stable_offset"])
-                break
-            if verdict != VISIBLE:
-                first = header.base_offset if skipped is None else skipped[0]
-                skipped = (first, header.last_offset, header.max_timestamp)
-                continue
-        if skipped is not None:
-            chunks.append(empty_batch(skipped[0], skipped[1] - skipped[0], skipped[2]))
-            skipped = None
-        chunks.append(from_pylog(buf, at))
-    if skipped is not None:
-        chunks.append(empty_batch(skipped[0], skipped[1] - skipped[0], skipped[2]))
+    chunks, damaged = _translate(raw, visibility, out)
     out["records"] = b"".join(chunks)
+    if damaged and not chunks:
+        out["error_code"] = ErrorCode.corrupt_message
     if visibility is not None:
         out["aborted_transactions"] = []
     return out
+
+
+def _read_intact(plog: PartitionLog, offset: int, limit: int) -> list[tuple[memoryview | bytes, int]]:
+    """The stored batches from the one holding ``offset``, up to ``limit`` bytes. A read of several batches
+    fails as a whole when one of them is damaged (a base offset that does not continue the batch before it):
+    the read is then done again one batch at a time, up to the damaged one, so that the intact batches before
+    it are still served. Raises the damage when the first batch is the damaged one."""
+    try:
+        return plog.read_raw(offset, limit)
+    except _DAMAGED:
+        pass
+    out: list[tuple[memoryview | bytes, int]] = []
+    total = 0
+    while total < limit:
+        try:
+            got = plog.read_raw(offset, 1)
+        except _DAMAGED:
+            if out:
+                break
+            raise
+        if not got:
+            break
+        header = decode_header(*got[0])
+        out.append(got[0])
+        total += header.batch_length
+        offset = header.next_offset
+    return out
+
+
+def _translate(
+    raw: list[tuple[memoryview | bytes, int]], visibility: Visibility | None, out: dict[str, Any]
+) -> tuple[list[bytes], bool]:
+    """The Kafka batches of the stored batches ``raw``, up to the first damaged one (its CRC or records fail
+    the checks): the client receives the intact batches before it, and its next fetch, starting at the
+    damaged batch, is answered CORRUPT_MESSAGE. Second: whether a damaged batch ended them.
+
+    Under read_committed the batches left out (aborted transactions, control batches) are CRC-checked too,
+    as Kafka's consumer checks every batch it skips: a damaged attribute or producer field would otherwise
+    make a committed batch look aborted and be skipped without a word."""
+    chunks: list[bytes] = []
+    skipped: tuple[int, int, int] | None = None  # first offset, last offset, timestamp of batches left out
+    damaged = False
+    for buf, at in raw:
+        header = decode_header(buf, at)
+        try:
+            if visibility is not None:
+                verdict = visibility.classify(header)
+                if verdict == OPEN:
+                    out["last_stable_offset"] = min(header.base_offset, out["last_stable_offset"])
+                    break
+                if verdict != VISIBLE:
+                    check_crc(buf, at, header)
+                    first = header.base_offset if skipped is None else skipped[0]
+                    skipped = (first, header.last_offset, header.max_timestamp)
+                    continue
+            chunk = from_pylog(buf, at)
+        except _DAMAGED:
+            damaged = True
+            break
+        if skipped is not None:
+            chunks.append(empty_batch(skipped[0], skipped[1] - skipped[0], skipped[2]))
+            skipped = None
+        chunks.append(chunk)
+    if skipped is not None:
+        chunks.append(empty_batch(skipped[0], skipped[1] - skipped[0], skipped[2]))
+    return chunks, damaged
 
 
 def _max_timestamp(plog: Any) -> tuple[int, int] | None:
