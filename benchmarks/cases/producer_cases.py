@@ -93,7 +93,11 @@ def pylog_send_get(records: int, seed: int, workdir: Path) -> dict[str, Any]:
         "`pylog_send_get` on a topic of 8 partitions: each record goes to its key's murmur2 partition "
         "(Kafka's); goal: within 0.8x of the one-partition call"
     ),
-    compare=(Compare("pylog_send_get", at_least=0.8), Compare("floor_pack_oswrite")),
+    compare=(
+        Compare("pylog_send_get", at_least=0.8),
+        Compare("floor_pack_oswrite", at_least=0.25),
+        Compare("sqlite3_commit_normal", at_least=2.0),
+    ),
 )
 def pylog_send_get_keyed_8p(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     n = min(records, _WAIT_CAP)
@@ -158,7 +162,7 @@ def pylog_send_get_loaded(records: int, seed: int, workdir: Path) -> dict[str, A
     kind="pylog",
     fsync='acks="all": each get() returns after the fsync that covers its record',
     description='`producer.send(topic, value=v, key=k).get()` one record at a time, acks="all", one thread',
-    compare=(Compare("fsync_per_record", at_least=0.8),),
+    compare=(Compare("fsync_per_record", at_least=0.8), Compare("sqlite3_commit_full", at_least=1.5)),
 )
 def pylog_send_get_durable(records: int, seed: int, workdir: Path) -> dict[str, Any]:
     n = scaled(records, _DURABLE_CAP)

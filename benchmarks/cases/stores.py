@@ -137,6 +137,52 @@ def diskcache_deque_read(records: int, seed: int, workdir: Path) -> dict[str, An
     return _checked(n, got, seconds)
 
 
+_COMMIT_CAP = 20_000
+
+
+def _sqlite_commit_each(workdir: Path, records: int, seed: int, synchronous: str) -> dict[str, Any]:
+    """One ``INSERT`` and one ``COMMIT`` per record, as an application that needs each record stored before
+    it goes on: what ``send().get()`` does for one record."""
+    n = scaled(records, _COMMIT_CAP)
+    keys, values = byte_lists(n, seed)
+    conn = sqlite3.connect(workdir / "commits.sqlite", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("CREATE TABLE log (offset INTEGER PRIMARY KEY, key BLOB, value BLOB)")
+    execute = conn.execute
+    t0 = time.perf_counter()
+    for k, v in zip(keys, values, strict=True):
+        execute("BEGIN")
+        execute("INSERT INTO log (key, value) VALUES (?, ?)", (k, v))
+        execute("COMMIT")
+    seconds = time.perf_counter() - t0
+    got = _synchronous(conn)
+    conn.close()
+    return result(n, seconds, synchronous=got, sqlite_version=sqlite3.sqlite_version)
+
+
+@case(
+    "sqlite3_commit_normal",
+    group="write",
+    kind="peer",
+    fsync="WAL, synchronous=NORMAL: a commit per record reaches the OS (survives a process crash), no fsync",
+    description="stdlib `sqlite3`, WAL: `BEGIN`, `INSERT` of `(key, value)`, `COMMIT`, per record (fewer records)",
+)
+def sqlite3_commit_normal(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    return _sqlite_commit_each(workdir, records, seed, "NORMAL")
+
+
+@case(
+    "sqlite3_commit_full",
+    group="durable",
+    kind="peer",
+    fsync="WAL, synchronous=FULL: every commit fsyncs the WAL (survives power loss)",
+    description="stdlib `sqlite3`, WAL: `BEGIN`, `INSERT` of `(key, value)`, `COMMIT`, per record (fewer records)",
+)
+def sqlite3_commit_full(records: int, seed: int, workdir: Path) -> dict[str, Any]:
+    return _sqlite_commit_each(workdir, min(records, _FSYNC_CAP * 2), seed, "FULL")
+
+
 # -- persist-queue --------------------------------------------------------------------------------------
 
 
