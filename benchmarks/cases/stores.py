@@ -38,9 +38,7 @@ def _sqlite_fill(path: Path, keys: list[bytes], values: list[bytes]) -> tuple[fl
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE log (offset INTEGER PRIMARY KEY, key BLOB, value BLOB)")
-    synchronous = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[
-        conn.execute("PRAGMA synchronous").fetchone()[0]
-    ]
+    synchronous = _synchronous(conn)
     t0 = time.perf_counter()
     conn.execute("BEGIN")
     conn.executemany("INSERT INTO log (key, value) VALUES (?, ?)", zip(keys, values, strict=True))
